@@ -1,0 +1,37 @@
+# Every target is a thin call into Python or pytest. Each one that runs code does its own set-up first.
+PYTHON := $(shell python3 scripts/setup_env.py --print-python)
+RUN ?=
+A ?=
+B ?=
+
+.PHONY: setup test lint microbench bench report compare tensorboard clean
+
+setup:
+	@python3 scripts/setup_env.py
+
+test: setup
+	$(PYTHON) -m pytest -q
+
+lint: setup
+	$(PYTHON) -m ruff check ddp_core bench tests benchmarks scripts
+
+microbench: setup
+	$(PYTHON) -m pytest benchmarks -q -p no:cacheprovider --benchmark-enable --benchmark-columns=min,median,max,rounds --benchmark-sort=name -s
+
+bench: setup
+	$(PYTHON) -m bench run --config default --report
+
+report: setup
+	@test -n "$(RUN)" || { echo "usage: make report RUN=results/<run-id>"; exit 2; }
+	$(PYTHON) -m bench report $(RUN)
+
+compare: setup
+	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make compare A=results/<run-a> B=results/<run-b>"; exit 2; }
+	$(PYTHON) -m bench compare $(A) $(B)
+
+tensorboard: setup
+	@test -n "$(RUN)" || { echo "usage: make tensorboard RUN=results/<run-id>"; exit 2; }
+	$(PYTHON) -m bench tensorboard $(RUN)
+
+clean:
+	$(PYTHON) -c "import shutil, pathlib; [shutil.rmtree(p, ignore_errors=True) for p in ['.pytest_cache', '.ruff_cache', '.benchmarks', 'build', *map(str, pathlib.Path('.').rglob('__pycache__')), *map(str, pathlib.Path('.').glob('*.egg-info'))]]"

@@ -1,0 +1,52 @@
+"""The result-row contract (DESIGN.md "Cell, result row and files"), defined once for writer and readers.
+
+The runner writes rows with exactly these columns (in this order) to `results.csv`; the report and compare
+commands read them. A number that was not measured is empty (NaN in pandas), never 0 and never a string.
+"""
+
+from __future__ import annotations
+
+STATUSES = ("ok", "failed", "timeout", "oom", "diverged", "skipped")
+ENGINES = ("torch", "naive", "bucketed", "overlap")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+SCALINGS = ("strong", "weak")
+
+# The contract's columns (DESIGN.md), in order.
+CONTRACT_COLUMNS = (
+    "cell_id", "status", "error", "engine", "model", "world_size", "bucket_cap_mb", "precision",
+    "comm_dtype", "grad_accum", "scaling", "per_rank_batch", "global_batch", "device", "backend",
+    "n_timed_steps", "step_time_ms_p50", "step_time_ms_p90", "samples_per_s", "compute_only_ms_p50",
+    "exposed_comm_ms", "peak_mem_mb", "allreduce_algbw_gbps", "allreduce_busbw_gbps", "trace_dir",
+)
+
+# Extra columns the runner adds (the contract allows more). Units are in the names.
+EXTRA_COLUMNS = (
+    "model_size",            # workload preset within the model family (e.g. "tiny", "360m")
+    "seq_len",               # tokens per sample for sequence models; empty otherwise
+    "n_params",              # trainable parameters
+    "tokens_per_s",          # throughput in tokens; empty for non-sequence models
+    "step_time_ms_mean",
+    "step_time_ms_min",
+    "step_time_ms_std",
+    "forward_ms_p50",        # phase times where the engine allows (rank 0, p50 over timed steps)
+    "backward_ms_p50",
+    "sync_wait_ms_p50",
+    "optimizer_ms_p50",
+    "allreduce_bytes",       # message size the all-reduce probe used (largest bucket)
+    "n_buckets",
+    "final_loss",
+    "model_tflops_per_s",
+    "mfu",
+    "threads_per_rank",
+    "gpu_name",
+    "hostname",
+    "cell_wall_s",           # wall time of the whole cell on rank 0, warm-up and probes included
+)
+
+RESULT_COLUMNS = CONTRACT_COLUMNS + EXTRA_COLUMNS
+
+# The keys that identify a configuration (what compare joins on, what T1 is matched by).
+CONFIG_KEYS = (
+    "engine", "model", "model_size", "world_size", "bucket_cap_mb", "precision", "comm_dtype",
+    "grad_accum", "scaling", "per_rank_batch", "global_batch",
+)
