@@ -8,7 +8,7 @@ adding a subclass and registering it in `bench.workloads.registry`.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -34,11 +34,16 @@ class SyntheticDataset(abc.ABC):
 
 @dataclass(frozen=True)
 class WorkloadOptions:
-    """Options shared by all workloads; a workload ignores those that mean nothing to it."""
+    """Options shared by all workloads; a workload ignores those that mean nothing to it.
 
-    seq_len: int | None = None       # sequence models: fixed length (or maximum when variable)
+    These are exactly the optional keys of a preset's `[workload]` table besides `model` and `model_size`.
+    """
+
+    seq_len: int | None = None       # sequence models: fixed length, or the maximum when lengths vary
     fixed_length: bool = True        # sequence models: False draws MRPC-like lengths, padded per batch
-    extra: dict = field(default_factory=dict)
+    task: str = "classification"     # sequence models: "classification" (MRPC pairs) | "lm" (causal LM)
+    data: str = "synthetic"  # "synthetic", or a local GLUE MRPC file (train.tsv, msr_paraphrase_*.txt)
+    image_size: int | None = None    # image models: square input side in pixels
 
 
 class Workload(abc.ABC):
