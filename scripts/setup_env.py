@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 
 
-def target_python() -> Path:
+def target_python(create: bool = True) -> Path:
     """The interpreter to install into: the active virtualenv/conda env if any, else ./.venv (created)."""
     active = os.environ.get("VIRTUAL_ENV") or os.environ.get("CONDA_PREFIX")
     if active and Path(sys.prefix).resolve() == Path(active).resolve():
@@ -27,7 +27,7 @@ def target_python() -> Path:
     if active:
         return Path(active) / "bin" / "python"
     python = VENV / "bin" / "python"
-    if not python.exists():
+    if create and not python.exists():
         print(f"setup: creating {VENV}", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
     return python
@@ -47,10 +47,10 @@ def pip(python: Path, *args: str) -> None:
 
 
 def main() -> int:
-    python = target_python()
-    if "--print-python" in sys.argv:
-        print(python)
+    if "--print-python" in sys.argv:  # for the Makefile: where set-up installs, without doing it
+        print(target_python(create=False))
         return 0
+    python = target_python()
     stamp = python.parent.parent / ".ddpbench-setup-stamp"
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     if stamp.exists() and stamp.read_text().strip() == digest and has_module(python, "ddp_core"):
