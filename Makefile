@@ -9,8 +9,11 @@ B ?=
 setup:
 	@python3 scripts/setup_env.py
 
+# pytest exits 5 when it collected no tests: for this suite that means tests went missing, so say so and fail.
 test: setup
-	$(PYTHON) -m pytest -q
+	@$(PYTHON) -m pytest -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; the suite must not be empty" >&2; fi; \
+	exit $$rc
 
 lint: setup
 	$(PYTHON) -m ruff check ddp_core bench tests benchmarks scripts
