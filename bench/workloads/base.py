@@ -68,6 +68,10 @@ class Workload(abc.ABC):
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """Forward `batch` through `model` and return the scalar mean loss."""
 
+    def default_num_samples(self) -> int | None:
+        """The dataset size the workload stands for (MRPC: 3,668 pairs); None when it has none."""
+        return None
+
     def train_flops_per_sample(self, batch: Batch | None = None) -> float | None:
         """Analytic training FLOPs (forward + backward) per sample; None when unknown."""
         return None
