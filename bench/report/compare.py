@@ -1,0 +1,184 @@
+"""Comparing runs (e.g. H100 vs A100): functions from loaded runs to DataFrames.
+
+Cells are joined on `bench.schema.CONFIG_KEYS`; the first run is the baseline every other run is set
+against. Throughput ratio = other / baseline (> 1: the other run is faster).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bench.report import tables
+from bench.report.load import Run
+from bench.schema import CONFIG_KEYS
+
+# Software whose version changes timings by itself: comparing hardware across them needs a warning.
+SOFTWARE_FIELDS = ("torch", "cuda", "cudnn", "nccl", "driver")
+
+
+def gpu_summary(env: dict) -> str:
+    gpus = env.get("gpus") or []
+    names = sorted({g.get("name", "?") for g in gpus})
+    return f"{env.get('gpu_count', len(gpus))} × {', '.join(names)}" if gpus else "none"
+
+
+def mixed_devices(runs: list[Run]) -> str:
+    """Why these runs must not be compared (CPU with GPU), or '' when they share a device kind."""
+    devices = {r.name: r.device for r in runs}
+    if len(set(devices.values())) <= 1:
+        return ""
+    listing = ", ".join(f"{name} is {dev}" for name, dev in devices.items())
+    return (
+        f"refusing to compare runs on different devices ({listing}): CPU processes over gloo and GPUs over "
+        f"NCCL measure different things, and DESIGN.md keeps CPU numbers out of GPU comparisons. "
+        f"Pass --allow-mixed-devices to compare them anyway."
+    )
+
+
+def env_differences(runs: list[Run]) -> pd.DataFrame:
+    """One row per environment field, one column per run, and whether the runs differ on it."""
+    fields = {
+        "device": lambda r: r.device,
+        "GPU": lambda r: gpu_summary(r.env),
+        "GPU count": lambda r: r.env.get("gpu_count"),
+        "driver": lambda r: r.env.get("driver"),
+        "cuda": lambda r: r.env.get("cuda"),
+        "cudnn": lambda r: r.env.get("cudnn"),
+        "nccl": lambda r: r.env.get("nccl"),
+        "torch": lambda r: r.env.get("torch"),
+        "backend": lambda r: r.env.get("backend"),
+        "python": lambda r: r.env.get("python"),
+        "cpu": lambda r: r.env.get("cpu_model"),
+        "topology": lambda r: r.env.get("topology"),
+        "hostname": lambda r: r.env.get("hostname"),
+        "git sha": lambda r: r.env.get("git_sha"),
+    }
+    labels = run_labels(runs)
+    rows = []
+    for name, get in fields.items():
+        values = ["" if get(r) is None else str(get(r)) for r in runs]
+        rows.append({"field": name, **dict(zip(labels, values)), "differs": len(set(values)) > 1})
+    return pd.DataFrame(rows)
+
+
+def software_warning(diff: pd.DataFrame) -> str:
+    """A warning naming the software versions that differ ('' when they all match)."""
+    differing = diff[diff["field"].isin(SOFTWARE_FIELDS) & diff["differs"]]
+    if not len(differing):
+        return ""
+    value_cols = [c for c in diff.columns if c not in ("field", "differs")]
+    parts = [
+        f"{r['field']} " + " vs ".join(r[c] or "none" for c in value_cols) for _, r in differing.iterrows()
+    ]
+    return (
+        "Software versions differ (" + "; ".join(parts) + "): part of every difference below may come "
+        "from the software, not the hardware."
+    )
+
+
+def run_labels(runs: list[Run]) -> list[str]:
+    """Run folder names, made unique with their position when two runs share a name."""
+    names = [r.name for r in runs]
+    return [n if names.count(n) == 1 else f"{n} ({i + 1})" for i, n in enumerate(names)]
+
+
+def _efficiency_by_cell(run: Run) -> dict[str, float]:
+    out = {}
+    for s in ("strong", "weak"):
+        table = tables.scaling_table(run.results, s)
+        if "efficiency_pct" in table:
+            out.update(dict(zip(table["cell_id"], table["efficiency_pct"])))
+    return out
+
+
+def _side(run: Run) -> pd.DataFrame:
+    df = run.results.copy()
+    df["_key"] = tables.config_key(df, CONFIG_KEYS)
+    eff = _efficiency_by_cell(run)
+    df["throughput"] = [tables.row_throughput(r) if r["status"] == "ok" else None for _, r in df.iterrows()]
+    df["efficiency"] = [eff.get(c) for c in df["cell_id"]]
+    return df.drop_duplicates("_key", keep="last")
+
+
+def join_cells(runs: list[Run]) -> pd.DataFrame:
+    """Every configuration of the baseline and each other run, side by side, with ratio and delta %."""
+    labels = run_labels(runs)
+    base = _side(runs[0])
+    frames = []
+    for label, other_run in zip(labels[1:], runs[1:]):
+        other = _side(other_run)
+        merged = base.merge(other, on="_key", how="outer", suffixes=("_a", "_b"), indicator=True)
+        out = pd.DataFrame({"run_a": labels[0], "run_b": label}, index=merged.index)
+        for k in CONFIG_KEYS:  # configuration from whichever side has the cell
+            out[k] = merged[f"{k}_a"].where(merged["_merge"] != "right_only", merged[f"{k}_b"])
+        out["presence"] = (
+            merged["_merge"]
+            .map({"both": "both", "left_only": f"only {labels[0]}", "right_only": f"only {label}"})
+            .astype(str)
+        )
+        for side in ("a", "b"):
+            out[f"status_{side}"] = merged[f"status_{side}"].fillna("")
+            out[f"step_time_{side}_ms_p50"] = merged[f"step_time_ms_p50_{side}"].where(
+                merged[f"status_{side}"] == "ok"
+            )
+            out[f"throughput_{side}_samples_per_s"] = pd.to_numeric(
+                merged[f"throughput_{side}"], errors="coerce"
+            )
+            out[f"efficiency_{side}_pct"] = pd.to_numeric(merged[f"efficiency_{side}"], errors="coerce")
+        out["throughput_ratio_b_over_a_x"] = [
+            tables.ratio(b, a)
+            for a, b in zip(
+                _floats(out["throughput_a_samples_per_s"]), _floats(out["throughput_b_samples_per_s"])
+            )
+        ]
+        out["throughput_delta_pct"] = [
+            tables.delta_pct(b, a)
+            for a, b in zip(
+                _floats(out["throughput_a_samples_per_s"]), _floats(out["throughput_b_samples_per_s"])
+            )
+        ]
+        errors = merged[["error_a", "error_b"]].fillna("")
+        out["note"] = [
+            _note(r, e, labels[0], label) for (_, r), (_, e) in zip(out.iterrows(), errors.iterrows())
+        ]
+        # Reading order: configuration, presence, the comparison itself, then each side's detail.
+        first = [*CONFIG_KEYS, "presence", "throughput_ratio_b_over_a_x", "throughput_delta_pct"]
+        frames.append(out[["run_a", "run_b", *first, *[c for c in out.columns if c not in first][2:]]])
+    joined = pd.concat(frames, ignore_index=True)
+    return joined.sort_values(
+        [
+            "run_b",
+            "engine",
+            "scaling",
+            "precision",
+            "comm_dtype",
+            "grad_accum",
+            "bucket_cap_mb",
+            "global_batch",
+            "world_size",
+        ],
+        kind="stable",
+        na_position="first",
+    ).reset_index(drop=True)
+
+
+def _floats(series: pd.Series) -> list[float | None]:
+    return [None if pd.isna(v) else float(v) for v in series]
+
+
+def _note(r, errors, label_a: str, label_b: str) -> str:
+    """Why a row has no ratio: the cell is missing on one side, or a side's status is not ok (with reason)."""
+    if r["presence"] != "both":
+        return f"measured in {r['presence'][5:]} only"
+    parts = [
+        f"{label} {r[f'status_{side}']}: {errors[f'error_{side}'] or 'no reason recorded'}"
+        for side, label in (("a", label_a), ("b", label_b))
+        if r[f"status_{side}"] != "ok"
+    ]
+    return "no ratio: " + ", ".join(parts) if parts else ""
+
+
+def one_side_only(joined: pd.DataFrame) -> pd.DataFrame:
+    """The configurations that only one run measured."""
+    cols = ["run_a", "run_b", "presence", *CONFIG_KEYS]
+    return joined.loc[joined["presence"] != "both", cols].reset_index(drop=True)

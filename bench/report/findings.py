@@ -1,0 +1,146 @@
+"""Headline findings: sentences written from the tables' numbers, never from assumptions."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bench.report import tables
+
+MAX_DROP_SENTENCES = 6
+
+
+def _setting(r) -> str:
+    parts = [str(r["precision"])]
+    if r.get("comm_dtype") not in tables.NO_COMPRESSION:
+        parts.append(f"{r['comm_dtype']} gradients")
+    if pd.notna(r.get("bucket_cap_mb")):
+        parts.append(f"{r['bucket_cap_mb']:g} MB buckets")
+    if r.get("grad_accum", 1) != 1:
+        parts.append(f"accumulation {int(r['grad_accum'])}")
+    return ", ".join(parts)
+
+
+def best_engine_per_world_size(df: pd.DataFrame) -> list[str]:
+    """At each world size of the main setting, the engine with the highest throughput, against torch DDP."""
+    main = tables.main_slice(df)
+    ok = main[main["status"] == "ok"].copy()
+    if not len(ok):
+        return []
+    ok["_thr"] = [tables.row_throughput(r) for _, r in ok.iterrows()]
+    out = []
+    for n in tables.world_sizes(ok):
+        at_n = ok[ok["world_size"] == n].dropna(subset=["_thr"])
+        if not len(at_n):
+            continue
+        best = at_n.loc[at_n["_thr"].idxmax()]
+        rank_word = "rank" if n == 1 else "ranks"
+        verb = "is fastest:" if at_n["engine"].nunique() > 1 else "(the only engine measured) runs"
+        sentence = (
+            f"At {n} {rank_word}, {best['engine']} {verb} {best['_thr']:,.0f} samples/s "
+            f"(p50 step {best['step_time_ms_p50']:.2f} ms)"
+        )
+        torch_rows = at_n[at_n["engine"] == "torch"]
+        if best["engine"] != "torch" and len(torch_rows):
+            t = torch_rows.loc[torch_rows["_thr"].idxmax()]
+            sentence += (
+                f", {(best['_thr'] / t['_thr'] - 1) * 100:.1f} % more than torch DDP "
+                f"({t['step_time_ms_p50']:.2f} ms)"
+            )
+        elif len(at_n) > 1:
+            second = at_n.drop(index=best.name).sort_values("_thr").iloc[-1]
+            if best["_thr"] == second["_thr"]:
+                sentence = sentence.replace(
+                    f"{best['engine']} is fastest:", f"{best['engine']} and {second['engine']} tie:"
+                )
+                out.append(sentence + f" [{_setting(best)}].")
+                continue
+            sentence += (
+                f", {(best['_thr'] / second['_thr'] - 1) * 100:.1f} % ahead of {second['engine']} "
+                f"({second['step_time_ms_p50']:.2f} ms)"
+            )
+        out.append(sentence + f" [{_setting(best)}].")
+    return out
+
+
+def efficiency_drops(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) -> list[str]:
+    """Where efficiency first falls below the threshold per configuration, and what dominates the loss there.
+
+    The loss is the step time above ideal (T₁/N strong, T₁ weak); exposed communication is the part of it
+    that synchronising gradients adds, the rest is compute that did not shrink with more ranks.
+    """
+    by_id = df.set_index("cell_id")
+    out = []
+    for scaling, table in scaling_tables.items():
+        if "efficiency_pct" not in table or not len(table):
+            continue
+        low = table[table["efficiency_pct"] < tables.EFFICIENCY_THRESHOLD_PCT]
+        group_cols = [
+            "engine",
+            "model",
+            "model_size",
+            "precision",
+            "comm_dtype",
+            "grad_accum",
+            "bucket_cap_mb",
+            tables.BATCH_KEY[scaling],
+        ]
+        low = low.assign(_g=tables.config_key(low, group_cols)) if len(low) else low
+        for _, first in low.groupby("_g", sort=False).head(1).iterrows() if len(low) else []:
+            n, t_n, t_1 = int(first["world_size"]), first["step_time_ms_p50"], first["t1_step_time_ms"]
+            ideal = t_1 / n if scaling == "strong" else t_1
+            loss = t_n - ideal
+            exposed = tables.row_exposed_comm(by_id.loc[first["cell_id"]])
+            s = (
+                f"{first['engine']} ({scaling}, {_setting(first)}) falls to {first['efficiency_pct']:.1f} % "
+                f"efficiency at {n} ranks: p50 step {t_n:.2f} ms against an ideal {ideal:.2f} ms"
+            )
+            if exposed is None:
+                s += "; compute-only time was not measured, so what dominates is unknown."
+            elif loss > 0 and exposed >= loss / 2:
+                s += (
+                    f"; exposed communication ({exposed:.2f} ms, {exposed / t_n * 100:.0f} % of the step) "
+                    f"dominates the {loss:.2f} ms lost."
+                )
+            else:
+                s += (
+                    f"; compute that did not shrink with more ranks dominates the {loss:.2f} ms lost "
+                    f"(exposed communication only {exposed:.2f} ms)."
+                )
+            out.append(s)
+    if len(out) > MAX_DROP_SENTENCES:
+        extra = len(out) - MAX_DROP_SENTENCES
+        out = out[:MAX_DROP_SENTENCES] + [
+            f"… and {extra} more configurations below "
+            f"{tables.EFFICIENCY_THRESHOLD_PCT:.0f} % (see the scaling tables)."
+        ]
+    if not out and any(
+        "efficiency_pct" in t and t["efficiency_pct"].notna().any() for t in scaling_tables.values()
+    ):
+        out.append(
+            f"Every measured configuration keeps at least {tables.EFFICIENCY_THRESHOLD_PCT:.0f} % "
+            f"scaling efficiency."
+        )
+    return out
+
+
+def status_summary(df: pd.DataFrame) -> list[str]:
+    """How many cells produced no numbers, by status."""
+    bad = df[df["status"] != "ok"]
+    if not len(bad):
+        return [f"All {len(df)} cells finished with status ok."]
+    counts = ", ".join(f"{n} {s}" for s, n in bad["status"].value_counts().sort_index().items())
+    return [
+        f"{len(bad)} of {len(df)} cells produced no numbers ({counts}); they are listed with their "
+        f'reasons under "Cells without numbers".'
+    ]
+
+
+def headline(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) -> list[str]:
+    """All headline sentences, in reading order."""
+    if not len(df):
+        return [
+            "The run has no cells yet: results.csv has no rows (did the runner stop before the first cell?)."
+        ]
+    sentences = best_engine_per_world_size(df) + efficiency_drops(df, scaling_tables)
+    why = tables.efficiency_unavailable(df)
+    return sentences + ([why] if why else []) + status_summary(df)

@@ -1,0 +1,270 @@
+"""HTML and Markdown rendering shared by the report and compare pages.
+
+Pages open from disk: relative links only, CSS inline, no script, no network. Empty numbers render as "—"
+(not measured), and a row whose status is not ok is tinted and keeps its reason.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+EMPTY = "—"
+
+CSS = """
+body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0 auto;
+       max-width: 1500px; padding: 0 24px 48px; color: #1d2330; }
+h1 { font-size: 24px; margin: 24px 0 4px; } h2 { font-size: 19px; margin-top: 34px;
+  border-bottom: 1px solid #d8dce3; padding-bottom: 4px; } h3 { font-size: 15px; margin-bottom: 6px; }
+.sub { color: #5b6475; margin-top: 0; } .formula { color: #3a4254; font-style: italic; }
+nav { background: #f4f6f9; padding: 8px 12px; border-radius: 6px; margin: 12px 0; }
+nav a { margin-right: 14px; white-space: nowrap; }
+.findings li { margin: 4px 0; }
+.warn { background: #fff4d6; border-left: 4px solid #e0a800; padding: 8px 12px; }
+.note { background: #eef3fb; border-left: 4px solid #5b8bd6; padding: 8px 12px; }
+.scroll { overflow-x: auto; max-width: 100%; }
+table { border-collapse: collapse; font-size: 12.5px; margin: 6px 0 4px; }
+th, td { border: 1px solid #d8dce3; padding: 3px 7px; text-align: right; white-space: nowrap; }
+th.text { text-align: left; }
+th { background: #eef0f4; position: sticky; top: 0; white-space: normal; max-width: 110px;
+     vertical-align: bottom; } td.text { text-align: left; }
+tr.status-bad td { background: #fdecec; } td.status-bad { color: #b3261e; font-weight: 600; }
+td.wrap { white-space: normal; min-width: 220px; max-width: 420px; text-align: left; }
+img { max-width: 100%; border: 1px solid #e3e6ec; margin: 6px 0; }
+code, pre { background: #f4f6f9; border-radius: 4px; } pre { padding: 8px 12px; overflow-x: auto; }
+.csv { font-size: 12px; margin-bottom: 0; }
+.same { font-size: 12.5px; color: #3a4254; margin: 2px 0; } .empty { color: #5b6475; }
+"""
+
+TEXT_COLUMNS = {
+    "engine",
+    "model",
+    "model_size",
+    "precision",
+    "comm_dtype",
+    "scaling",
+    "status",
+    "note",
+    "cell_id",
+    "reason",
+    "error",
+    "field",
+    "value",
+    "presence",
+    "run_a",
+    "run_b",
+    "traces",
+    "device",
+}
+# Configuration columns that a table may state once ("Every row: …") when they never change in it.
+HOISTABLE = {
+    "engine",
+    "model",
+    "model_size",
+    "precision",
+    "comm_dtype",
+    "grad_accum",
+    "bucket_cap_mb",
+    "scaling",
+    "per_rank_batch",
+    "global_batch",
+    "world_size",
+    "run_a",
+    "run_b",
+    "device",
+    "torch_bucket_cap_mb",
+}
+WRAP_COLUMNS = {"note", "reason", "error", "traces"}
+
+
+def fmt(value, column: str = "") -> str:
+    """A cell as text: "—" for not measured, integers without decimals, readable precision otherwise."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return EMPTY
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        v = float(value)
+        if (
+            v.is_integer()
+            and abs(v) < 1e15
+            and not column.endswith(("_pct", "_x", "_ms", "_ms_p50", "_ms_p90"))
+        ):
+            return f"{int(v):,}"
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        return f"{v:.1f}" if column.endswith("_pct") else f"{v:.2f}" if abs(v) >= 1 or v == 0 else f"{v:.3g}"
+    if column == "comm_dtype" and value == "":
+        return "none"  # gradients reduced in the dtype they were computed in (the runner's word)
+    return str(value)
+
+
+def html_table(df: pd.DataFrame, links: dict[str, str] | None = None) -> str:
+    """An HTML table; `links` maps a cell_id to HTML for a "traces" column placed right after cell_id."""
+    if not len(df):
+        return '<p class="empty">(no rows)</p>'
+    # The traces column follows cell_id (the cell it belongs to), or ends the row when there is none.
+    at = list(df.columns).index("cell_id") + 1 if "cell_id" in df else len(df.columns)
+    cols = list(df.columns)[:at] + (["traces"] if links is not None else []) + list(df.columns)[at:]
+    # Long unit-carrying names may break after an underscore, so number columns stay narrow.
+    head = "".join(
+        f"<th{' class=text' if c in TEXT_COLUMNS else ''}>{html.escape(c).replace('_', '_<wbr>')}</th>"
+        for c in cols
+    )
+    body = []
+    for _, r in df.iterrows():
+        status_cols = [c for c in df.columns if c.startswith("status")]  # compare tables: status_a, status_b
+        bad_cols = {c for c in status_cols if r[c] not in ("ok", "")}
+        bad = bool(bad_cols)
+        cells = []
+        for c in cols:
+            if c == "traces" and links is not None:
+                cells.append(f'<td class="text">{links.get(r.get("cell_id", ""), "")}</td>')
+                continue
+            cls = ["text"] if c in TEXT_COLUMNS or isinstance(r[c], str) else []
+            cls += ["wrap"] if c in WRAP_COLUMNS else []
+            cls += ["status-bad"] if c in bad_cols else []
+            attr = f' class="{" ".join(cls)}"' if cls else ""
+            cells.append(f"<td{attr}>{html.escape(fmt(r[c], c)).replace(chr(10), '<br>')}</td>")
+        body.append(f"<tr{' class=status-bad' if bad else ''}>{''.join(cells)}</tr>")
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return f'<div class="scroll">{table}</div>'
+
+
+def md_table(df: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table (no tabulate dependency)."""
+    if not len(df):
+        return "(no rows)\n"
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for _, r in df.iterrows():
+        lines.append(
+            "| " + " | ".join(fmt(r[c], c).replace("|", "\\|").replace("\n", "<br>") for c in cols) + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Section:
+    """One titled part of a page: paragraphs (already HTML / Markdown), tables, images."""
+
+    title: str
+    anchor: str
+    html: list[str] = field(default_factory=list)
+    md: list[str] = field(default_factory=list)
+
+    def para(self, text: str, cls: str = "") -> Section:
+        attr = f' class="{cls}"' if cls else ""
+        self.html.append(f"<p{attr}>{html.escape(text)}</p>")
+        self.md.append(("> " if cls in ("warn", "note") else "") + text + "\n")
+        return self
+
+    def bullets(self, items: list[str], cls: str = "") -> Section:
+        if items:
+            lis = "".join(f"<li>{html.escape(s)}</li>" for s in items)
+            self.html.append(f'<ul class="{cls}">{lis}</ul>')
+            self.md.append("\n".join(f"- {s}" for s in items) + "\n")
+        return self
+
+    def table(
+        self,
+        df: pd.DataFrame,
+        csv_rel: str | None = None,
+        links: dict[str, str] | None = None,
+        md_columns: list[str] | None = None,
+    ) -> Section:
+        """The table (and a link to its CSV, which keeps every column). Configuration columns that hold one
+        value in every row are said once above the table instead of repeated down a column."""
+        if md_columns:
+            df = df[md_columns]
+        constant = [
+            c for c in df.columns if c in HOISTABLE and len(df) > 1 and len({fmt(v, c) for v in df[c]}) == 1
+        ]
+        if csv_rel:
+            self.html.append(
+                f'<p class="csv">CSV: <a href="{html.escape(csv_rel)}">{html.escape(csv_rel)}</a></p>'
+            )
+            self.md.append(f"CSV: [{csv_rel}]({csv_rel})\n")
+        if constant:
+            same = " · ".join(f"{c} {fmt(df[c].iloc[0], c)}" for c in constant)
+            self.html.append(f'<p class="same">Every row: {html.escape(same)}</p>')
+            self.md.append(f"Every row: {same}\n")
+            df = df.drop(columns=constant)
+        self.html.append(html_table(df, links))
+        self.md.append(md_table(df))
+        return self
+
+    def image(self, rel: str, alt: str) -> Section:
+        self.html.append(
+            f'<p><a href="{html.escape(rel)}"><img src="{html.escape(rel)}" alt="{html.escape(alt)}"></a></p>'
+        )
+        self.md.append(f"![{alt}]({rel})\n")
+        return self
+
+    def code(self, text: str) -> Section:
+        self.html.append(f"<pre><code>{html.escape(text)}</code></pre>")
+        self.md.append(f"```\n{text}\n```\n")
+        return self
+
+    def raw(self, html_text: str, md_text: str) -> Section:
+        self.html.append(html_text)
+        self.md.append(md_text)
+        return self
+
+
+def write_page(out_dir: Path, title: str, subtitle: str, sections: list[Section]) -> Path:
+    """Write index.html and summary.md for `sections`; returns the index.html path."""
+    nav = " ".join(f'<a href="#{s.anchor}">{html.escape(s.title)}</a>' for s in sections)
+    body = "".join(
+        f'<section id="{s.anchor}"><h2>{html.escape(s.title)}</h2>{"".join(s.html)}</section>'
+        for s in sections
+    )
+    page = (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head>'
+        f'<body><h1>{html.escape(title)}</h1><p class="sub">{html.escape(subtitle)}</p><nav>{nav}</nav>'
+        f"{body}</body></html>\n"
+    )
+    index = out_dir / "index.html"
+    index.write_text(page, encoding="utf-8")
+    md = [f"# {title}\n", f"{subtitle}\n"]
+    for s in sections:
+        md.append(f"## {s.title}\n")
+        md.extend(s.md)
+    (out_dir / "summary.md").write_text("\n".join(md), encoding="utf-8")
+    return index
+
+
+# Counts and configuration values that are whole numbers by nature; measured times stay as measured.
+INTEGER_COLUMNS = {
+    "world_size",
+    "grad_accum",
+    "per_rank_batch",
+    "global_batch",
+    "n_timed_steps",
+    "n_buckets",
+    "n_params",
+    "seq_len",
+    "threads_per_rank",
+    "allreduce_bytes",
+    "bucket_cap_mb",
+    "torch_bucket_cap_mb",
+    "GPU count",
+}
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> Path:
+    """Write `df` as CSV, whole-number configuration columns as integers (world_size 4, not 4.0)."""
+    out = df.copy()
+    for c in INTEGER_COLUMNS & set(out.columns):
+        values = pd.to_numeric(out[c], errors="coerce")
+        known = values.dropna()
+        if len(known) and known.eq(known.round()).all() and len(known) == out[c].notna().sum():
+            out[c] = values.astype("Int64")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out.to_csv(path, index=False)
+    return path
