@@ -1,0 +1,266 @@
+"""DistributedDataParallel: the wrapper, its gradient hooks and the end-of-backward reduction.
+
+The loop is torch's: `loss.backward()` returns with gradients averaged over the process group, then
+`optimizer.step()`. Every strategy hooks each parameter with `register_post_accumulate_grad_hook`
+(the gradient is final for this backward) and queues one end-of-backward callback per backward:
+
+- naive:    the callback all-reduces each parameter's `.grad`, blocking, one at a time;
+- bucketed: the callback launches every flat bucket's all-reduce, then waits for all;
+- overlap:  the hook that makes a bucket complete launches its async all-reduce at once (in bucket
+            order, as torch's reducer does, so every rank issues collectives in the same order);
+            the callback only waits, so communication hides behind the rest of backward.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.profiler import record_function
+
+from .buckets import Bucket, assign_buckets
+from .graph import used_parameters
+from .sync import broadcast_from_rank0, verify_same_as_rank0
+
+STRATEGIES = ("naive", "bucketed", "overlap")
+INIT_SYNCS = ("broadcast", "verify", "none")
+MiB = 1024 * 1024
+
+
+class DistributedDataParallel(nn.Module):
+    """Data parallelism over `process_group` (default: WORLD); see DESIGN.md for the contract.
+
+    strategy: "naive" | "bucketed" | "overlap" (module docstring). bucket_cap_mb / first_bucket_mb:
+    bucket caps in MiB (`assign_buckets`). gradient_as_bucket_view: `.grad` is a view into its bucket
+    (no copy in or out). init_sync: "broadcast" parameters and buffers from rank 0, "verify" they
+    already agree (ValueError naming the first that differs), or "none". comm_dtype: float16/bfloat16
+    all-reduce, gradients divided by the world size before the cast. find_unused_parameters: walk the
+    autograd graph after forward; unused parameters count as ready with their local gradient (zeros
+    if None), so they end the step with a (possibly zero) gradient where torch DDP may leave None.
+
+    `last_sync_wait_ms` is host time (time.perf_counter) the end-of-backward callback spent reducing
+    or waiting; on CUDA it is the time to *enqueue* that work, not device time (no sync is added).
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        strategy: str = "overlap",
+        bucket_cap_mb: float = 25.0,
+        first_bucket_mb: float | None = None,
+        gradient_as_bucket_view: bool = False,
+        broadcast_buffers: bool = True,
+        init_sync: str = "broadcast",
+        comm_dtype: torch.dtype | None = None,
+        find_unused_parameters: bool = False,
+        process_group=None,
+    ):
+        super().__init__()
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
+        if init_sync not in INIT_SYNCS:
+            raise ValueError(f"init_sync={init_sync!r} is not one of {INIT_SYNCS}")
+        if comm_dtype not in (None, torch.float16, torch.bfloat16):
+            raise ValueError(f"comm_dtype={comm_dtype!r} must be None, torch.float16 or torch.bfloat16")
+        self.module = module
+        self.strategy, self.comm_dtype = strategy, comm_dtype
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.broadcast_buffers, self.find_unused_parameters = broadcast_buffers, find_unused_parameters
+        self.process_group = process_group if process_group is not None else dist.group.WORLD
+        self.world_size = dist.get_world_size(self.process_group)
+        self.require_backward_grad_sync = True
+        self.last_sync_wait_ms: float | None = None
+
+        # Registration order, a shared parameter once (named_parameters de-duplicates); frozen
+        # parameters take no part in the reduction (no hook, no bucket slot) but are still broadcast.
+        named = list(module.named_parameters())
+        self._named_params = [(n, p) for n, p in named if p.requires_grad]
+        self._buffers_list = list(module.buffers())
+
+        state = [p for _, p in named] + self._buffers_list
+        if init_sync == "broadcast" and state:
+            broadcast_from_rank0([t.data for t in state], self.process_group)
+        elif init_sync == "verify":
+            verify_same_as_rank0([(n, p.data) for n, p in named], self.process_group)
+
+        self._build_buckets(bucket_cap_mb, first_bucket_mb)
+        self._ready = [False] * len(self._named_params)
+        self._sync_this_backward = False  # decided at forward, like torch's prepare_for_backward
+        self._callback_queued = False
+        self._unused: list[int] = []
+        self._next_bucket = 0
+        self._hooks = [
+            p.register_post_accumulate_grad_hook(self._make_hook(i))
+            for i, (_, p) in enumerate(self._named_params)
+        ]
+
+    # ---- construction -------------------------------------------------------------------------------
+
+    def _build_buckets(self, bucket_cap_mb, first_bucket_mb):
+        """Flat buckets in reverse registration order; naive reports one 'bucket' per parameter."""
+        order = list(reversed(range(len(self._named_params))))
+        params = [self._named_params[i][1] for i in order]
+        sizes = [p.numel() * p.element_size() for p in params]
+        self.buckets: list[Bucket] = []
+        self._slot: list[tuple[Bucket, int] | None] = [None] * len(self._named_params)
+        if self.strategy == "naive":
+            groups = [[j] for j in range(len(order))]
+        else:
+            first_cap = None if first_bucket_mb is None else max(1, int(first_bucket_mb * MiB))
+            cap = max(1, int(bucket_cap_mb * MiB))
+            groups = assign_buckets(sizes, cap, first_cap, keys=[(p.dtype, p.device) for p in params])
+        self.bucket_sizes_bytes = [sum(sizes[j] for j in g) for g in groups]
+        self.bucket_param_names = [[self._named_params[order[j]][0] for j in g] for g in groups]
+        if self.strategy == "naive":
+            return
+        for b, group in enumerate(groups):
+            idx = [order[j] for j in group]
+            bucket = Bucket(
+                b,
+                [self._named_params[i][1] for i in idx],
+                [self._named_params[i][0] for i in idx],
+                self.comm_dtype,
+                self.process_group,
+            )
+            self.buckets.append(bucket)
+            for j, i in enumerate(idx):
+                self._slot[i] = (bucket, j)
+                if self.gradient_as_bucket_view:  # the .grad lives in the bucket from now on
+                    p = self._named_params[i][1]
+                    if p.grad is not None:
+                        bucket.views[j].copy_(p.grad)
+                    p.grad = bucket.views[j]
+
+    # ---- forward ------------------------------------------------------------------------------------
+
+    def forward(self, *args, **kwargs):
+        """Sync buffers from rank 0, run the module, and prepare the next backward to reduce gradients."""
+        if self.broadcast_buffers and self.world_size > 1 and self._buffers_list:
+            broadcast_from_rank0(self._buffers_list, self.process_group)
+        with record_function("ddp_core.forward"):
+            output = self.module(*args, **kwargs)
+        self._sync_this_backward = torch.is_grad_enabled() and self.require_backward_grad_sync
+        if self._sync_this_backward:
+            self._prepare_for_backward(output)
+        return output
+
+    def _prepare_for_backward(self, output):
+        self._ready = [False] * len(self._named_params)
+        self._callback_queued, self._next_bucket = False, 0
+        for bucket in self.buckets:
+            bucket.reset()
+        self._unused = []
+        if self.find_unused_parameters:
+            used = used_parameters(output)
+            self._unused = [i for i, (_, p) in enumerate(self._named_params) if id(p) not in used]
+
+    @contextmanager
+    def no_sync(self):
+        """Accumulate gradients locally; the first backward after the block reduces the accumulated sum."""
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:  # an exception inside the block must not leave sync switched off
+            self.require_backward_grad_sync = old
+
+    # ---- backward: hooks ----------------------------------------------------------------------------
+
+    def _make_hook(self, i):
+        def hook(param):
+            if self._sync_this_backward:
+                self._mark_ready(i)
+
+        return hook
+
+    def _mark_ready(self, i):
+        """Gradient i is final: put it in its bucket; launch complete buckets in order (overlap)."""
+        if not self._callback_queued:
+            self._callback_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
+            for u in self._unused:  # as torch's reducer: unused parameters are ready at the first hook
+                self._mark_ready(u)
+        if self._ready[i]:
+            name = self._named_params[i][0]
+            raise RuntimeError(f"ddp_core: parameter {name!r} was marked ready twice in one backward")
+        self._ready[i] = True
+        if self.strategy == "naive":
+            return
+        bucket, j = self._slot[i]
+        param, view = self._named_params[i][1], bucket.views[j]
+        grad = param.grad
+        in_bucket = grad is not None and grad.data_ptr() == view.data_ptr()
+        # Divide by the world size here, fused with the copy into the bucket, as torch's reducer does
+        # (mark_variable_ready_dense): one pass over the gradient instead of a copy and a division.
+        if in_bucket:  # gradient_as_bucket_view: autograd accumulated into the view
+            view.div_(self.world_size)
+        elif grad is None:  # an unused parameter without a local gradient contributes zeros
+            view.zero_()
+        else:  # copy mode, or set_to_none=True made autograd allocate a fresh .grad
+            torch.div(grad, self.world_size, out=view)
+        if self.gradient_as_bucket_view and not in_bucket:
+            param.grad = view
+        bucket.pending -= 1
+        if self.strategy == "overlap":
+            while self._next_bucket < len(self.buckets) and self.buckets[self._next_bucket].pending == 0:
+                self.buckets[self._next_bucket].launch()
+                self._next_bucket += 1
+
+    # ---- backward: end-of-backward callback ---------------------------------------------------------
+
+    def _finalize(self):
+        """Runs once when autograd finishes: reduce (naive, bucketed) or wait (overlap), write back."""
+        start = time.perf_counter()
+        self._sync_this_backward = False
+        missing = [self._named_params[i][0] for i, r in enumerate(self._ready) if not r]
+        with record_function("ddp_core.wait"):
+            if self.strategy == "naive":
+                if missing:
+                    raise self._unused_error(missing)
+                self._reduce_each_parameter()
+            else:
+                launched = self._next_bucket
+                if not missing:
+                    for bucket in self.buckets[launched:]:
+                        bucket.launch()
+                for bucket in self.buckets[: len(self.buckets) if not missing else launched]:
+                    bucket.wait()  # also when raising: leave no collective in flight
+                    if not missing:  # as torch's finalize_backward: while later buckets still reduce
+                        self._copy_out(bucket)
+                if missing:
+                    raise self._unused_error(missing)
+        self.last_sync_wait_ms = (time.perf_counter() - start) * 1e3
+
+    def _reduce_each_parameter(self):
+        """naive: one blocking all-reduce per parameter, in registration order."""
+        for name, p in self._named_params:
+            if p.grad is None:  # unused (find_unused_parameters=True) with no local gradient
+                p.grad = torch.zeros_like(p)
+            with record_function(f"ddp_core.allreduce.param.{name}"):
+                p.grad.div_(self.world_size)
+                if self.comm_dtype is None:
+                    dist.all_reduce(p.grad, group=self.process_group)
+                else:
+                    wire = p.grad.to(self.comm_dtype)
+                    dist.all_reduce(wire, group=self.process_group)
+                    p.grad.copy_(wire)
+
+    def _copy_out(self, bucket):
+        """Copy mode: the reduced bucket slices back into `.grad` (views already hold the result)."""
+        if self.gradient_as_bucket_view:
+            return
+        for p, view in zip(bucket.params, bucket.views):
+            if p.grad is None:
+                p.grad = view.clone()
+            else:
+                p.grad.copy_(view)
+
+    def _unused_error(self, missing):
+        return RuntimeError(
+            f"ddp_core: parameters received no gradient in this backward: {missing}. Their buckets can "
+            f"never be reduced. Pass find_unused_parameters=True to DistributedDataParallel, or make "
+            f"every forward output that depends on them take part in the loss."
+        )
