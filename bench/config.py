@@ -1,0 +1,405 @@
+"""Run configuration: typed, frozen sections loaded from a TOML preset, overridden from the command line.
+
+Precedence (lowest first): dataclass defaults < the preset's tables < the preset's `[on_cpu]` / `[on_cuda]`
+table for the device the run resolves to < `--set section.key=value` from the command line.
+
+Every value is checked when its section is built (`__post_init__`); what depends on the machine (GPU count,
+precisions the device can run) is checked by `check_device`. A bad value raises `ConfigError`, whose
+message names the key and the value; the CLI turns it into exit code 2 before anything is created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tomllib
+
+from bench.schema import ENGINES, PRECISIONS, SCALINGS
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+COMM_DTYPES = ("none", "fp32", "fp16", "bf16")  # "fp32" is an alias of "none" (no compression)
+DEVICES = ("auto", "cpu", "cuda")
+FAULT_KINDS = ("hang", "crash")
+DEVICE_SECTIONS = ("on_cpu", "on_cuda")
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot run; the message names the key and the value."""
+
+
+def _fail(key: str, value, why: str):
+    raise ConfigError(f"{key}={value!r}: {why}")
+
+
+def _check_choices(key: str, values, choices) -> None:
+    for v in values:
+        if v not in choices:
+            _fail(key, v, f"must be one of {list(choices)}")
+
+
+def _check_min(key: str, values, minimum, strict: bool = False) -> None:
+    for v in values:
+        if (v <= minimum) if strict else (v < minimum):
+            _fail(key, v, f"must be {'>' if strict else '>='} {minimum}")
+
+
+@dataclass(frozen=True)
+class MatrixConfig:
+    """The axes: each a list, the sweep is their cross product (see bench.matrix)."""
+
+    engine: tuple[str, ...] = ENGINES
+    world_size: tuple[int, ...] = (1, 2)
+    bucket_cap_mb: tuple[float, ...] = (25.0,)
+    precision: tuple[str, ...] = ("fp32",)
+    comm_dtype: tuple[str, ...] = ("none",)
+    grad_accum: tuple[int, ...] = (1,)
+    scaling: tuple[str, ...] = ("strong",)
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            if not getattr(self, f.name):
+                _fail(f"matrix.{f.name}", list(getattr(self, f.name)), "must list at least one value")
+        _check_choices("matrix.engine", self.engine, ENGINES)
+        _check_min("matrix.world_size", self.world_size, 1)
+        _check_min("matrix.bucket_cap_mb", self.bucket_cap_mb, 0, strict=True)
+        _check_choices("matrix.precision", self.precision, PRECISIONS)
+        _check_choices("matrix.comm_dtype", self.comm_dtype, COMM_DTYPES)
+        _check_min("matrix.grad_accum", self.grad_accum, 1)
+        _check_choices("matrix.scaling", self.scaling, SCALINGS)
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """The model and its batch. Batch rule: strong scaling splits `global_batch` (samples per micro-step,
+    summed over ranks) evenly over the ranks; weak scaling gives every rank `per_rank_batch` samples."""
+
+    model: str = "mlp"
+    model_size: str = "tiny"
+    task: str = "classification"
+    data: str = "synthetic"
+    seq_len: int | None = None
+    fixed_length: bool = True
+    image_size: int | None = None
+    global_batch: int = 16
+    per_rank_batch: int = 8
+
+    def __post_init__(self):
+        _check_min("workload.global_batch", [self.global_batch], 1)
+        _check_min("workload.per_rank_batch", [self.per_rank_batch], 1)
+        if self.seq_len is not None:
+            _check_min("workload.seq_len", [self.seq_len], 1)
+        if self.image_size is not None:
+            _check_min("workload.image_size", [self.image_size], 1)
+
+    def options(self):
+        """The workload registry's `WorkloadOptions` for this section."""
+        from bench.workloads import WorkloadOptions
+
+        return WorkloadOptions(seq_len=self.seq_len, fixed_length=self.fixed_length, task=self.task,
+                               data=self.data, image_size=self.image_size)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Fixed fields of every cell: device, step counts, seed, threads and time limits."""
+
+    device: str = "auto"            # auto: cuda when a GPU is present, else cpu
+    warmup_steps: int = 5           # torch DDP rebuilds its buckets after iteration 1: at least 2
+    timed_steps: int = 20
+    repeats: int = 1                # timed windows per cell (barrier + sync before each); samples pooled
+    compute_only_steps: int = 10    # steps under no_sync() for exposed_comm_ms; 0: not measured
+    phase_steps: int = 3            # instrumented steps for forward/backward/sync/optimizer times; 0: off
+    probe_iters: int = 10           # timed all-reduces of the probe; 0: no probe
+    seed: int = 1234
+    threads_per_rank: int = 0       # 0: CPU cores // world_size (at least 1)
+    cell_timeout_s: float = 600.0   # watchdog: a cell running longer is killed and recorded `timeout`
+    startup_timeout_s: float = 120.0  # extra allowance for the first cell of a launch (imports, rendezvous)
+    pg_timeout_s: float = 300.0     # torch.distributed process-group timeout (always set)
+    skip_world_sizes_above_gpus: bool = False  # true: such cells are `skipped`; false: a config error
+
+    def __post_init__(self):
+        _check_choices("run.device", [self.device], DEVICES)
+        _check_min("run.warmup_steps", [self.warmup_steps], 2)
+        _check_min("run.timed_steps", [self.timed_steps], 1)
+        _check_min("run.repeats", [self.repeats], 1)
+        for key in ("compute_only_steps", "phase_steps", "probe_iters", "threads_per_rank"):
+            _check_min(f"run.{key}", [getattr(self, key)], 0)
+        for key in ("cell_timeout_s", "startup_timeout_s", "pg_timeout_s"):
+            _check_min(f"run.{key}", [getattr(self, key)], 0, strict=True)
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """torch.profiler pass after the timed steps (never timed); schedule as torch.profiler.schedule."""
+
+    enabled: bool = True
+    skip_first: int = 1
+    wait: int = 0
+    warmup: int = 1
+    active: int = 2
+    repeat: int = 1
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+
+    def __post_init__(self):
+        for key in ("skip_first", "wait", "warmup"):
+            _check_min(f"profile.{key}", [getattr(self, key)], 0)
+        _check_min("profile.active", [self.active], 1)
+        _check_min("profile.repeat", [self.repeat], 1)
+
+    @property
+    def steps(self) -> int:
+        """Steps the profiled pass runs: every cycle of the schedule once."""
+        return self.skip_first + (self.wait + self.warmup + self.active) * self.repeat
+
+
+@dataclass(frozen=True)
+class DebugConfig:
+    """Test-only fault injection: "hang@<substring>" or "crash@<substring>" of a cell_id; "" for none."""
+
+    fault: str = ""
+
+    def __post_init__(self):
+        if self.fault:
+            kind, _, pattern = self.fault.partition("@")
+            if kind not in FAULT_KINDS or not pattern:
+                _fail("debug.fault", self.fault, "must be 'hang@<cell-id substring>' or 'crash@<...>'")
+
+    def fault_for(self, cell_id: str) -> str | None:
+        """The fault kind injected into `cell_id`, or None."""
+        kind, _, pattern = self.fault.partition("@")
+        return kind if self.fault and pattern in cell_id else None
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One run: a description and its sections."""
+
+    description: str = ""
+    matrix: MatrixConfig = field(default_factory=MatrixConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
+
+    def __post_init__(self):
+        if "strong" in self.matrix.scaling:
+            for ws in self.matrix.world_size:
+                if self.workload.global_batch % ws:
+                    _fail("workload.global_batch", self.workload.global_batch,
+                          f"strong scaling needs it divisible by every world size; world_size={ws}")
+        from bench.workloads import get_workload
+
+        try:  # the registry checks model and size names (no model is built)
+            get_workload(self.workload.model, self.workload.model_size, self.workload.options())
+        except ValueError as e:
+            raise ConfigError(f"workload: {e}") from None
+
+    def to_dict(self) -> dict:
+        """Plain nested dict (lists for tuples), None values included."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+SECTIONS = {"matrix": MatrixConfig, "workload": WorkloadConfig, "run": RunConfig,
+            "profile": ProfileConfig, "debug": DebugConfig}
+
+
+# ---- value conversion -------------------------------------------------------------------------------
+
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _convert(key: str, hint, value, from_cli: bool):
+    """Check/convert one value against its field type; CLI values arrive as strings."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is tuple:  # a matrix axis: a list (CLI: comma-separated)
+        if from_cli:
+            value = [v for v in value.strip().strip("[]").split(",") if v.strip()]
+        elif not isinstance(value, list):
+            value = [value]
+        return tuple(_convert(key, args[0], v, from_cli) for v in value)
+    if args and type(None) in args:  # Optional[T]
+        if value is None or (from_cli and value.strip().lower() in ("", "none", "null")):
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(key, inner, value, from_cli)
+    if from_cli:
+        value = value.strip().strip('"').strip("'")
+        try:
+            if hint is bool:
+                if value.lower() not in ("true", "false"):
+                    raise ValueError
+                return value.lower() == "true"
+            return hint(value)
+        except ValueError:
+            _fail(key, value, f"must be a {hint.__name__}")
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+        _fail(key, value, f"must be a {hint.__name__}")
+    return value
+
+
+def parse_set(items: list[str]) -> dict[str, str]:
+    """`--set section.key=value` items → {"section.key": "value"} (values converted later, by type)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected section.key=value")
+        out[key.strip()] = value
+    return out
+
+
+def _apply(tables: dict, key: str, value) -> None:
+    """Set a dotted key in the nested tables; unknown sections/keys are reported by `_build`."""
+    section, dot, name = key.partition(".")
+    if not dot:
+        if key != "description":
+            raise ConfigError(f"{key}={value!r}: unknown key (use section.key, sections: {list(SECTIONS)})")
+        tables["description"] = value
+        return
+    target = tables.setdefault(section, {})
+    if not isinstance(target, dict):
+        raise ConfigError(f"{key}={value!r}: {section!r} is not a table")
+    target[name] = value
+
+
+def _build(tables: dict, cli: dict[str, str]) -> BenchConfig:
+    """Nested TOML tables + CLI strings → a validated BenchConfig."""
+    unknown = set(tables) - set(SECTIONS) - {"description", *DEVICE_SECTIONS}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(f"{key}={tables[key]!r}: unknown key (sections: {list(SECTIONS)})")
+    for key, value in cli.items():
+        if key != "description" and key.partition(".")[0] not in SECTIONS:
+            raise ConfigError(f"{key}={value!r}: unknown key (use section.key, sections: {list(SECTIONS)})")
+    sections = {}
+    for name, cls in SECTIONS.items():
+        hints = _hints(cls)
+        values = {}
+        raw = dict(tables.get(name, {}))
+        raw_cli = {k.partition(".")[2]: v for k, v in cli.items() if k.partition(".")[0] == name}
+        for key, value in list(raw.items()) + list(raw_cli.items()):
+            if key not in hints:
+                raise ConfigError(f"{name}.{key}={value!r}: unknown key; {name} keys: {sorted(hints)}")
+        for key, value in raw.items():
+            values[key] = _convert(f"{name}.{key}", hints[key], value, from_cli=False)
+        for key, value in raw_cli.items():
+            values[key] = _convert(f"{name}.{key}", hints[key], value, from_cli=True)
+        sections[name] = cls(**values)
+    description = cli.get("description", tables.get("description", ""))
+    if not isinstance(description, str):
+        _fail("description", description, "must be a string")
+    return BenchConfig(description=description, **sections)
+
+
+def resolve_path(name_or_path: str) -> Path:
+    """A preset name (`bench/configs/<name>.toml`) or a path to a TOML file."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"--config={name_or_path!r}: no such file")
+        return path
+    preset = CONFIG_DIR / f"{name_or_path}.toml"
+    if not preset.is_file():
+        names = sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+        raise ConfigError(f"--config={name_or_path!r}: no such preset; presets: {names}")
+    return preset
+
+
+def read_tables(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"--config={str(path)!r}: not valid TOML ({e})") from None
+
+
+def load_config(name_or_path: str, overrides: list[str] | None = None,
+                cuda_available: bool | None = None) -> BenchConfig:
+    """Load a preset, apply its device table and the `--set` overrides, validate; raises ConfigError.
+
+    The device table (`[on_cpu]`/`[on_cuda]`, dotted keys) is chosen by the device the run resolves to:
+    `run.device` from the CLI or the preset, with "auto" meaning cuda when `cuda_available`.
+    The returned config has `run.device` resolved to "cpu" or "cuda".
+    """
+    tables = read_tables(resolve_path(name_or_path))
+    cli = parse_set(overrides or [])
+    device = cli.get("run.device", tables.get("run", {}).get("device", RunConfig.device)).strip()
+    if device not in DEVICES:
+        _fail("run.device", device, f"must be one of {list(DEVICES)}")
+    if device == "auto":
+        if cuda_available is None:
+            import torch
+
+            cuda_available = torch.cuda.is_available()
+        device = "cuda" if cuda_available else "cpu"
+    for section in DEVICE_SECTIONS:
+        table = tables.get(section, {})
+        if not isinstance(table, dict):
+            _fail(section, table, "must be a table of dotted keys")
+        if section == f"on_{device}":
+            for key, value in _flatten(table):
+                _apply(tables, key, value)
+    tables.setdefault("run", {})["device"] = device
+    cli.pop("run.device", None)
+    return _build(tables, cli)
+
+
+def _flatten(table: dict, prefix: str = ""):
+    """Dotted keys of a device table: both `"run.timed_steps" = 5` and `[on_cpu.run] timed_steps = 5`."""
+    for key, value in table.items():
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def config_from_dict(data: dict) -> BenchConfig:
+    """Rebuild a config from `to_dict()` output or a resolved config.toml's tables."""
+    return _build(data, {})
+
+
+# ---- writing the resolved config --------------------------------------------------------------------
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    return repr(value)
+
+
+def to_toml(config: BenchConfig) -> str:
+    """The resolved config as TOML (None values are left out: absent means the default, None)."""
+    data = config.to_dict()
+    lines = [f"description = {_toml_value(data.pop('description'))}"]
+    for section, values in data.items():
+        lines += ["", f"[{section}]"]
+        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+# ---- checks that need the machine -------------------------------------------------------------------
+
+def check_device(config: BenchConfig, gpu_count: int, nnodes: int = 1) -> None:
+    """World sizes within the GPUs present (× nodes) and precisions the device can run."""
+    if config.run.device == "cuda":
+        if gpu_count < 1:
+            _fail("run.device", "cuda", "no CUDA device is present")
+        too_big = [ws for ws in config.matrix.world_size if ws > gpu_count * nnodes]
+        if too_big and not config.run.skip_world_sizes_above_gpus:
+            _fail("matrix.world_size", too_big[0], f"above the {gpu_count * nnodes} GPUs present")
+    else:
+        for precision in config.matrix.precision:
+            if precision in ("tf32", "fp16"):
+                _fail("matrix.precision", precision, "CPU cannot run it (CPU runs fp32 or bf16)")

@@ -1,0 +1,32 @@
+"""The profiled pass: torch.profiler over a few extra steps after the timed ones, never timed itself.
+
+Phases are marked with record_function in the step (data_movement, forward, backward, sync_grads,
+opt_step); traces go through tensorboard_trace_handler to traces/<cell_id>/rank<r>.<ts>.pt.trace.json.gz.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+from bench.config import ProfileConfig
+
+
+def profiled_pass(step: Callable[[], object], p: ProfileConfig, trace_dir: Path, rank: int,
+                  cuda: bool) -> None:
+    """Run `p.steps` steps (every cycle of the schedule) under the profiler, a barrier before each."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    handler = tensorboard_trace_handler(str(trace_dir), worker_name=f"rank{rank}", use_gzip=True)
+    with profile(activities=activities,
+                 schedule=schedule(skip_first=p.skip_first, wait=p.wait, warmup=p.warmup, active=p.active,
+                                   repeat=p.repeat),
+                 on_trace_ready=handler, record_shapes=p.record_shapes, profile_memory=p.profile_memory,
+                 with_stack=p.with_stack, with_flops=p.with_flops) as prof:
+        for _ in range(p.steps):
+            dist.barrier()  # ranks enter each profiled step, and so the recorded window, together
+            step()
+            prof.step()
+    dist.barrier()  # every rank's trace is written before rank 0 reports the cell

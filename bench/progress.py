@@ -1,0 +1,59 @@
+"""A progress bar over cells on stderr (done/total, ETA, current cell) and one line per finished cell."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    return f"{seconds // 3600:d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    """Redrawn in place on a terminal; on a pipe or file, one bar line per started cell."""
+
+    WIDTH = 24
+
+    def __init__(self, total: int, stream=None):
+        self.total, self.done = total, 0
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.t0 = time.perf_counter()
+        self.current = ""
+
+    def _bar(self) -> str:
+        elapsed = time.perf_counter() - self.t0
+        eta = elapsed / self.done * (self.total - self.done) if self.done else None
+        fill = int(self.WIDTH * self.done / max(1, self.total))
+        return (f"[{'#' * fill}{'.' * (self.WIDTH - fill)}] {self.done}/{self.total} cells"
+                f"  elapsed {_hms(elapsed)}  ETA {_hms(eta) if eta is not None else '?'}"
+                f"  {self.current}")
+
+    def _draw(self) -> None:
+        if self.tty:
+            self.stream.write("\r\033[K" + self._bar())
+        else:
+            self.stream.write(self._bar() + "\n")
+        self.stream.flush()
+
+    def start(self, cell_id: str) -> None:
+        self.current = f"running {cell_id}"
+        self._draw()
+
+    def finish(self, summary: str) -> None:
+        """Count a finished cell (any status) and print its summary line above the bar."""
+        self.done += 1
+        self.current = ""
+        if self.tty:
+            self.stream.write("\r\033[K" + summary + "\n")
+            self._draw()
+        else:  # a log: the summary line only (the bar is printed when the next cell starts)
+            self.stream.write(summary + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()

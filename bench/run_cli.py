@@ -1,0 +1,254 @@
+"""`python -m bench run`: validate a preset, expand its matrix, sweep it, write results/<run-id>/.
+
+    python -m bench run --config NAME|PATH [--set section.key=value ...] [--out DIR] [--resume]
+                        [--dry-run] [--report] [--plan-only [--nnodes N]] [--collect DIR]
+
+Exit codes: 0 done (failed cells are recorded, not fatal), 2 bad configuration or folder, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from bench import results
+from bench.config import (
+    BenchConfig,
+    ConfigError,
+    check_device,
+    config_from_dict,
+    load_config,
+    read_tables,
+    resolve_path,
+    to_toml,
+)
+from bench.matrix import Cell, estimate_seconds, expand, groups
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="preset name in bench/configs/ (cpu-smoke, default, gpu-node, ...)"
+                        " or a path to a TOML file")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a key (repeatable; lists comma-separated: matrix.world_size=1,2)")
+    parser.add_argument("--out", type=Path, help="run folder (default: results/<preset>-<host>-<timestamp>)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out: skip the cells already in its cells.jsonl")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the cells and a time estimate; run nothing")
+    parser.add_argument("--report", action="store_true", help="build the report (bench.report) at the end")
+    parser.add_argument("--plan-only", action="store_true",
+                        help="write the run folder and plan.json for your own torchrun/srun, run nothing")
+    parser.add_argument("--nnodes", type=int, default=1,
+                        help="with --plan-only: nodes the plan will run on (GPU-count check)")
+    parser.add_argument("--collect", type=Path, metavar="DIR",
+                        help="build cells.jsonl/results.csv of DIR from its workers' events/*.jsonl")
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def _machine(config: BenchConfig) -> tuple[int, bool]:
+    """(GPUs present, bf16 supported) for the run's device."""
+    import torch
+
+    if config.run.device != "cuda" or not torch.cuda.is_available():
+        return 0, True
+    return torch.cuda.device_count(), torch.cuda.is_bf16_supported()
+
+
+def threads_per_rank(config: BenchConfig, world_size: int) -> int:
+    """run.threads_per_rank, or the CPU cores shared evenly by the ranks of one launch."""
+    return config.run.threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
+
+
+def _comparable(config: BenchConfig) -> dict:
+    data = config.to_dict()
+    data.pop("debug")  # test-only fault injection may differ between a run and its resumption
+    return data
+
+
+def prepare_run_dir(args, config: BenchConfig) -> Path:
+    """The run folder, created (or checked, with --resume); raises ConfigError when it must not be used."""
+    preset = resolve_path(args.config).stem
+    out = args.out or Path("results") / f"{preset}-{socket.gethostname()}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.resume:
+        saved = out / "config.toml"
+        if not saved.is_file():
+            raise ConfigError(f"--resume: {str(out)!r} holds no config.toml to resume")
+        if _comparable(config_from_dict(read_tables(saved))) != _comparable(config):
+            raise ConfigError(f"--resume: the configuration differs from {str(saved)!r}; "
+                              "resume with the same preset and --set values, or use a new --out")
+        return out
+    if out.exists():
+        raise ConfigError(f"--out={str(out)!r} already exists; refusing to overwrite it "
+                          "(--resume continues it, or choose another --out)")
+    out.mkdir(parents=True)
+    (out / "config.toml").write_text(to_toml(config))
+    return out
+
+
+def write_env(run_dir: Path, config: BenchConfig) -> None:
+    from bench import envinfo
+
+    backend = "nccl" if config.run.device == "cuda" else "gloo"
+    threads = {str(ws): threads_per_rank(config, ws) for ws in sorted(set(config.matrix.world_size))}
+    info = envinfo.collect(config.run.device, backend, [sys.executable, "-m", "bench", *sys.argv[1:]],
+                           extra={"threads_per_rank": threads})
+    import json
+
+    (run_dir / "env.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+def record_skipped(run_dir: Path, config: BenchConfig, cells: list[Cell], done: set[str]) -> None:
+    for cell in cells:
+        if cell.skip_reason and cell.cell_id not in done:
+            results.append_record(run_dir, results.make_record(cell, config, "skipped", cell.skip_reason))
+
+
+def dry_run(config: BenchConfig, cells: list[Cell]) -> int:
+    runnable = [c for c in cells if not c.skip_reason]
+    for cell in cells:
+        print(f"{'skip' if cell.skip_reason else 'run ':4}  {cell.cell_id}"
+              + (f"  ({cell.skip_reason})" if cell.skip_reason else ""))
+    est = estimate_seconds(config, cells)
+    print(f"{len(runnable)} cells to run, {len(cells) - len(runnable)} skipped, "
+          f"{len(groups(runnable))} launches; estimated wall time ~{est / 60:.1f} min "
+          f"(rough: assumed device speed, see bench.matrix._EST)")
+    return 0
+
+
+def collect(run_dir: Path) -> int:
+    """Records for the finished (or failed) cells found in run_dir/events/*.jsonl, not yet in cells.jsonl."""
+    import json
+
+    from bench.launch import EventReader
+
+    config = config_from_dict(read_tables(run_dir / "config.toml"))
+    plan = json.loads((run_dir / "plan.json").read_text())
+    by_id = {c["cell_id"]: Cell.from_dict(c) for c in plan["cells"]}
+    done = {r["cell_id"] for r in results.read_records(run_dir)}
+    finished, errors = {}, {}
+    for path in sorted((run_dir / "events").glob("*.jsonl")):
+        for ev in EventReader(path).read():
+            if ev["event"] == "finish":
+                finished[ev["cell_id"]] = ev["row"]
+            elif ev["event"] == "error":
+                errors.setdefault(ev["cell_id"], ev)
+    added = 0
+    for cell_id, cell in by_id.items():
+        if cell_id in done:
+            continue
+        if cell_id in finished:
+            record = results.make_record(cell, config, "ok", measured=finished[cell_id],
+                                         backend=finished[cell_id].get("backend"))
+        elif cell_id in errors:
+            record = results.make_record(cell, config, errors[cell_id]["status"], errors[cell_id]["error"])
+        else:
+            continue
+        results.append_record(run_dir, record)
+        added += 1
+    results.write_csv(run_dir)
+    missing = [i for i in by_id if i not in done and i not in finished and i not in errors]
+    print(f"collected {added} cells into {run_dir / results.CSV_FILE}; {len(missing)} not run yet")
+    return 0
+
+
+def plan_only(run_dir: Path, config: BenchConfig, cells: list[Cell]) -> int:
+    from bench.launch import write_plan
+
+    runnable = [c for c in cells if not c.skip_reason]
+    plan = run_dir / "plan.json"
+    write_plan(plan, config, run_dir, runnable, config.run.threads_per_rank, launcher_pid=None)
+    print(f"wrote {plan} ({len(runnable)} cells). On every node, per world size N = nodes × GPUs per node:")
+    print(f"  torchrun --nnodes $NNODES --nproc-per-node $GPUS --rdzv-backend c10d "
+          f"--rdzv-endpoint $HEAD:29500 -m bench.worker --plan {plan}")
+    print(f"then: python -m bench run --collect {run_dir}")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.collect:
+        return collect(args.collect)
+    if not args.config:
+        return _error("--config NAME|PATH is required")
+    try:
+        config = load_config(args.config, args.set)
+        gpu_count, bf16_ok = _machine(config)
+        check_device(config, gpu_count, nnodes=args.nnodes if args.plan_only else 1)
+        cells = expand(config, bf16_supported=bf16_ok,
+                       gpu_count=None if args.plan_only else gpu_count)
+        if args.dry_run:
+            return dry_run(config, cells)
+        run_dir = prepare_run_dir(args, config)
+    except ConfigError as e:
+        return _error(str(e))
+    if not (run_dir / "env.json").exists():
+        write_env(run_dir, config)
+    done = {r["cell_id"] for r in results.read_records(run_dir)}
+    record_skipped(run_dir, config, cells, done)
+    if args.plan_only:
+        return plan_only(run_dir, config, cells)
+    todo = [c for c in cells if not c.skip_reason and c.cell_id not in done]
+    print(f"run folder: {run_dir}  ({len(todo)} cells to run, {len(cells) - len(todo)} done or skipped)")
+    return sweep(run_dir, config, todo, args.report)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) -> int:
+    from bench.launch import Sweep
+    from bench.progress import Progress
+
+    threads = {ws: threads_per_rank(config, ws) for ws in groups(todo)}
+    progress = Progress(total=len(todo))
+    runner = Sweep(config, run_dir, threads, progress)
+    t0 = time.perf_counter()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops as cleanly as Ctrl-C
+    try:
+        stats = runner.run(todo)
+    except KeyboardInterrupt:
+        progress.close()
+        print(f"interrupted: finished cells are in {run_dir / results.CELLS_FILE}; "
+              f"continue with --resume --out {run_dir}", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    progress.close()
+    wall = time.perf_counter() - t0
+    counts = Counter(r["status"] for r in results.read_records(run_dir))
+    print(f"done in {wall:.1f} s, {stats.launches} launches: "
+          + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    if stats.overhead_s:
+        median = statistics.median(stats.overhead_s)
+        print(f"overhead per cell beyond its measured steps: median {median:.2f} s"
+              f" (beyond the timed steps only: median {statistics.median(stats.overhead_timed_s):.2f} s;"
+              f" launch start-up amortised; {len(stats.overhead_s)} cells)")
+    print(f"results: {run_dir / results.CSV_FILE}")
+    return build_report(run_dir) if report else 0
+
+
+def build_report(run_dir: Path) -> int:
+    """bench.report.build_report(run_dir), imported lazily; the results stay valid whatever it does."""
+    try:
+        from bench.report import build_report as build
+    except ImportError as e:
+        print(f"report unavailable: bench.report.build_report cannot be imported ({e})", file=sys.stderr)
+        return 0
+    try:
+        index = build(run_dir)
+    except Exception as e:  # a report bug must not hide that the sweep's results are complete
+        print(f"report failed ({type(e).__name__}: {e}); results are in {run_dir}", file=sys.stderr)
+        return 1
+    print(f"report: {index}")
+    return 0

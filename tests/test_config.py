@@ -1,0 +1,136 @@
+"""bench.config and the CLI's validation: bad input → exit 2, a message naming key and value, no folder."""
+
+from __future__ import annotations
+
+import pytest
+import tomllib
+
+from bench.__main__ import main as bench_main
+from bench.config import (
+    BenchConfig,
+    ConfigError,
+    check_device,
+    config_from_dict,
+    load_config,
+    to_toml,
+)
+
+
+def run_cli(*argv: str) -> int:
+    return bench_main(["run", *argv])
+
+
+@pytest.mark.parametrize(
+    "overrides, key, value",
+    [
+        (["run.bogus=1"], "run.bogus", "1"),
+        (["nosuch.key=1"], "nosuch", "1"),
+        (["matrix.bucket_cap_mb=0"], "matrix.bucket_cap_mb", "0.0"),
+        (["matrix.bucket_cap_mb=-5"], "matrix.bucket_cap_mb", "-5.0"),
+        (["matrix.world_size=0"], "matrix.world_size", "0"),
+        (["run.timed_steps=0"], "run.timed_steps", "0"),
+        (["run.warmup_steps=1"], "run.warmup_steps", "1"),
+        (["run.timed_steps=abc"], "run.timed_steps", "abc"),
+        (["matrix.engine=torch,fsdp"], "matrix.engine", "fsdp"),
+        (["workload.global_batch=3", "matrix.world_size=1,2"], "workload.global_batch", "3"),
+        (["matrix.precision=fp16"], "matrix.precision", "fp16"),
+        (["matrix.precision=tf32"], "matrix.precision", "tf32"),
+        (["run.device=cuda"], "run.device", "cuda"),  # no GPU on the test machine
+        (["workload.model=nosuchmodel"], "model", "nosuchmodel"),
+        (["debug.fault=explode@x"], "debug.fault", "explode@x"),
+    ],
+)
+def test_bad_values_exit_2_naming_key_and_value(tmp_path, capsys, overrides, key, value):
+    out = tmp_path / "run"
+    sets = [a for o in overrides for a in ("--set", o)]
+    assert run_cli("--config", "cpu-smoke", *sets, "--out", str(out)) == 2
+    err = capsys.readouterr().err
+    assert key in err and value in err, err
+    assert not out.exists()
+
+
+def test_unknown_key_in_toml_file(tmp_path, capsys):
+    preset = tmp_path / "p.toml"
+    preset.write_text('[matrix]\nengine = ["torch"]\nbuckets = [1]\n')
+    out = tmp_path / "run"
+    assert run_cli("--config", str(preset), "--out", str(out)) == 2
+    assert "matrix.buckets" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_missing_preset_and_bad_toml(tmp_path, capsys):
+    assert run_cli("--config", "no-such-preset") == 2
+    assert "no-such-preset" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[matrix\n")
+    assert run_cli("--config", str(bad)) == 2
+
+
+def test_world_size_above_gpus():
+    config = load_config("gpu-node", cuda_available=True)
+    with pytest.raises(ConfigError, match=r"matrix.world_size=8: above the 4 GPUs"):
+        check_device(config, gpu_count=4)
+    check_device(config, gpu_count=8)
+    check_device(config, gpu_count=4, nnodes=2)  # a plan for two 4-GPU nodes
+
+
+def test_precedence_cli_over_toml_over_defaults(tmp_path):
+    preset = tmp_path / "p.toml"
+    preset.write_text('[run]\ntimed_steps = 7\nwarmup_steps = 4\n[on_cpu]\n"run.warmup_steps" = 3\n'
+                      '[on_cuda]\n"run.warmup_steps" = 9\n')
+    config = load_config(str(preset), ["run.timed_steps=5", "matrix.world_size=1,2,4"], cuda_available=False)
+    assert config.run.timed_steps == 5          # CLI beats TOML
+    assert config.run.warmup_steps == 3         # [on_cpu] beats the [run] table
+    assert config.run.seed == 1234              # the default
+    assert config.run.device == "cpu"           # auto resolved
+    assert config.matrix.world_size == (1, 2, 4)
+    assert load_config(str(preset), cuda_available=True).run.warmup_steps == 9
+    assert load_config(str(preset), ["run.warmup_steps=6"], cuda_available=True).run.warmup_steps == 6
+
+
+def test_cli_value_types():
+    config = load_config("cpu-smoke", ["profile.enabled=false", "workload.seq_len=64",
+                                       "matrix.bucket_cap_mb=[1, 2.5]", "matrix.comm_dtype=none,fp16"])
+    assert config.profile.enabled is False
+    assert config.workload.seq_len == 64
+    assert config.matrix.bucket_cap_mb == (1.0, 2.5)
+    assert config.matrix.comm_dtype == ("none", "fp16")
+    with pytest.raises(ConfigError, match="profile.enabled='yes'"):
+        load_config("cpu-smoke", ["profile.enabled=yes"])
+
+
+def test_resolved_toml_round_trips():
+    for preset, cuda in (("cpu-smoke", False), ("default", False), ("default", True), ("gpu-node", True)):
+        config = load_config(preset, cuda_available=cuda)
+        assert config_from_dict(tomllib.loads(to_toml(config))) == config
+
+
+def test_defaults_are_valid_and_frozen():
+    config = BenchConfig()
+    with pytest.raises(AttributeError):
+        config.run.timed_steps = 3  # type: ignore[misc]
+
+
+def test_default_preset_chooses_device():
+    cpu = load_config("default", cuda_available=False)
+    gpu = load_config("default", cuda_available=True)
+    assert (cpu.run.device, cpu.workload.model, cpu.matrix.world_size) == ("cpu", "mlp", (1, 2))
+    assert gpu.run.device == "cuda" and gpu.workload.model == "transformer"
+    assert set(cpu.matrix.engine) == {"torch", "naive", "bucketed", "overlap"}
+    assert len(cpu.matrix.bucket_cap_mb) == 2 and cpu.matrix.precision == ("fp32", "bf16")
+    assert cpu.matrix.grad_accum == (1, 2)
+
+
+def test_existing_folder_refused_and_resume_checks_config(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    assert run_cli("--config", "cpu-smoke", "--out", str(out)) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert run_cli("--config", "cpu-smoke", "--out", str(out), "--resume") == 2
+    assert "no config.toml" in capsys.readouterr().err
+    (out / "config.toml").write_text(to_toml(load_config("cpu-smoke")))
+    assert run_cli("--config", "cpu-smoke", "--set", "run.timed_steps=9", "--out", str(out), "--resume") == 2
+    assert "differs" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "keep.txt"]

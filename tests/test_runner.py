@@ -1,0 +1,245 @@
+"""End to end through real processes (torchrun, gloo on CPU): sweep, faults, kill + resume, plan + collect."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.schema import RESULT_COLUMNS, STATUSES
+
+REPO = Path(__file__).resolve().parent.parent
+ENV_KEYS = ("torch", "cuda", "cudnn", "nccl", "gpus", "gpu_count", "driver", "topology", "cpu_model",
+            "cpu_cores", "env_vars", "tf32", "git_sha", "hostname", "command", "time", "python", "device",
+            "backend")
+# Tiny and short: 2 timed steps, the smallest profiler schedule.
+FAST = ["workload.model=mlp", "workload.model_size=tiny", "workload.global_batch=4", "run.warmup_steps=2",
+        "run.timed_steps=2", "run.compute_only_steps=2", "run.phase_steps=1", "run.probe_iters=2",
+        "profile.skip_first=0", "profile.warmup=0", "profile.active=1", "run.cell_timeout_s=60"]
+ENGINES = "torch,naive,bucketed,overlap" if (REPO / "ddp_core" / "__init__.py").exists() else "torch"
+
+
+def bench_cmd(out: Path, *overrides: str, extra: tuple[str, ...] = ()) -> list[str]:
+    sets = [a for o in (*FAST, *overrides) for a in ("--set", o)]
+    return [sys.executable, "-m", "bench", "run", "--config", "cpu-smoke", *sets, "--out", str(out), *extra]
+
+
+def run_bench(out: Path, *overrides: str, extra: tuple[str, ...] = (), timeout: float = 150):
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    return subprocess.run(bench_cmd(out, *overrides, extra=extra), capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=REPO)
+
+
+def read_csv(out: Path) -> tuple[list[str], list[dict]]:
+    with open(out / "results.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def launched_pids(out: Path) -> set[int]:
+    """Every process a launch reported: torchrun (logs/launch-k.pid) and its workers (hello events)."""
+    pids = {int(p.read_text()) for p in (out / "logs").glob("launch-*.pid")}
+    for events in (out / "logs").glob("launch-*.events.jsonl"):
+        for line in events.read_text().splitlines():
+            event = json.loads(line)
+            if event["event"] == "hello":
+                pids |= {event["pid"], event["pgid"]}
+    return pids
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def assert_no_orphans(out: Path) -> None:
+    pids = launched_pids(out)
+    assert pids
+    deadline = time.time() + 10
+    while time.time() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    assert not [p for p in pids if alive(p)]
+
+
+@pytest.mark.timeout(150)
+def test_sweep_world_sizes_1_and_2(tmp_path):
+    out = tmp_path / "run"
+    proc = run_bench(out, f"matrix.engine={ENGINES}", "matrix.world_size=1,2", "matrix.grad_accum=1,2",
+                     "matrix.comm_dtype=none,fp16")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    columns, rows = read_csv(out)
+    assert tuple(columns) == RESULT_COLUMNS
+    n_engines = len(ENGINES.split(","))
+    assert len(rows) == n_engines * 2 * 2 * 2  # engines × ws × accum × comm_dtype (ws1 fp16 skipped)
+    by_status: dict[str, list[dict]] = {}
+    for row in rows:
+        assert row["status"] in STATUSES
+        by_status.setdefault(row["status"], []).append(row)
+    assert len(by_status["skipped"]) == n_engines * 2 and not set(by_status) - {"ok", "skipped"}
+    for row in by_status["skipped"]:
+        assert row["world_size"] == "1" and row["comm_dtype"] == "fp16" and row["error"]
+        assert row["step_time_ms_p50"] == "" and row["trace_dir"] == ""
+    for row in by_status["ok"]:
+        assert row["n_timed_steps"] == "2" and row["error"] == ""
+        for col in ("step_time_ms_p50", "step_time_ms_p90", "samples_per_s", "compute_only_ms_p50",
+                    "exposed_comm_ms", "peak_mem_mb", "allreduce_algbw_gbps", "allreduce_busbw_gbps",
+                    "final_loss"):
+            float(row[col])  # a number, not empty
+        assert float(row["samples_per_s"]) == pytest.approx(
+            int(row["global_batch"]) / float(row["step_time_ms_p50"]) * 1e3)
+        assert int(row["global_batch"]) == int(row["per_rank_batch"]) * int(row["world_size"]) * int(
+            row["grad_accum"])
+        assert row["tokens_per_s"] == "" and row["mfu"] == ""  # not a sequence model; CPU has no peak
+        assert (float(row["allreduce_busbw_gbps"]) == 0) == (row["world_size"] == "1")
+        # one gzipped trace per rank, loadable as JSON
+        assert row["trace_dir"] == f"traces/{row['cell_id']}"
+        traces = sorted((out / row["trace_dir"]).glob("*.pt.trace.json.gz"))
+        assert [t.name.split(".")[0] for t in traces] == [f"rank{r}" for r in range(int(row["world_size"]))]
+        trace = json.loads(gzip.decompress(traces[-1].read_bytes()))
+        names = {e.get("name") for e in trace["traceEvents"]}
+        assert {"forward", "backward", "opt_step", "data_movement"} <= names
+    if n_engines > 1:
+        sync_waits = [r["sync_wait_ms_p50"] for r in by_status["ok"] if r["engine"] != "torch"]
+        assert all(v != "" for v in sync_waits)
+    records = [json.loads(line) for line in (out / "cells.jsonl").read_text().splitlines()]
+    assert [r["cell_id"] for r in records] == [r["cell_id"] for r in rows]
+    assert all(len(r["step_times_ms"]) == 2 for r in records if r["status"] == "ok")
+    assert all(r["cell"]["engine"] == r["engine"] for r in records)
+    env = json.loads((out / "env.json").read_text())
+    assert set(ENV_KEYS) <= set(env) and env["device"] == "cpu" and env["backend"] == "gloo"
+    assert "OMP_NUM_THREADS" in env["env_vars"]
+    assert (out / "config.toml").is_file() and list((out / "logs").glob("launch-*.err"))
+    assert "overhead per cell" in proc.stdout
+    assert_no_orphans(out)
+
+
+@pytest.mark.timeout(150)
+def test_hang_and_crash_are_recorded_and_the_sweep_goes_on(tmp_path):
+    out = tmp_path / "run"
+    # ws2, accumulation 1..4: ga2 hangs (timeout, its launch killed), ga1, ga3 and ga4 run.
+    proc = run_bench(out, "matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1,2,3,4",
+                     "run.cell_timeout_s=6", "run.startup_timeout_s=60", "profile.enabled=false",
+                     "debug.fault=hang@-ga2-")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, rows = read_csv(out)
+    status = {r["grad_accum"]: r["status"] for r in rows}
+    assert status == {"1": "ok", "2": "timeout", "3": "ok", "4": "ok"}
+    assert "cell_timeout_s=6" in rows[1]["error"] and rows[1]["step_time_ms_p50"] == ""
+    assert len(list((out / "logs").glob("launch-*.pid"))) == 2  # relaunched once for ga3, ga4
+    assert_no_orphans(out)
+
+    out2 = tmp_path / "run2"
+    proc = run_bench(out2, "matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1,2,3",
+                     "profile.enabled=false", "debug.fault=crash@-ga2-")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, rows = read_csv(out2)
+    assert {r["grad_accum"]: r["status"] for r in rows} == {"1": "ok", "2": "failed", "3": "ok"}
+    failed = rows[1]
+    assert "injected crash" in failed["error"] and "rank 1" in failed["error"]
+    assert failed["step_time_ms_p50"] == "" and failed["trace_dir"] == ""
+    assert_no_orphans(out2)
+
+
+@pytest.mark.timeout(150)
+def test_killed_run_resumes_without_duplicates(tmp_path):
+    out = tmp_path / "run"
+    overrides = ("matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1,2,3",
+                 "profile.enabled=false")
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    # The last cell hangs, so the run is certainly in flight when it is killed.
+    proc = subprocess.Popen(bench_cmd(out, *overrides, "debug.fault=hang@-ga3-"), cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    cells = out / "cells.jsonl"
+    deadline = time.time() + 90
+    while time.time() < deadline and (not cells.exists() or len(cells.read_text().splitlines()) < 2):
+        time.sleep(0.2)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)  # as Ctrl-C does: stop the launch, keep what finished
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "--resume" in stderr
+    assert_no_orphans(out)
+    before = [json.loads(line)["cell_id"] for line in cells.read_text().splitlines()]
+    assert len(before) == 2
+
+    resumed = run_bench(out, *overrides, extra=("--resume",))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "1 cells to run" in resumed.stdout
+    ids = [json.loads(line)["cell_id"] for line in cells.read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == 3 and ids[:2] == before
+    _, rows = read_csv(out)
+    assert [r["cell_id"] for r in rows] == ids and {r["status"] for r in rows} == {"ok"}
+    again = run_bench(out, *overrides, extra=("--resume",))
+    assert again.returncode == 0 and "0 cells to run" in again.stdout
+    assert len(cells.read_text().splitlines()) == 3
+
+
+@pytest.mark.timeout(120)
+def test_plan_only_own_torchrun_then_collect(tmp_path):
+    out = tmp_path / "run"
+    proc = run_bench(out, "matrix.engine=torch", "matrix.world_size=1,2", "matrix.grad_accum=1",
+                     "profile.enabled=false", extra=("--plan-only",))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "torchrun" in proc.stdout and (out / "plan.json").is_file()
+    # What a user runs on each node (here: one node, world size 2), then the collect step.
+    env = os.environ | {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    worker = subprocess.run([*torchrun, "-m", "bench.worker", "--plan", str(out / "plan.json")],
+                            capture_output=True, text=True, timeout=90, env=env, cwd=REPO)
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    collect = subprocess.run([sys.executable, "-m", "bench", "run", "--collect", str(out)],
+                             capture_output=True, text=True, timeout=60, env=env, cwd=REPO)
+    assert collect.returncode == 0, collect.stderr[-3000:]
+    assert "1 not run yet" in collect.stdout  # the world-size-1 cell: no launch of that size yet
+    columns, rows = read_csv(out)
+    assert tuple(columns) == RESULT_COLUMNS
+    assert [(r["world_size"], r["status"]) for r in rows] == [("2", "ok")]
+
+
+def test_record_of_a_diverged_cell_keeps_its_numbers():
+    from bench.config import load_config
+    from bench.matrix import expand
+    from bench.results import make_record
+
+    config = load_config("cpu-smoke", ["matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1"])
+    (cell,) = expand(config)
+    measured = {"status": "diverged", "step_time_ms_p50": 2.0, "exposed_comm_ms": float("nan"),
+                "step_times_ms": [2.0]}
+    record = make_record(cell, config, "ok", measured=measured)
+    assert record["status"] == "diverged" and "differ across ranks" in record["error"]
+    assert record["step_time_ms_p50"] == 2.0 and record["exposed_comm_ms"] is None
+    assert set(RESULT_COLUMNS) <= set(record) and record["step_times_ms"] == [2.0]
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device (NCCL backend)")
+def test_gpu_sweep_nccl(tmp_path):
+    """The CUDA path: NCCL, CUDA events, autocast bf16/fp16 with GradScaler, tf32, CUDA traces."""
+    import torch
+
+    out = tmp_path / "run"
+    sizes = "1,2" if torch.cuda.device_count() >= 2 else "1"
+    proc = run_bench(out, "run.device=cuda", f"matrix.engine={ENGINES}", f"matrix.world_size={sizes}",
+                     "matrix.precision=fp32,tf32,bf16,fp16", "matrix.comm_dtype=none,bf16",
+                     "run.threads_per_rank=0", timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    columns, rows = read_csv(out)
+    assert tuple(columns) == RESULT_COLUMNS
+    assert {r["status"] for r in rows} <= {"ok", "skipped"}
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert ok and all(r["device"] == "cuda" and r["backend"] == "nccl" and r["gpu_name"] for r in ok)
+    env = json.loads((out / "env.json").read_text())
+    assert env["gpu_count"] >= 1 and env["gpus"][0]["name"] and env["nccl"]
