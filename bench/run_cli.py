@@ -9,6 +9,7 @@ Exit codes: 0 done (failed cells are recorded, not fatal), 2 bad configuration o
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import signal
 import socket
@@ -96,6 +97,29 @@ def prepare_run_dir(args, config: BenchConfig) -> Path:
     return out
 
 
+def lock_run_dir(run_dir: Path):
+    """Hold an exclusive lock on run_dir for this process's life; ConfigError if another run holds it.
+
+    Two `bench run` processes on one folder (a --resume started while the first still runs) would both
+    launch the same cells and write duplicate rows; the lock makes the second one refuse instead.
+    The lock file's descriptor is not inherited by the launches and goes away with this process.
+    """
+    handle = open(run_dir / ".lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise ConfigError(f"--out={str(run_dir)!r} is in use by another bench run (pid {holder}); "
+                          "wait for it to finish or stop it, then --resume") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
 def write_env(run_dir: Path, config: BenchConfig) -> None:
     from bench import envinfo
 
@@ -177,6 +201,10 @@ def plan_only(run_dir: Path, config: BenchConfig, cells: list[Cell]) -> int:
 
 def main(args: argparse.Namespace) -> int:
     if args.collect:
+        try:
+            _lock = lock_run_dir(args.collect)  # noqa: F841 (held until exit)
+        except (ConfigError, FileNotFoundError) as e:
+            return _error(str(e))
         return collect(args.collect)
     if not args.config:
         return _error("--config NAME|PATH is required")
@@ -189,6 +217,7 @@ def main(args: argparse.Namespace) -> int:
         if args.dry_run:
             return dry_run(config, cells)
         run_dir = prepare_run_dir(args, config)
+        _lock = lock_run_dir(run_dir)  # noqa: F841 (held until exit)
     except ConfigError as e:
         return _error(str(e))
     if not (run_dir / "env.json").exists():

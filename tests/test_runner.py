@@ -24,7 +24,7 @@ ENV_KEYS = ("torch", "cuda", "cudnn", "nccl", "gpus", "gpu_count", "driver", "to
 FAST = ["workload.model=mlp", "workload.model_size=tiny", "workload.global_batch=4", "run.warmup_steps=2",
         "run.timed_steps=2", "run.compute_only_steps=2", "run.phase_steps=1", "run.probe_iters=2",
         "profile.skip_first=0", "profile.warmup=0", "profile.active=1", "run.cell_timeout_s=60"]
-ENGINES = "torch,naive,bucketed,overlap" if (REPO / "ddp_core" / "__init__.py").exists() else "torch"
+ENGINES = "torch,naive,bucketed,overlap"
 
 
 def bench_cmd(out: Path, *overrides: str, extra: tuple[str, ...] = ()) -> list[str]:
