@@ -305,6 +305,10 @@ class CellRunner:
         status = "ok" if self.params_identical() else "diverged"
         compute_only = None
         if r.compute_only_steps:  # no_sync from here on: ranks' parameters drift apart, checked above
+            # Replay the timed window's batches: with variable-length data (MRPC-like) other batches have
+            # other padded widths, so their compute differs and exposed communication could go negative.
+            replay = [timed_steps[i % len(timed_steps)] for i in range(r.compute_only_steps)]
+            self.schedule[self.cursor:self.cursor + len(replay)] = replay
             window, _ = self.timed_window(r.compute_only_steps, sync=False)
             compute_only = metrics.percentile(window, 50)
         nbytes, probe_s, n_buckets = self.allreduce_probe(r.probe_iters)

@@ -52,3 +52,20 @@ def test_index_schedule_covers_grad_accum_micro_batches(tmp_path, one_rank_group
     step = runner.schedule[0]
     assert len(step) == 3 and all(idx.shape == (cell.per_rank_batch,) for idx in step)
     assert len(set(torch.cat(step).tolist())) == 3 * cell.per_rank_batch  # distinct samples in a step
+
+
+def test_compute_only_window_replays_the_timed_batches(tmp_path, one_rank_group):
+    # Exposed communication = step − compute-only step: both must see the same batches (variable-length
+    # data pads each batch to its own width, so other batches would cost other compute).
+    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.engine=torch", "run.timed_steps=2",
+                                       "run.compute_only_steps=3", "profile.enabled=false"])
+    (cell,) = expand(config)
+    runner = CellRunner(cell, config, torch.device("cpu"), tmp_path)
+    runner.run()
+    r = config.run
+    first_timed = r.warmup_steps
+    first_compute_only = first_timed + r.timed_steps * r.repeats + r.phase_steps
+    timed = runner.schedule[first_timed:first_timed + r.timed_steps * r.repeats]
+    replayed = runner.schedule[first_compute_only:first_compute_only + r.compute_only_steps]
+    expected = [timed[i % len(timed)] for i in range(r.compute_only_steps)]
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(replayed, expected, strict=True))
