@@ -57,8 +57,9 @@ def test_index_schedule_covers_grad_accum_micro_batches(tmp_path, one_rank_group
 def test_compute_only_window_replays_the_timed_batches(tmp_path, one_rank_group):
     # Exposed communication = step − compute-only step: both must see the same batches (variable-length
     # data pads each batch to its own width, so other batches would cost other compute).
-    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.engine=torch", "run.timed_steps=2",
-                                       "run.compute_only_steps=3", "profile.enabled=false"])
+    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=1",
+                                       "run.timed_steps=2", "run.compute_only_steps=3",
+                                       "profile.enabled=false"])
     (cell,) = expand(config)
     runner = CellRunner(cell, config, torch.device("cpu"), tmp_path)
     runner.run()
