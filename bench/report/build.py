@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import os
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -167,17 +168,16 @@ def build_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     sec.para(
         "delta % = (engine − torch) / torch × 100 on the same configuration: positive means slower "
         "(step time) or more memory. naive has no bucket size; it is set against torch at torch's "
-        "default 25 MB buckets or, when the run has none, torch's fastest bucket size (torch_bucket_cap_mb "
+        "default 25 MiB buckets or, when the run has none, torch's fastest bucket size (torch_bucket_cap_mb "
         "says which). Exposed communication = p50 step − p50 compute-only step (ms).",
         "formula",
     )
-    main = tables.main_slice(df)
     _table_section(
         sec,
         vs_torch,
         out_dir,
         "engines_vs_torch",
-        plots.engines(main, plot_dir / "engines.png"),
+        plots.engines(df, plot_dir / "engines.png"),
         "No engine other than torch DDP was run, so there is nothing to compare against it.",
     )
     sections.append(sec)
@@ -187,7 +187,7 @@ def build_report(run_dir: Path, out_dir: Path | None = None) -> Path:
             "Bucket-size sweep",
             "buckets",
             tables.bucket_sweep(df),
-            plots.bucket_sweep,
+            partial(plots.bucket_sweep, cells=df),  # naive, bucket-less, drawn as a reference line
             "No configuration was run at more than one bucket size.",
         ),
         (
@@ -214,14 +214,10 @@ def build_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     sec = Section("Phase breakdown", "phases")
     sec.para(
         "p50 step = compute-only step (same cell, gradients not synchronised) + exposed communication. "
-        "The plot shows the main setting (most common bucket, precision, accumulation, batch rule); "
-        "the table every cell.",
+        "The plot shows one slice of the run (named under its title); the table every cell.",
         "formula",
     )
-    main_phase = phase[phase["cell_id"].isin(set(main["cell_id"]))] if len(phase) else phase
-    _table_section(
-        sec, phase, out_dir, "phases", plots.phases(main_phase, plot_dir / "phases.png"), "No cells."
-    )
+    _table_section(sec, phase, out_dir, "phases", plots.phases(phase, plot_dir / "phases.png"), "No cells.")
     sections.append(sec)
 
     files = trace_files(run)

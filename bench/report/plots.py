@@ -1,10 +1,15 @@
 """The report's plots: a thin last layer, one function per figure, each taking a table and writing a PNG.
 
-Headless (Agg). Cells without numbers are drawn as their status word where a bar would be, never as 0.
+Every figure is small multiples sharing the y axis (one panel per engine, or per world size) with a handful
+of series per panel. The settings a figure does not examine are held at one reference slice, named in its
+subtitle; the CSV tables keep every cell. Legends sit below the panels. Headless (Agg). A cell without a
+number is written as its status word where its point or bar would be, never drawn as 0.
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from pathlib import Path
 
 import matplotlib
@@ -12,286 +17,280 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
-from bench.report import tables  # noqa: E402
+from bench.report import slices, tables  # noqa: E402
+from bench.schema import ENGINES, PRECISIONS  # noqa: E402
 
 DPI = 110
-LABEL_KEYS = (
-    "engine",
-    "model",
-    "model_size",
-    "precision",
-    "comm_dtype",
-    "grad_accum",
-    "bucket_cap_mb",
-    "per_rank_batch",
-    "global_batch",
-    "world_size",
-)
-SHORT = {
-    "model_size": "",
-    "comm_dtype": "comm ",
-    "grad_accum": "accum ",
-    "bucket_cap_mb": "bucket ",
-    "per_rank_batch": "per-rank batch ",
-    "global_batch": "batch ",
-    "world_size": "ws ",
-}
+PANEL = (3.3, 2.6)  # inches per panel
+MAX_COLS = 4  # world-size facets wrap after this many panels
+THROUGHPUT = "throughput (samples/s)"
+ENGINE_COLORS = dict(zip(ENGINES, ("tab:blue", "tab:brown", "tab:orange", "tab:green")))
+PRECISION_COLORS = dict(zip(PRECISIONS, ("#3d3d3d", "tab:cyan", "tab:purple", "tab:pink")))
+SPARE_COLORS = ("tab:olive", "tab:gray", "tab:red", "#17becf")
+COMM_STYLES = (("-", "o", ""), ("--", "s", "///"), ("-.", "^", "..."))  # line, marker, hatch; none first
+SOLID = COMM_STYLES[0]
+def _subtitle(t: pd.DataFrame, ref: dict[str, str], scaling: str | None, examined) -> str:
+    """The slice in words: 'held at: strong scaling · fp32 · comm none · grad_accum 1 · …'."""
+    rule = ref.get("scaling", scaling or "strong")
+    naive = "bucket_cap_mb" in ref and (slices.hold(t, ref)["engine"] == "naive").any()
+    words = {
+        "scaling": f"{rule} scaling",
+        "model": f"{ref.get('model', '')} {ref.get('model_size', '')}".strip(),
+        "model_size": "",  # said with the model
+        "precision": ref.get("precision", ""),
+        "comm_dtype": f"comm {ref.get('comm_dtype')}",
+        "grad_accum": f"grad_accum {ref.get('grad_accum')}",
+        "bucket_cap_mb": f"bucket {ref.get('bucket_cap_mb')} MiB" + (" (naive: none)" if naive else ""),
+        "_batch": f"per-rank batch {ref.get('_batch')}"
+        if rule == "weak"
+        else f"global batch {ref.get('_batch')}" + (" × grad_accum" if "grad_accum" in examined else ""),
+    }
+    parts = [words[k] for k in slices.SLICE_KEYS if k in ref and words[k]]
+    if len(slices.hold(t, ref)) < len(t):
+        parts.append("other cells: in the table")
+    return "held at: " + " · ".join(parts)
 
 
-def _labels(df: pd.DataFrame, keys) -> pd.Series:
-    """A label per row naming only the keys that vary across `df` (engine always)."""
-    varying = [k for k in keys if k in df and (k == "engine" or df[k].map(tables.key_text).nunique() > 1)]
-
-    def label(r):
-        parts = []
-        for k in varying:
-            text = tables.key_text(r[k]) or ("none" if k == "bucket_cap_mb" else "same")
-            parts.append(text if k in ("engine", "model", "precision") else f"{SHORT.get(k, k + ' ')}{text}")
-        return " · ".join(parts)
-
-    return df.apply(label, axis=1) if len(df) else pd.Series([], dtype=str)
+def _slice(t: pd.DataFrame, examined: tuple[str, ...], scaling: str | None = None):
+    """The rows a figure draws (every setting outside `examined` at its reference value), the subtitle
+    naming that slice, and the reference values themselves."""
+    t = slices.with_batch(t, scaling)
+    ref = slices.reference(t, examined)
+    return slices.hold(t, ref), _subtitle(t, ref, scaling, examined), ref
 
 
-def _save(fig, path: Path) -> Path:
+def _engines(rows: pd.DataFrame) -> list[str]:
+    """Engines present, in the suite's order (torch DDP first)."""
+    present = set(rows["engine"])
+    return [e for e in ENGINES if e in present] + sorted(present - set(ENGINES))
+
+
+def _engine_color(engine: str) -> str:
+    return ENGINE_COLORS.get(engine) or SPARE_COLORS[sum(map(ord, engine)) % len(SPARE_COLORS)]
+
+
+def _series(rows: pd.DataFrame) -> dict[tuple[str, str], tuple[str, str, tuple[str, str, str]]]:
+    """(precision, comm_dtype) → (label, colour, (line style, marker, hatch)): colour per precision,
+    style per comm dtype (uncompressed first)."""
+    pairs = set(zip(rows["precision"], rows["comm_dtype"]))
+    precisions = [p for p in PRECISIONS if p in {p for p, _ in pairs}] + sorted(
+        {p for p, _ in pairs} - set(PRECISIONS)
+    )
+    comms = sorted({c for _, c in pairs}, key=lambda c: (c not in tables.NO_COMPRESSION, c))
+    out = {}
+    for i, p in enumerate(precisions):
+        for c in comms:
+            if (p, c) in pairs:
+                label = p if c in tables.NO_COMPRESSION else f"{p} · comm {c}"
+                color = PRECISION_COLORS.get(p) or SPARE_COLORS[i % len(SPARE_COLORS)]
+                out[(p, c)] = (label, color, COMM_STYLES[comms.index(c) % len(COMM_STYLES)])
+    return out
+
+
+# ---- figure furniture ------------------------------------------------------------------------------------
+
+
+def _figure(title: str, subtitle: str, n: int, metrics: int = 1, panel=PANEL):
+    """A figure of `n` panels sharing y: `metrics` rows × n columns, or with one metric n panels wrapped at
+    MAX_COLS. Bold title, grey subtitle; returns (fig, subfigure, 2-D axes)."""
+    ncols = n if metrics > 1 else min(n, MAX_COLS)
+    nrows = metrics if metrics > 1 else math.ceil(n / ncols)
+    width = max(6.0, panel[0] * ncols + 0.9)
+    fig = plt.figure(figsize=(width, panel[1] * nrows + 1.3), layout="constrained")
+    fig.suptitle(title, fontweight="bold")
+    sub = fig.subfigures()
+    sub.suptitle(_wrap(subtitle, int(width * 14)), fontsize=9, color="0.3")
+    axes = sub.subplots(nrows, ncols, sharex=True, sharey="row" if metrics > 1 else True, squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        ax.set_visible(i < n * metrics)
+        if i + ncols >= n and metrics == 1:  # nothing drawn below it: it carries the x tick labels
+            ax.xaxis.set_tick_params(labelbottom=True)
+        ax.grid(alpha=0.3)
+    return fig, sub, axes
+
+
+def _wrap(text: str, width: int) -> str:
+    """`text` in lines of at most `width` characters, broken only between its ' · ' parts."""
+    lines: list[str] = []
+    for part in text.split(" · "):
+        if lines and len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += " · " + part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+
+
+def _save(fig, path: Path, handles: list) -> Path:
+    """Legend (shared by every panel) below the panels; the image cropped to what is drawn, title included."""
+    if handles:  # one row when it fits the figure's width (about 0.08 in per character), else two
+        wide = sum(0.6 + 0.08 * len(h.get_label()) for h in handles) > fig.get_figwidth()
+        ncols = math.ceil(len(handles) / 2) if wide else len(handles)
+        fig.legend(handles=handles, loc="outside lower center", ncols=ncols, frameon=False)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.15)
     plt.close(fig)
     return path
 
 
-def _legend(ax, n: int) -> None:
-    if n:
-        ax.legend(fontsize=8 if n <= 8 else 6, loc="best")
-
-
-def _world_size_axis(ax, sizes: list[int]) -> None:
-    """Powers of two spaced evenly (log2), labelled with the world sizes themselves."""
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sizes, [str(n) for n in sizes])
+def _log_x(ax, values, base: int) -> None:
+    """A log x axis ticked at exactly `values`, labelled with the values themselves."""
+    ax.set_xscale("log", base=base)
+    ax.set_xticks(values, [f"{v:g}" for v in values])
     ax.minorticks_off()
+    pad = (max(values) / min(values)) ** 0.12 if max(values) > min(values) else 1.5
+    ax.set_xlim(min(values) / pad, max(values) * pad)  # room for a status word at either end
 
 
-def scaling(table: pd.DataFrame, scaling_name: str, path: Path, axes=None) -> Path | None:
-    """Throughput and (when available) efficiency vs world size, with the ideal lines dashed."""
-    ok = table[table["status"] == "ok"]
-    if not len(ok):
+def _top(values: pd.Series) -> float:
+    """The largest number in `values`, 0 when there is none."""
+    top = values.max()
+    return 0.0 if pd.isna(top) else float(top)
+
+
+def _ranks(n) -> str:
+    return "1 rank" if int(n) == 1 else f"{int(n)} ranks"
+
+
+def _missing(ax, x, status: str, color: str, slots: Counter) -> None:
+    """A cell without a number: its status word at the foot of the panel at `x`, in its series' colour."""
+    slot = slots[(id(ax), x)]
+    slots[(id(ax), x)] += 1
+    ax.annotate(
+        status,
+        (x, 0),
+        xycoords=("data", "axes fraction"),
+        xytext=(0, 3 + 10 * slot),
+        textcoords="offset points",
+        ha="center",
+        fontsize=7.5,
+        fontweight="bold",
+        color=color,
+    )
+
+
+def _bar_status(ax, x, top: float, word: str, color: str = "tab:red") -> None:
+    """A bar without a number: its status word, upright, where the bar would stand."""
+    ax.text(
+        x, top * 0.02, word, ha="center", va="bottom", rotation=90, fontsize=8, fontweight="bold", color=color
+    )
+
+
+def _line(ax, g: pd.DataFrame, x: str, y: str, color: str, style, slots: Counter) -> None:
+    """One series: its measured points joined (broken where a cell has no number), its cells without
+    numbers as status words."""
+    g = g.sort_values(x)
+    ax.plot(g[x], g[y].where(g["status"] == "ok"), color=color, ls=style[0], marker=style[1], lw=1.8, ms=5)
+    for _, r in g[g["status"] != "ok"].iterrows():
+        _missing(ax, r[x], r["status"], color, slots)
+
+
+def _key(label: str, color: str, style=SOLID, **kw) -> Line2D:
+    return Line2D([], [], color=color, ls=style[0], marker=style[1], lw=kw.pop("lw", 1.8), label=label, **kw)
+
+
+def _efficiency_axes(axes, top: float) -> list:
+    """The ideal (100 %) and threshold lines on efficiency panels; their legend keys."""
+    for ax in axes:
+        ax.axhline(100, ls="--", color="0.45", lw=1)
+        ax.axhline(tables.EFFICIENCY_THRESHOLD_PCT, ls=":", color="tab:red", lw=1.2)
+    axes[0].set_ylim(0, max(110.0, top + 10))
+    axes[0].set_ylabel("efficiency (%)")
+    threshold = f"{tables.EFFICIENCY_THRESHOLD_PCT:.0f} % efficiency threshold"
+    return [
+        _key("100 % efficiency (ideal)", "0.45", ("--", None), lw=1),
+        _key(threshold, "tab:red", (":", None), lw=1.2),
+    ]
+
+
+# ---- the figures -----------------------------------------------------------------------------------------
+
+
+def _scaling_panels(axes, rows, groups, slots: Counter) -> tuple[bool, float]:
+    """Throughput (row 0, dotted: ideal N × single-rank throughput) and efficiency (row 1, if any) per world
+    size; `groups` is (column, mask, colour, style, ideal line's colour or None). Returns whether an ideal
+    line was drawn and the highest throughput drawn."""
+    drew_ideal, top = False, _top(rows["throughput_samples_per_s"])
+    for col, mask, color, style, ideal in groups:
+        g = rows[mask].sort_values("world_size")
+        _line(axes[0][col], g, "world_size", "throughput_samples_per_s", color, style, slots)
+        one = g[(g["world_size"] == 1) & g["throughput_samples_per_s"].notna()]
+        if ideal and len(one) and g["world_size"].nunique() > 1:
+            ideal_thr = one["throughput_samples_per_s"].iloc[0] * g["world_size"]
+            axes[0][col].plot(g["world_size"], ideal_thr, ls=":", lw=1.2, color=ideal, alpha=0.7)
+            drew_ideal, top = True, max(top, float(ideal_thr.max()))
+        if len(axes) > 1:
+            _line(axes[1][col], g, "world_size", "efficiency_pct", color, style, slots)
+    return drew_ideal, top
+
+
+def _scaling_figure(title, subtitle, columns, rows, groups, keys, panel=PANEL):
+    """Shared body of `scaling` and `side_by_side`: panels, axes and reference lines; returns
+    (figure, axes, legend handles)."""
+    has_eff = "efficiency_pct" in rows
+    fig, sub, axes = _figure(title, subtitle, len(columns), 2 if has_eff else 1, panel)
+    drew_ideal, top = _scaling_panels(axes, rows, groups, Counter())
+    for col, name in enumerate(columns):
+        axes[0][col].set_title(name)
+    axes[0][0].set_ylim(0, (top or 1.0) * 1.08)
+    axes[0][0].set_ylabel(THROUGHPUT)
+    _log_x(axes[0][0], tables.world_sizes(rows) or [1], 2)
+    sub.supxlabel("world size (ranks)", fontsize=10)
+    handles = list(keys)
+    if drew_ideal:
+        handles.append(_key("ideal throughput: N × 1-rank", "0.3", (":", None), lw=1.2))
+    if has_eff:
+        handles += _efficiency_axes(axes[1], _top(rows["efficiency_pct"]))
+    return fig, axes, handles
+
+
+def scaling(table: pd.DataFrame, scaling_name: str, path: Path) -> Path | None:
+    """Throughput and (when available) efficiency vs world size, one column of panels per engine; lines are
+    precisions (colour) and comm dtypes (line style), with the other settings held at one slice."""
+    if not (table["status"] == "ok").any():
         return None
-    has_eff = "efficiency_pct" in ok and ok["efficiency_pct"].notna().any()
-    own_fig = axes is None
-    if own_fig:
-        fig, axes = plt.subplots(1, 2 if has_eff else 1, figsize=(12 if has_eff else 6.5, 4.5), squeeze=False)
-        axes = axes[0]
-    # A line is one configuration across world sizes: the batch that changes with N is not part of it.
-    changing = {"strong": "per_rank_batch", "weak": "global_batch"}[scaling_name]
-    keys = [k for k in LABEL_KEYS if k not in ("world_size", changing)]
-    ok = ok.assign(_label=_labels(ok, keys))
-    sizes_per_line = ok.groupby("_label")["world_size"].nunique()
-    if (sizes_per_line > 1).any():  # configurations run at one world size only stay in the table
-        ok = ok[ok["_label"].isin(sizes_per_line[sizes_per_line > 1].index)]
-        ok = ok.assign(_label=_labels(ok, keys))
-    ok = ok.assign(_key=tables.config_key(ok, keys))
-    colors = {}
-    for label, g in ok.groupby("_label", sort=True):
-        g = g.sort_values("world_size")
-        line = axes[0].plot(g["world_size"], g["throughput_samples_per_s"], marker="o", label=label)[0]
-        colors[g["_key"].iloc[0]] = line.get_color()
-        one = g[g["world_size"] == 1]
-        if len(one):
-            ideal = one["throughput_samples_per_s"].iloc[0] * g["world_size"]
-            axes[0].plot(g["world_size"], ideal, ls="--", lw=1, color=line.get_color(), alpha=0.6)
-        if has_eff and len(axes) > 1:
-            axes[1].plot(
-                g["world_size"], g["efficiency_pct"], marker="o", color=line.get_color(), label=label
-            )
-    # A line's cells without numbers: their status at the foot of the plot, in the line's colour, not a 0.
-    bad = table[table["status"] != "ok"]
-    bad = bad.assign(_key=tables.config_key(bad, keys)) if len(bad) else bad
-    failed = bad[bad["_key"].isin(colors)] if len(bad) else bad
-    for i, (_, r) in enumerate(failed.iterrows()):
-        axes[0].annotate(
-            f"{r['engine']}: {r['status']}",
-            (r["world_size"], 0),
-            xycoords=("data", "axes fraction"),
-            xytext=(0, 4 + 11 * i),
-            textcoords="offset points",
-            ha="center",
-            fontsize=8,
-            color=colors[r["_key"]],
+    rows, subtitle, _ = _slice(table, ("engine", "world_size", "precision", "comm_dtype"), scaling_name)
+    names, series = _engines(rows), _series(rows)
+    groups = [
+        (
+            j,
+            (rows["engine"] == engine) & (rows["precision"] == p) & (rows["comm_dtype"] == c),
+            color,
+            style,
+            color if c in tables.NO_COMPRESSION else None,  # compressed comm: the uncompressed ideal
         )
-    n_lines = len(colors)
-    sizes = tables.world_sizes(pd.concat([ok, failed]))
-    axes[0].set(
-        xlabel="world size (ranks)",
-        ylabel="throughput (samples/s)",
-        title=f"{scaling_name} scaling: throughput (dashed: ideal N × T₁ throughput)",
-    )
-    _world_size_axis(axes[0], sizes)
-    axes[0].grid(alpha=0.3)
-    _legend(axes[0], n_lines)
-    if has_eff and len(axes) > 1:
-        axes[1].axhline(100, ls="--", color="gray", lw=1, label="ideal (100 %)")
-        axes[1].axhline(
-            tables.EFFICIENCY_THRESHOLD_PCT,
-            ls=":",
-            color="red",
-            lw=1,
-            label=f"{tables.EFFICIENCY_THRESHOLD_PCT:.0f} %",
-        )
-        axes[1].set(
-            xlabel="world size (ranks)",
-            ylabel="efficiency (%)",
-            title=f"{scaling_name} scaling efficiency",
-            ylim=(0, max(110, float(ok["efficiency_pct"].max()) + 10)),
-        )
-        _world_size_axis(axes[1], sizes)
-        axes[1].grid(alpha=0.3)
-        _legend(axes[1], n_lines + 2)
-    return _save(axes[0].figure, path) if own_fig else path
-
-
-def bucket_sweep(table: pd.DataFrame, path: Path) -> Path | None:
-    """Throughput vs bucket size (log axis), one line per configuration."""
-    ok = table[table["status"] == "ok"]
-    if not len(ok):
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ok = ok.assign(_label=_labels(ok, [k for k in LABEL_KEYS if k != "bucket_cap_mb"]))
-    for label, g in ok.groupby("_label", sort=True):
-        g = g.sort_values("bucket_cap_mb")
-        ax.plot(g["bucket_cap_mb"], g["throughput_samples_per_s"], marker="o", label=label)
-    ax.set_xscale("log")
-    ticks = sorted(set(ok["bucket_cap_mb"]))
-    ax.set_xticks(ticks, [f"{b:g}" for b in ticks])
-    ax.minorticks_off()
-    ax.set(
-        xlabel="bucket_cap_mb (MiB, log scale)", ylabel="throughput (samples/s)", title="bucket-size sweep"
-    )
-    ax.grid(alpha=0.3, which="both")
-    _legend(ax, ok["_label"].nunique())
-    return _save(fig, path)
-
-
-def _barh(table: pd.DataFrame, value: str, label_keys, path: Path, title: str, xlabel: str) -> Path | None:
-    """One horizontal bar per row; rows without a number show their status word instead of a bar."""
-    if not len(table):
-        return None
-    t = table.assign(_label=_labels(table, label_keys)).iloc[::-1]
-    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.38 * len(t) + 1.2)))
-    y = range(len(t))
-    values = t[value].astype(float)
-    # A cell without a number gets no visible bar (width 0) and its status written in its place.
-    ax.barh(list(y), values.fillna(0), color="tab:blue")
-    top = float(values.max()) if values.notna().any() else 1.0
-    for i, (_, r) in enumerate(t.iterrows()):
-        if pd.isna(r[value]):
-            ax.text(top * 0.01, i, f"{r['status']} (no number)", va="center", color="tab:red", fontsize=8)
-        else:
-            ax.text(float(r[value]), i, f" {float(r[value]):,.0f}", va="center", fontsize=8)
-    ax.set_yticks(list(y), t["_label"], fontsize=8)
-    ax.set(xlabel=xlabel, title=title, xlim=(0, top * 1.15))
-    ax.grid(alpha=0.3, axis="x")
-    return _save(fig, path)
-
-
-def precision(table: pd.DataFrame, path: Path) -> Path | None:
-    """Throughput per compute dtype / comm dtype, within each configuration."""
-    return _barh(
-        table,
-        "throughput_samples_per_s",
-        LABEL_KEYS,
-        path,
-        "precision: compute dtype and gradient comm dtype",
-        "throughput (samples/s)",
-    )
-
-
-def accumulation(table: pd.DataFrame, path: Path) -> Path | None:
-    """Throughput per gradient-accumulation factor, within each configuration."""
-    return _barh(
-        table, "throughput_samples_per_s", LABEL_KEYS, path, "gradient accumulation", "throughput (samples/s)"
-    )
-
-
-def phases(table: pd.DataFrame, path: Path) -> Path | None:
-    """Stacked bars per engine and world size: compute-only step + exposed communication = p50 step."""
-    if not len(table):
-        return None
-    t = table.sort_values(["world_size", "engine"]).reset_index(drop=True)
-    fig, ax = plt.subplots(figsize=(max(6.5, 0.8 * len(t) + 2), 4.8))
-    x = list(range(len(t)))
-    compute = t["compute_only_ms_p50"].astype(float)
-    exposed = t["exposed_comm_ms"].astype(float)
-    ax.bar(x, compute.fillna(0), label="compute-only step (ms, p50)", color="tab:blue")
-    ax.bar(
-        x,
-        exposed.fillna(0).clip(lower=0),
-        bottom=compute.fillna(0),
-        label="exposed communication (ms)",
-        color="tab:orange",
-    )
-    top = float((compute.fillna(0) + exposed.fillna(0).clip(lower=0)).max() or 1.0)
-    for i, r in t.iterrows():
-        if r["status"] != "ok":
-            ax.text(i, top * 0.02, r["status"], ha="center", va="bottom", rotation=90, color="tab:red")
-        elif pd.isna(r["compute_only_ms_p50"]):
-            ax.text(i, top * 0.02, "not measured", ha="center", va="bottom", rotation=90, color="gray")
-    ax.set_xticks(x, [f"{r['engine']}\n{int(r['world_size'])} rk" for _, r in t.iterrows()], fontsize=8)
-    ax.set(
-        ylabel="time per step (ms)",
-        title="where the step goes: compute vs exposed communication",
-        ylim=(0, top * 1.12),
-    )
-    ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8)
-    return _save(fig, path)
-
-
-def engines(df: pd.DataFrame, path: Path) -> Path | None:
-    """p50 step time (bar) and p90 (tick) per engine, grouped by world size."""
-    if not len(df):
-        return None
-    sizes = tables.world_sizes(df)
-    names = sorted(set(df["engine"]), key=lambda e: (e != "torch", e))
-    width = 0.8 / len(names)
-    fig, ax = plt.subplots(figsize=(max(6.5, 1.6 * len(sizes) + 3), 4.5))
-    top = float(df["step_time_ms_p90"].max()) if df["step_time_ms_p90"].notna().any() else 1.0
-    for j, engine in enumerate(names):
-        for i, n in enumerate(sizes):
-            cell = df[(df["engine"] == engine) & (df["world_size"] == n)]
-            xpos = i + (j - (len(names) - 1) / 2) * width
-            if not len(cell):
-                continue
-            r = cell.iloc[0]
-            if r["status"] == "ok" and pd.notna(r["step_time_ms_p50"]):
-                ax.bar(xpos, r["step_time_ms_p50"], width, color=f"C{j}", label=engine)
-                ax.plot(
-                    [xpos - width / 3, xpos + width / 3], [r["step_time_ms_p90"]] * 2, color="black", lw=1
-                )
-            else:
-                ax.text(xpos, top * 0.02, r["status"], ha="center", va="bottom", rotation=90, color="tab:red")
-    ax.set_xticks(range(len(sizes)), [f"{n} rank" if n == 1 else f"{n} ranks" for n in sizes])
-    ax.set(ylabel="step time (ms): bar p50, tick p90", title="engines compared (lower is better)")
-    ax.grid(alpha=0.3, axis="y")
-    handles, labels = ax.get_legend_handles_labels()
-    seen = dict(zip(labels, handles))  # one entry per engine, whichever size drew it first
-    ax.legend(seen.values(), seen.keys(), fontsize=8)
-    return _save(fig, path)
+        for j, engine in enumerate(names)
+        for (p, c), (_, color, style) in series.items()
+    ]
+    what = "throughput and efficiency" if "efficiency_pct" in rows else "throughput"
+    keys = [_key(label, color, style) for label, color, style in series.values()]
+    title = f"{scaling_name} scaling: {what} per engine"
+    fig, _, handles = _scaling_figure(title, subtitle, names, rows, groups, keys)
+    return _save(fig, path, handles)
 
 
 def side_by_side(scaling_tables: dict[str, pd.DataFrame], scaling_name: str, path: Path) -> Path | None:
-    """One column per run (throughput above, efficiency below) on identical axes, for a fair eye."""
+    """One column per run (throughput above, efficiency below), one line per engine, on identical axes and
+    at the same slice, for a fair eye."""
     if not any(len(t[t["status"] == "ok"]) for t in scaling_tables.values()):
         return None
-    n = len(scaling_tables)
-    fig, axes = plt.subplots(2, n, figsize=(6 * n, 8), sharex=True, sharey="row", squeeze=False)
-    for j, (label, table) in enumerate(scaling_tables.items()):
-        if len(table[table["status"] == "ok"]):
-            scaling(table, scaling_name, path, axes=[axes[0][j], axes[1][j]])
-        axes[0][j].set_title(f"{label}\n{scaling_name} scaling throughput (dashed: ideal)", fontsize=10)
-        axes[1][j].set_title(f"{label}\n{scaling_name} scaling efficiency", fontsize=10)
-        if "efficiency_pct" not in table or not table["efficiency_pct"].notna().any():
+    both = pd.concat([t.assign(_run=label) for label, t in scaling_tables.items()], ignore_index=True)
+    rows, subtitle, _ = _slice(both, ("engine", "world_size"), scaling_name)
+    names = _engines(rows)
+    groups = [
+        (j, (rows["_run"] == label) & (rows["engine"] == e), _engine_color(e), SOLID, "0.45")
+        for j, label in enumerate(scaling_tables)
+        for e in names
+    ]
+    keys = [_key(e, _engine_color(e)) for e in names]
+    title = f"{scaling_name} scaling side by side: every run on the same axes"
+    fig, axes, handles = _scaling_figure(
+        title, subtitle, list(scaling_tables), rows, groups, keys, (4.6, 2.8)
+    )
+    for j, t in enumerate(scaling_tables.values()):
+        if len(axes) > 1 and ("efficiency_pct" not in t or not t["efficiency_pct"].notna().any()):
             axes[1][j].text(
                 0.5,
                 0.5,
@@ -299,7 +298,192 @@ def side_by_side(scaling_tables: dict[str, pd.DataFrame], scaling_name: str, pat
                 ha="center",
                 va="center",
                 transform=axes[1][j].transAxes,
-                color="gray",
+                color="0.4",
             )
-    axes[1][0].set_ylim(0, 110)
-    return _save(fig, path)
+    return _save(fig, path, handles)
+
+
+def bucket_sweep(table: pd.DataFrame, path: Path, cells: pd.DataFrame | None = None) -> Path | None:
+    """Throughput vs bucket size (log axis), one panel per world size, one line per engine; naive (no
+    buckets) from `cells` as a flat dashed reference where it ran in the same slice."""
+    if not (table["status"] == "ok").any():
+        return None
+    rows, subtitle, ref = _slice(table, ("engine", "world_size", "bucket_cap_mb"))
+    sizes = tables.world_sizes(rows)
+    naive = pd.DataFrame()
+    if cells is not None and (cells["engine"] == "naive").any():
+        naive = slices.hold(slices.with_batch(cells[cells["engine"] == "naive"]), ref)
+        naive = naive[naive["world_size"].isin(sizes)]
+    fig, sub, axes = _figure("bucket-size sweep: throughput per engine", subtitle, len(sizes))
+    slots: Counter = Counter()
+    names = _engines(rows)
+    for ax, n in zip(axes.flat, sizes):
+        ax.set_title(_ranks(n))
+        here = rows[rows["world_size"] == n]
+        for engine in names:
+            g = here[here["engine"] == engine]
+            _line(ax, g, "bucket_cap_mb", "throughput_samples_per_s", _engine_color(engine), SOLID, slots)
+        for _, r in naive[naive["world_size"] == n].iterrows() if len(naive) else []:
+            if r["status"] == "ok":
+                ax.axhline(tables.row_throughput(r), ls="--", lw=1.4, color=_engine_color("naive"))
+            else:
+                ax.text(
+                    0.03,
+                    0.95,
+                    f"naive: {r['status']}",
+                    transform=ax.transAxes,
+                    va="top",
+                    fontsize=8,
+                    fontweight="bold",
+                    color=_engine_color("naive"),
+                )
+    _log_x(axes.flat[0], sorted(set(rows["bucket_cap_mb"].dropna())), 10)
+    sub.supxlabel("bucket_cap_mb (MiB, log scale)", fontsize=10)
+    sub.supylabel(THROUGHPUT, fontsize=10)
+    handles = [_key(e, _engine_color(e)) for e in names]
+    if len(naive) and (naive["status"] == "ok").any():
+        handles.append(_key("naive (no buckets)", _engine_color("naive"), ("--", None), lw=1.4))
+    return _save(fig, path, handles)
+
+
+def precision(table: pd.DataFrame, path: Path) -> Path | None:
+    """Grouped bars, one panel per world size: x engine, one bar per compute dtype (colour) and comm dtype
+    (hatch), labelled with the speedup over fp32; a cell without a number shows its status instead."""
+    if not len(table):
+        return None
+    rows, subtitle, _ = _slice(table, ("engine", "world_size", "precision", "comm_dtype"))
+    sizes, names, series = tables.world_sizes(rows), _engines(rows), _series(rows)
+    fig, sub, axes = _figure(
+        "precision: throughput per compute and comm dtype (labels: × fp32)", subtitle, len(sizes)
+    )
+    width = 0.8 / len(series)
+    values = rows["throughput_samples_per_s"]
+    top = _top(values) or 1.0
+    for ax, n in zip(axes.flat, sizes):
+        ax.set_title(_ranks(n))
+        here = rows[rows["world_size"] == n]
+        for i, engine in enumerate(names):
+            for k, ((p, c), (_, color, style)) in enumerate(series.items()):
+                cell = here[(here["engine"] == engine) & (here["precision"] == p) & (here["comm_dtype"] == c)]
+                if not len(cell):
+                    continue
+                r, x = cell.iloc[0], i + (k - (len(series) - 1) / 2) * width
+                if pd.isna(r["throughput_samples_per_s"]):
+                    _bar_status(ax, x, top, r["status"])
+                    continue
+                ax.bar(
+                    x,
+                    r["throughput_samples_per_s"],
+                    width,
+                    color=color,
+                    hatch=style[2],
+                    edgecolor="white",
+                    lw=0,
+                )
+                if pd.notna(r["speedup_vs_fp32_x"]) and not (p == "fp32" and c in tables.NO_COMPRESSION):
+                    ax.annotate(
+                        f"{r['speedup_vs_fp32_x']:.2f}×",
+                        (x, r["throughput_samples_per_s"]),
+                        xytext=(0, 2),
+                        textcoords="offset points",
+                        ha="center",
+                        va="bottom",
+                        rotation=90,
+                        fontsize=7,
+                    )
+        ax.set_xticks(range(len(names)), names)
+        ax.set_xlim(-0.5, len(names) - 0.5)
+        ax.grid(alpha=0.3, axis="y")
+        ax.grid(False, axis="x")
+    axes.flat[0].set_ylim(0, top * 1.2)
+    sub.supylabel(THROUGHPUT, fontsize=10)
+    handles = [
+        Patch(facecolor=color, hatch=style[2], edgecolor="white", label=label)
+        for label, color, style in series.values()
+    ]
+    return _save(fig, path, handles)
+
+
+def accumulation(table: pd.DataFrame, path: Path) -> Path | None:
+    """Throughput vs accumulation steps (log₂ axis), one panel per world size, one line per engine."""
+    if not len(table):
+        return None
+    rows, subtitle, _ = _slice(table, ("engine", "world_size", "grad_accum"))
+    sizes, names = tables.world_sizes(rows), _engines(rows)
+    fig, sub, axes = _figure("gradient accumulation: throughput per engine", subtitle, len(sizes))
+    slots: Counter = Counter()
+    for ax, n in zip(axes.flat, sizes):
+        ax.set_title(_ranks(n))
+        here = rows[rows["world_size"] == n]
+        for engine in names:
+            g = here[here["engine"] == engine]
+            _line(ax, g, "grad_accum", "throughput_samples_per_s", _engine_color(engine), SOLID, slots)
+    _log_x(axes.flat[0], sorted({int(a) for a in rows["grad_accum"].dropna()}), 2)
+    sub.supxlabel("gradient accumulation steps per optimizer step (grad_accum, log scale)", fontsize=10)
+    sub.supylabel(THROUGHPUT, fontsize=10)
+    return _save(fig, path, [_key(e, _engine_color(e)) for e in names])
+
+
+def phases(table: pd.DataFrame, path: Path) -> Path | None:
+    """Stacked bars per engine and world size: compute-only step + exposed communication = p50 step."""
+    if not len(table):
+        return None
+    rows, subtitle, _ = _slice(table, ("engine", "world_size"))
+    order = {e: i for i, e in enumerate(_engines(rows))}
+    t = rows.sort_values(["world_size", "engine"], key=lambda s: s.map(order) if s.name == "engine" else s)
+    t = t.reset_index(drop=True)
+    title = "where the step goes: compute vs exposed communication"
+    fig, _, axes = _figure(title, subtitle, 1, panel=(max(5.5, 0.75 * len(t) + 1.5), 3.6))
+    ax = axes[0][0]
+    x = list(range(len(t)))
+    compute = t["compute_only_ms_p50"].astype(float).fillna(0)
+    exposed = t["exposed_comm_ms"].astype(float).fillna(0).clip(lower=0)
+    ax.bar(x, compute, color="tab:blue")
+    ax.bar(x, exposed, bottom=compute, color="tab:orange")
+    top = float((compute + exposed).max() or 1.0)
+    for i, r in t.iterrows():
+        if r["status"] != "ok":
+            _bar_status(ax, i, top, r["status"])
+        elif pd.isna(r["compute_only_ms_p50"]):
+            _bar_status(ax, i, top, "not measured", "0.4")
+    ax.set_xticks(x, [f"{r['engine']}\n{_ranks(r['world_size'])}" for _, r in t.iterrows()], fontsize=8)
+    ax.set(ylabel="time per step (ms)", ylim=(0, top * 1.12))
+    ax.grid(False, axis="x")
+    handles = [
+        Patch(color="tab:blue", label="compute-only step (p50)"),
+        Patch(color="tab:orange", label="exposed communication (p50 step − compute-only)"),
+    ]
+    return _save(fig, path, handles)
+
+
+def engines(df: pd.DataFrame, path: Path) -> Path | None:
+    """p50 step time (bar) and p90 (tick) per engine, grouped by world size, at one slice of the run."""
+    if not len(df):
+        return None
+    rows, subtitle, _ = _slice(df, ("engine", "world_size"))
+    sizes, names = tables.world_sizes(rows), _engines(rows)
+    width = 0.8 / len(names)
+    title = "engines compared: p50 step time (bars) and p90 (ticks), lower is better"
+    fig, _, axes = _figure(title, subtitle, 1, panel=(max(5.5, 1.5 * len(sizes) + 2), 3.6))
+    ax = axes[0][0]
+    top = _top(rows["step_time_ms_p90"]) or 1.0
+    for j, engine in enumerate(names):
+        for i, n in enumerate(sizes):
+            cell = rows[(rows["engine"] == engine) & (rows["world_size"] == n)]
+            xpos = i + (j - (len(names) - 1) / 2) * width
+            if not len(cell):
+                continue
+            r = cell.iloc[0]
+            if r["status"] == "ok" and pd.notna(r["step_time_ms_p50"]):
+                ax.bar(xpos, r["step_time_ms_p50"], width, color=_engine_color(engine))
+                ax.plot(
+                    [xpos - width / 3, xpos + width / 3], [r["step_time_ms_p90"]] * 2, color="black", lw=1.2
+                )
+            else:
+                _bar_status(ax, xpos, top, r["status"])
+    ax.set_xticks(range(len(sizes)), [_ranks(n) for n in sizes])
+    ax.set(ylabel="step time (ms)", ylim=(0, top * 1.1))
+    ax.grid(False, axis="x")
+    handles = [Patch(color=_engine_color(e), label=e) for e in names]
+    handles.append(Line2D([], [], color="black", lw=1.2, label="p90 step time"))
+    return _save(fig, path, handles)
