@@ -207,7 +207,7 @@ def test_findings_are_written_from_the_numbers(report):
         "At 4 ranks, overlap is fastest: 2,133 samples/s (p50 step 30.00 ms), 33.3 % more than torch DDP"
         in md
     )
-    assert "torch (strong, fp32, 25 MB buckets) falls to 62.5 % efficiency at 4 ranks" in md
+    assert "torch (strong, fp32, 25 MiB buckets) falls to 62.5 % efficiency at 4 ranks" in md
     assert "exposed communication (15.00 ms, 38 % of the step) dominates the 15.00 ms lost" in md
 
 

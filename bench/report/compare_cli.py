@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.report import compare, plots, tables
+from bench.report import compare, plots, slices, tables
 from bench.report.load import RunError, load_run
 from bench.report.render import Section, write_csv, write_page
 
@@ -108,7 +108,7 @@ def build_compare(
     for scaling in ("strong", "weak"):
         per_run = {
             label: tables.scaling_table(
-                tables.main_slice(r.results[r.results["scaling"] == scaling]), scaling
+                slices.main_slice(r.results[r.results["scaling"] == scaling]), scaling
             )
             for label, r in zip(labels, runs)
             if (r.results["scaling"] == scaling).any()

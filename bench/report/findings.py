@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.report import tables
-
-MAX_DROP_SENTENCES = 6
+from bench.report import slices, tables
 
 
 def _setting(r) -> str:
@@ -14,7 +12,7 @@ def _setting(r) -> str:
     if r.get("comm_dtype") not in tables.NO_COMPRESSION:
         parts.append(f"{r['comm_dtype']} gradients")
     if pd.notna(r.get("bucket_cap_mb")):
-        parts.append(f"{r['bucket_cap_mb']:g} MB buckets")
+        parts.append(f"{r['bucket_cap_mb']:g} MiB buckets")
     if r.get("grad_accum", 1) != 1:
         parts.append(f"accumulation {int(r['grad_accum'])}")
     return ", ".join(parts)
@@ -22,7 +20,7 @@ def _setting(r) -> str:
 
 def best_engine_per_world_size(df: pd.DataFrame) -> list[str]:
     """At each world size of the main setting, the engine with the highest throughput, against torch DDP."""
-    main = tables.main_slice(df)
+    main = slices.main_slice(df)
     ok = main[main["status"] == "ok"].copy()
     if not len(ok):
         return []
@@ -63,40 +61,40 @@ def best_engine_per_world_size(df: pd.DataFrame) -> list[str]:
 
 
 def efficiency_drops(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) -> list[str]:
-    """Where efficiency first falls below the threshold per configuration, and what dominates the loss there.
+    """Where efficiency first falls below the threshold, and what dominates the loss there.
 
+    One sentence per engine in the run's reference slice (`slices.main_slice`, the same cells the plots
+    show), then one sentence counting the configurations outside it, so a large sweep stays readable.
     The loss is the step time above ideal (T₁/N strong, T₁ weak); exposed communication is the part of it
     that synchronising gradients adds, the rest is compute that did not shrink with more ranks.
     """
     by_id = df.set_index("cell_id")
-    out = []
+    in_slice = set(slices.main_slice(df)["cell_id"])
+    out, others, others_comm = [], 0, 0
     for scaling, table in scaling_tables.items():
         if "efficiency_pct" not in table or not len(table):
             continue
         low = table[table["efficiency_pct"] < tables.EFFICIENCY_THRESHOLD_PCT]
-        group_cols = [
-            "engine",
-            "model",
-            "model_size",
-            "precision",
-            "comm_dtype",
-            "grad_accum",
-            "bucket_cap_mb",
-            tables.BATCH_KEY[scaling],
-        ]
-        low = low.assign(_g=tables.config_key(low, group_cols)) if len(low) else low
-        for _, first in low.groupby("_g", sort=False).head(1).iterrows() if len(low) else []:
+        if not len(low):
+            continue
+        group_cols = ["engine", "model", "model_size", "precision", "comm_dtype", "grad_accum",
+                      "bucket_cap_mb", tables.BATCH_KEY[scaling]]
+        low = low.assign(_g=tables.config_key(low, group_cols))
+        for _, first in low.groupby("_g", sort=False).head(1).iterrows():
             n, t_n, t_1 = int(first["world_size"]), first["step_time_ms_p50"], first["t1_step_time_ms"]
-            ideal = t_1 / n if scaling == "strong" else t_1
-            loss = t_n - ideal
+            loss = t_n - (t_1 / n if scaling == "strong" else t_1)
             exposed = tables.row_exposed_comm(by_id.loc[first["cell_id"]])
+            comm_dominates = exposed is not None and loss > 0 and exposed >= loss / 2
+            if first["cell_id"] not in in_slice:
+                others, others_comm = others + 1, others_comm + comm_dominates
+                continue
             s = (
                 f"{first['engine']} ({scaling}, {_setting(first)}) falls to {first['efficiency_pct']:.1f} % "
-                f"efficiency at {n} ranks: p50 step {t_n:.2f} ms against an ideal {ideal:.2f} ms"
+                f"efficiency at {n} ranks: p50 step {t_n:.2f} ms against an ideal {t_n - loss:.2f} ms"
             )
             if exposed is None:
                 s += "; compute-only time was not measured, so what dominates is unknown."
-            elif loss > 0 and exposed >= loss / 2:
+            elif comm_dominates:
                 s += (
                     f"; exposed communication ({exposed:.2f} ms, {exposed / t_n * 100:.0f} % of the step) "
                     f"dominates the {loss:.2f} ms lost."
@@ -107,12 +105,12 @@ def efficiency_drops(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) 
                     f"(exposed communication only {exposed:.2f} ms)."
                 )
             out.append(s)
-    if len(out) > MAX_DROP_SENTENCES:
-        extra = len(out) - MAX_DROP_SENTENCES
-        out = out[:MAX_DROP_SENTENCES] + [
-            f"… and {extra} more configurations below "
-            f"{tables.EFFICIENCY_THRESHOLD_PCT:.0f} % (see the scaling tables)."
-        ]
+    if others:
+        out.append(
+            f"{'Besides these, ' if out else ''}{others} other configuration{'s' if others > 1 else ''} "
+            f"fall{'' if others > 1 else 's'} below {tables.EFFICIENCY_THRESHOLD_PCT:.0f} %; exposed "
+            f"communication dominates the loss in {others_comm} of them (see the scaling tables)."
+        )
     if not out and any(
         "efficiency_pct" in t and t["efficiency_pct"].notna().any() for t in scaling_tables.values()
     ):

@@ -240,7 +240,7 @@ def _torch_match(df: pd.DataFrame) -> dict[str, pd.Series]:
         if not same_bucket and pd.isna(r["bucket_cap_mb"]):
             same_bucket = [t for t in candidates if _num(t["bucket_cap_mb"]) == TORCH_DEFAULT_BUCKET_MB]
             ok = [t for t in candidates if t["status"] == "ok" and _num(t["step_time_ms_p50"]) is not None]
-            if not same_bucket and ok:  # no 25 MB torch cell: torch at its fastest bucket size here
+            if not same_bucket and ok:  # no 25 MiB torch cell: torch at its fastest bucket size here
                 same_bucket = [min(ok, key=lambda t: float(t["step_time_ms_p50"]))]
         if same_bucket:
             match[r["cell_id"]] = same_bucket[0]
@@ -250,7 +250,7 @@ def _torch_match(df: pd.DataFrame) -> dict[str, pd.Series]:
 def engines_vs_torch(df: pd.DataFrame) -> pd.DataFrame:
     """Each non-torch cell against torch DDP on the same configuration: delta % (positive = slower/larger).
 
-    naive has no bucket size; it is compared with the torch cell at torch's default 25 MB buckets, or, when
+    naive has no bucket size; it is compared with the torch cell at torch's default 25 MiB buckets, or, when
     the run has none, with torch at its fastest bucket size in the same configuration.
     """
     match = _torch_match(df)
@@ -498,17 +498,3 @@ def not_measured(df: pd.DataFrame) -> pd.DataFrame:
         "global_batch",
     ]
     return bad[cols].rename(columns={"error": "reason"}).reset_index(drop=True)
-
-
-def main_slice(df: pd.DataFrame) -> pd.DataFrame:
-    """The cells of the run's most common setting (bucket, precision, comm dtype, accumulation, batch rule),
-    naive's bucket-less cells included: the like-for-like set that headline plots and sentences use."""
-    if not len(df):
-        return df
-    mask = pd.Series(True, index=df.index)
-    for key in ("scaling", "precision", "comm_dtype", "grad_accum", "model", "model_size"):
-        mask &= df[key] == df[key].mode(dropna=False).iloc[0]
-    buckets = df.loc[mask, "bucket_cap_mb"].dropna()
-    if len(buckets):
-        mask &= df["bucket_cap_mb"].isna() | (df["bucket_cap_mb"] == buckets.mode().iloc[0])
-    return df[mask]
