@@ -11,19 +11,17 @@ import math
 import pandas as pd
 
 from bench import metrics
+from bench.schema import CONFIG_KEYS
+
+
+def config_keys_except(*names: str) -> tuple[str, ...]:
+    """The configuration keys (bench.schema.CONFIG_KEYS) less `names`: what rows must share to compare."""
+    return tuple(k for k in CONFIG_KEYS if k not in names)
+
 
 # What identifies a configuration apart from world size (DESIGN.md "T1"); the batch rule adds
 # global_batch (strong) or per_rank_batch (weak).
-SCALING_GROUP = (
-    "engine",
-    "model",
-    "model_size",
-    "precision",
-    "comm_dtype",
-    "grad_accum",
-    "bucket_cap_mb",
-    "scaling",
-)
+SCALING_GROUP = config_keys_except("world_size", "per_rank_batch", "global_batch")
 BATCH_KEY = {"strong": "global_batch", "weak": "per_rank_batch"}
 # torch DDP's own default bucket_cap_mb (torch.nn.parallel.DistributedDataParallel signature): the torch
 # cell that the bucket-less naive engine is compared with.
@@ -219,17 +217,7 @@ def _sorted(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def _torch_match(df: pd.DataFrame) -> dict[str, pd.Series]:
     """For every row, the torch DDP row it is compared with (same configuration; naive → torch default)."""
     torch_rows = df[df["engine"] == "torch"]
-    keys = (
-        "model",
-        "model_size",
-        "world_size",
-        "precision",
-        "comm_dtype",
-        "grad_accum",
-        "scaling",
-        "per_rank_batch",
-        "global_batch",
-    )
+    keys = config_keys_except("engine", "bucket_cap_mb")
     by_key: dict[str, list[pd.Series]] = {}
     for k, (_, t) in zip(config_key(torch_rows, keys), torch_rows.iterrows()):
         by_key.setdefault(k, []).append(t)
@@ -355,18 +343,7 @@ def _ok_throughput(group: pd.DataFrame, mask) -> float | None:
 
 def bucket_sweep(df: pd.DataFrame) -> pd.DataFrame:
     """Cells that differ only in bucket_cap_mb, with throughput relative to the group's best bucket."""
-    fixed = (
-        "engine",
-        "model",
-        "model_size",
-        "world_size",
-        "precision",
-        "comm_dtype",
-        "grad_accum",
-        "scaling",
-        "per_rank_batch",
-        "global_batch",
-    )
+    fixed = config_keys_except("bucket_cap_mb")
 
     def extra(r, group):
         ok = group[group["status"] == "ok"]
