@@ -39,6 +39,14 @@ def tail(path: Path, lines: int = ERROR_TAIL_LINES) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def launch_env(device: str, threads: int) -> dict[str, str]:
+    """The variables a launch sets on top of the caller's environment (recorded in env.json)."""
+    env = {"OMP_NUM_THREADS": str(threads)}
+    if device == "cpu":
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback: no dependence on the machine's network setup
+    return env
+
+
 class EventReader:
     """Reads complete new lines of a JSON-lines file that another process appends to."""
 
@@ -164,9 +172,7 @@ class Sweep:
         write_plan(plan_path, self.config, self.run_dir, pending, self.threads[ws], launcher_pid=os.getpid())
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ws),
                "-m", "bench.worker", "--plan", str(plan_path), "--events", str(events_path)]
-        env = os.environ | {"OMP_NUM_THREADS": str(self.threads[ws]), "PYTHONUNBUFFERED": "1"}
-        if self.config.run.device == "cpu":
-            env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback: no dependence on the machine's network setup
+        env = os.environ | launch_env(self.config.run.device, self.threads[ws]) | {"PYTHONUNBUFFERED": "1"}
         (logs / f"launch-{k}.cmd").write_text(" ".join(cmd) + "\n")
         by_id = {c.cell_id: c for c in pending}
         remaining = dict(by_id)

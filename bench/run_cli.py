@@ -124,9 +124,13 @@ def write_env(run_dir: Path, config: BenchConfig) -> None:
     from bench import envinfo
 
     backend = "nccl" if config.run.device == "cuda" else "gloo"
+    from bench.launch import launch_env
+
     threads = {str(ws): threads_per_rank(config, ws) for ws in sorted(set(config.matrix.world_size))}
+    # what each launch adds to the environment above, per world size (env_vars is the launcher's own)
+    launch_vars = {ws: launch_env(config.run.device, n) for ws, n in threads.items()}
     info = envinfo.collect(config.run.device, backend, [sys.executable, "-m", "bench", *sys.argv[1:]],
-                           extra={"threads_per_rank": threads})
+                           extra={"threads_per_rank": threads, "launch_env_vars": launch_vars})
     import json
 
     (run_dir / "env.json").write_text(json.dumps(info, indent=2) + "\n")
