@@ -37,4 +37,4 @@ tensorboard: setup
 	$(PYTHON) -m bench tensorboard $(RUN)
 
 clean:
-	$(PYTHON) -c "import shutil, pathlib; [shutil.rmtree(p, ignore_errors=True) for p in ['.pytest_cache', '.ruff_cache', '.benchmarks', 'build', *map(str, pathlib.Path('.').rglob('__pycache__')), *map(str, pathlib.Path('.').glob('*.egg-info'))]]"
+	python3 scripts/clean.py
