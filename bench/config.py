@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import tomllib
 
 from bench.schema import ENGINES, PRECISIONS, SCALINGS
 

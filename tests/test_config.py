@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 import tomllib
+
+import pytest
 
 from bench.__main__ import main as bench_main
 from bench.config import (

@@ -7,15 +7,11 @@ that breaks the contract (an unknown status, text in a number column) is an erro
 from __future__ import annotations
 
 import json
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-
-try:
-    import tomllib  # Python 3.11+
-except ModuleNotFoundError:  # Python 3.10: the same parser, released as tomli
-    import tomli as tomllib
 
 from bench.schema import CONTRACT_COLUMNS, RESULT_COLUMNS, STATUSES
 
