@@ -359,17 +359,7 @@ def bucket_sweep(df: pd.DataFrame) -> pd.DataFrame:
 
 def precision_table(df: pd.DataFrame) -> pd.DataFrame:
     """Cells that differ only in compute dtype (precision) and gradient comm dtype, against fp32."""
-    fixed = (
-        "engine",
-        "model",
-        "model_size",
-        "world_size",
-        "bucket_cap_mb",
-        "grad_accum",
-        "scaling",
-        "per_rank_batch",
-        "global_batch",
-    )
+    fixed = config_keys_except("precision", "comm_dtype")
 
     def extra(r, group):
         base = _ok_throughput(
@@ -383,17 +373,7 @@ def precision_table(df: pd.DataFrame) -> pd.DataFrame:
 
 def accumulation_table(df: pd.DataFrame) -> pd.DataFrame:
     """Cells that differ only in grad_accum (the global batch grows with it), against grad_accum = 1."""
-    fixed = (
-        "engine",
-        "model",
-        "model_size",
-        "world_size",
-        "bucket_cap_mb",
-        "precision",
-        "comm_dtype",
-        "scaling",
-        "per_rank_batch",
-    )
+    fixed = config_keys_except("grad_accum", "global_batch")
 
     def extra(r, group):
         base = _ok_throughput(group, group["grad_accum"] == 1)
