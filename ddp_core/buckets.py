@@ -19,14 +19,14 @@ def assign_buckets(
     """Group tensor indices into buckets of about `cap_bytes`, in the order given.
 
     The caller passes parameters in reverse registration order (roughly the order backward produces
-    their gradients). As torch's `compute_bucket_assignment_by_size`: a tensor joins the open bucket,
-    which closes once it holds `cap_bytes` or more (so a bucket may pass the cap by less than its
-    last tensor). A tensor is never split; one larger than `cap_bytes` closes the open bucket and
-    gets a bucket alone. `keys` (e.g. (dtype, device)) keeps one open bucket per key, so a bucket
-    holds one dtype. When `first_cap_bytes` is given, the first bucket of each key closes at it
-    instead (same rule: with torch's 1 MiB it holds the last layer whatever its size). A small first
-    bucket starts communication early (torch: "Experiments showed 1MB is a reasonable value").
-    Buckets come back sorted by their first index, so bucket 0 is the first one backward fills.
+    their gradients). The rule is torch's `compute_bucket_assignment_by_size` (reducer.cpp), so both
+    engines reduce the same messages: a tensor joins the open bucket of its key, and the bucket closes
+    once it holds `cap_bytes` or more. A tensor is never split, so a bucket overshoots the cap by less
+    than its last tensor; a tensor larger than the cap closes the bucket it joins. `keys` (e.g. (dtype,
+    device)) keeps one open bucket per key, so a bucket holds one dtype. When `first_cap_bytes` is given,
+    the first bucket of each key closes at it instead: a small first bucket starts communication early
+    (torch: "Experiments showed 1MB is a reasonable value"). Buckets come back sorted by their first
+    index, so bucket 0 is the first one backward fills.
     """
     if cap_bytes <= 0:
         raise ValueError(f"cap_bytes={cap_bytes} must be positive")
@@ -44,12 +44,6 @@ def assign_buckets(
         closed_per_key[key] = closed_per_key.get(key, 0) + 1
 
     for i, (size, key) in enumerate(zip(sizes_bytes, keys)):
-        if size > cap_bytes:  # too big to share: it closes the open bucket and goes alone
-            if key in open_buckets:
-                close(key)
-            open_buckets[key] = ([i], size)
-            close(key)
-            continue
         indices, total = open_buckets.get(key, ([], 0))
         open_buckets[key] = (indices + [i], total + size)
         if total + size >= cap_for(key):

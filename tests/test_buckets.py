@@ -17,9 +17,10 @@ def test_fills_up_to_the_cap_in_order():
     assert assign_buckets([6, 4], cap_bytes=8) == [[0, 1]]
 
 
-def test_parameter_larger_than_the_cap_gets_a_bucket_alone():
-    # 20 would overflow the open [0]: it closes it, then is alone (never split); 1 and 2 follow
-    assert assign_buckets([3, 20, 1, 2], cap_bytes=8) == [[0], [1], [2, 3]]
+def test_parameter_larger_than_the_cap_is_never_split():
+    # torch's rule: 20 joins the open [0] (3 + 20 ≥ 8) and closes it; 1 and 2 open the next bucket
+    assert assign_buckets([3, 20, 1, 2], cap_bytes=8) == [[0, 1], [2, 3]]
+    assert assign_buckets([20, 1], cap_bytes=8) == [[0], [1]]
     assert assign_buckets([20], cap_bytes=8) == [[0]]
 
 
@@ -28,8 +29,8 @@ def test_first_bucket_has_its_own_cap():
     assert assign_buckets([2, 4, 4, 3, 3], cap_bytes=8, first_cap_bytes=2) == [[0], [1, 2], [3, 4]]
     # the first bucket follows the same rule as torch's: a tensor joins it, then it closes at ≥ 2
     assert assign_buckets([1, 5, 4, 4, 4], cap_bytes=8, first_cap_bytes=2) == [[0, 1], [2, 3], [4]]
-    # a tensor larger than the (main) cap is alone even while the first bucket is open
-    assert assign_buckets([1, 20, 4], cap_bytes=8, first_cap_bytes=2) == [[0], [1], [2]]
+    # a tensor larger than the cap closes the first bucket it joins, as any other
+    assert assign_buckets([1, 20, 4], cap_bytes=8, first_cap_bytes=2) == [[0, 1], [2]]
 
 
 def test_tiny_cap_gives_one_parameter_per_bucket():

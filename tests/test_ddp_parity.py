@@ -2,9 +2,9 @@
 
 torch's DDP test pattern: the reference model steps on the global batch, each DDP replica on its
 rank's slice, inputs reshuffled every step (same permutation on every rank), parameters compared
-after every step, buckets made tiny (bucket_cap_mb=0.001 → one parameter per bucket) so the
-multi-bucket paths run. One spawn per world size loops over every combination and reports each
-failing one by name.
+after every step, buckets made tiny (bucket_cap_mb=0.001, and 0.0005 below the largest weight) so the
+multi-bucket paths run, and the bucket layout checked against torch's rebuilt one. One spawn per
+world size loops over every combination and reports each failing one by name.
 
 Tolerance: rtol=1e-5, atol=1e-6. All three compute in float32 but sum in different orders (the
 reference reduces the global batch inside one matmul; DDP sums per-rank means after dividing each by
@@ -26,6 +26,9 @@ from torch import nn
 from ddp_core import DistributedDataParallel
 
 RTOL, ATOL = 1e-5, 1e-6
+# 0.001 MiB (the tiny cap of torch's tests): several small buckets; 0.0005 MiB: the 16x16 weight (1 KiB) is
+# larger than the cap and closes the bucket it joins; 25 MiB: torch's default, one bucket.
+CAPS_MB = (0.0005, 0.001, 25)
 STEPS, PER_RANK_BATCH, LR = 3, 4, 0.1
 
 
@@ -74,13 +77,18 @@ def check_parity(rank, world_size, strategy, cap_mb, as_view) -> list[str]:
         p.numel() * 4 for p in reference.parameters()
     ):
         errors.append(f"{tag}: bucket_sizes_bytes={ours.bucket_sizes_bytes} do not cover the parameters")
+    if strategy != "naive" and world_size > 1:  # torch rebuilds its buckets (after step 1) only when ws > 1
+        # same messages as torch's reducer: its rebuilt layout, in gradient-ready order, from its logging data
+        theirs_layout = theirs._get_ddp_logging_data().get("rebuilt_bucket_sizes")
+        if theirs_layout != ", ".join(map(str, ours.bucket_sizes_bytes)):
+            errors.append(f"{tag}: buckets {ours.bucket_sizes_bytes} != torch DDP's rebuilt {theirs_layout}")
     return errors
 
 
 def all_combinations(rank, world_size) -> list[str]:
     errors = []
     for strategy, cap_mb, as_view in itertools.product(
-        ("naive", "bucketed", "overlap"), (0.001, 25), (False, True)
+        ("naive", "bucketed", "overlap"), CAPS_MB, (False, True)
     ):
         errors += check_parity(rank, world_size, strategy, cap_mb, as_view)
     dist.barrier()
