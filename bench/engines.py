@@ -38,22 +38,21 @@ def bucket_sizes_bytes(engine: str, model: nn.Module, bucket_cap_mb: float | Non
     """The all-reduce message sizes the engine uses, as far as it tells.
 
     ddp_core reports them (`bucket_sizes_bytes`; one per parameter for naive). torch DDP's reducer does
-    not expose them publicly: approximate by cutting the gradient bytes at bucket_cap_mb, in reverse
-    parameter order, never splitting a parameter (what its reducer does after the first iteration).
+    not expose them publicly: compute them with ddp_core's `assign_buckets`, which follows the rule of
+    torch's `compute_bucket_assignment_by_size` (reverse parameter order, a bucket closes once it reaches
+    the cap, one dtype per bucket). With an explicit bucket_cap_mb, as here, torch 2.13 uses that cap for
+    the first bucket too. The real layout after torch's rebuild follows gradient-ready order, which for
+    most models is this order.
     """
     if hasattr(model, "bucket_sizes_bytes"):
         return [int(s) for s in model.bucket_sizes_bytes]
-    cap = (DEFAULT_BUCKET_MB if bucket_cap_mb is None else bucket_cap_mb) * MiB
-    sizes, current = [], 0
-    for p in reversed([p for p in model.parameters() if p.requires_grad]):
-        nbytes = p.numel() * p.element_size()
-        if current and current + nbytes > cap:
-            sizes.append(current)
-            current = 0
-        current += nbytes
-    if current:
-        sizes.append(current)
-    return sizes
+    from ddp_core import assign_buckets
+
+    params = list(reversed([p for p in model.parameters() if p.requires_grad]))
+    sizes = [p.numel() * p.element_size() for p in params]
+    cap = int((DEFAULT_BUCKET_MB if bucket_cap_mb is None else bucket_cap_mb) * MiB)
+    groups = assign_buckets(sizes, max(1, cap), keys=[(p.dtype, p.device) for p in params])
+    return [sum(sizes[i] for i in group) for group in groups]
 
 
 def sync_wait_ms(model: nn.Module) -> float | None:
