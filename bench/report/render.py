@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.report.load import STRING_COLUMNS
+
 EMPTY = "—"
 
 CSS = """
@@ -40,25 +42,9 @@ code, pre { background: #f4f6f9; border-radius: 4px; } pre { padding: 8px 12px; 
 .same { font-size: 12.5px; color: #3a4254; margin: 2px 0; } .empty { color: #5b6475; }
 """
 
-TEXT_COLUMNS = {
-    "engine",
-    "model",
-    "model_size",
-    "precision",
-    "comm_dtype",
-    "scaling",
-    "status",
-    "note",
-    "cell_id",
-    "reason",
-    "error",
-    "field",
-    "value",
-    "presence",
-    "run_a",
-    "run_b",
-    "traces",
-    "device",
+# Left-aligned columns: the run's text columns plus the ones the report's own tables add.
+TEXT_COLUMNS = set(STRING_COLUMNS) | {
+    "note", "reason", "field", "value", "presence", "run_a", "run_b", "traces",
 }
 # Configuration columns that a table may state once ("Every row: …") when they never change in it.
 HOISTABLE = {
