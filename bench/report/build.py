@@ -223,17 +223,7 @@ def build_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     files = trace_files(run)
     sec = Section("All cells and traces", "cells")
     cols = [
-        "cell_id",
-        "status",
-        "error",
-        "engine",
-        "world_size",
-        "bucket_cap_mb",
-        "precision",
-        "comm_dtype",
-        "grad_accum",
-        "scaling",
-        "global_batch",
+        *tables.CELL_COLUMNS,
         "n_timed_steps",
         "step_time_ms_p50",
         "step_time_ms_p90",

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.load import STRING_COLUMNS
+from bench.schema import CONFIG_KEYS
 
 EMPTY = "—"
 
@@ -47,23 +48,7 @@ TEXT_COLUMNS = set(STRING_COLUMNS) | {
     "note", "reason", "field", "value", "presence", "run_a", "run_b", "traces",
 }
 # Configuration columns that a table may state once ("Every row: …") when they never change in it.
-HOISTABLE = {
-    "engine",
-    "model",
-    "model_size",
-    "precision",
-    "comm_dtype",
-    "grad_accum",
-    "bucket_cap_mb",
-    "scaling",
-    "per_rank_batch",
-    "global_batch",
-    "world_size",
-    "run_a",
-    "run_b",
-    "device",
-    "torch_bucket_cap_mb",
-}
+HOISTABLE = set(CONFIG_KEYS) | {"run_a", "run_b", "device", "torch_bucket_cap_mb"}
 WRAP_COLUMNS = {"note", "reason", "error", "traces"}
 
 

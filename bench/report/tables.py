@@ -27,6 +27,9 @@ BATCH_KEY = {"strong": "global_batch", "weak": "per_rank_batch"}
 # cell that the bucket-less naive engine is compared with.
 TORCH_DEFAULT_BUCKET_MB = 25.0
 EFFICIENCY_THRESHOLD_PCT = 80.0
+# What names a cell in per-cell listings (cells without numbers, all cells): its id, outcome and settings.
+CELL_COLUMNS = ("cell_id", "status", "error", "engine", "world_size", "bucket_cap_mb", "precision",
+                "comm_dtype", "grad_accum", "scaling", "global_batch")
 # comm_dtype values meaning "gradients reduced in their own dtype" (the runner writes "none").
 NO_COMPRESSION = ("", "none", "fp32")
 
@@ -441,17 +444,4 @@ def phase_breakdown(df: pd.DataFrame) -> pd.DataFrame:
 def not_measured(df: pd.DataFrame) -> pd.DataFrame:
     """Every cell whose status is not ok, with its reason."""
     bad = df[df["status"] != "ok"]
-    cols = [
-        "cell_id",
-        "status",
-        "error",
-        "engine",
-        "world_size",
-        "bucket_cap_mb",
-        "precision",
-        "comm_dtype",
-        "grad_accum",
-        "scaling",
-        "global_batch",
-    ]
-    return bad[cols].rename(columns={"error": "reason"}).reset_index(drop=True)
+    return bad[list(CELL_COLUMNS)].rename(columns={"error": "reason"}).reset_index(drop=True)
