@@ -17,10 +17,9 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.schema import ENGINES, PRECISIONS, SCALINGS
+from bench.schema import COMM_DTYPE_ALIASES, COMM_DTYPES, DEFAULT_BUCKET_MB, ENGINES, PRECISIONS, SCALINGS
 
 CONFIG_DIR = Path(__file__).parent / "configs"
-COMM_DTYPES = ("none", "fp32", "fp16", "bf16")  # "fp32" is an alias of "none" (no compression)
 DEVICES = ("auto", "cpu", "cuda")
 FAULT_KINDS = ("hang", "crash")
 DEVICE_SECTIONS = ("on_cpu", "on_cuda")
@@ -52,7 +51,7 @@ class MatrixConfig:
 
     engine: tuple[str, ...] = ENGINES
     world_size: tuple[int, ...] = (1, 2)
-    bucket_cap_mb: tuple[float, ...] = (25.0,)
+    bucket_cap_mb: tuple[float, ...] = (DEFAULT_BUCKET_MB,)
     precision: tuple[str, ...] = ("fp32",)
     comm_dtype: tuple[str, ...] = ("none",)
     grad_accum: tuple[int, ...] = (1,)
@@ -66,7 +65,7 @@ class MatrixConfig:
         _check_min("matrix.world_size", self.world_size, 1)
         _check_min("matrix.bucket_cap_mb", self.bucket_cap_mb, 0, strict=True)
         _check_choices("matrix.precision", self.precision, PRECISIONS)
-        _check_choices("matrix.comm_dtype", self.comm_dtype, COMM_DTYPES)
+        _check_choices("matrix.comm_dtype", self.comm_dtype, COMM_DTYPES + tuple(COMM_DTYPE_ALIASES))
         _check_min("matrix.grad_accum", self.grad_accum, 1)
         _check_choices("matrix.scaling", self.scaling, SCALINGS)
 

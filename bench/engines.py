@@ -9,9 +9,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-COMM_DTYPES = {"none": None, "fp16": torch.float16, "bf16": torch.bfloat16}
-DEFAULT_BUCKET_MB = 25.0  # torch DDP's default; the value naive (no buckets) passes to ddp_core
-MiB = 1024 * 1024
+from bench.schema import COMM_DTYPES, DEFAULT_BUCKET_MB, MiB
+
+# bench.schema.COMM_DTYPES → the dtype gradients travel in (None: their own dtype, no compression)
+COMM_TORCH_DTYPES = dict(zip(COMM_DTYPES, (None, torch.float16, torch.bfloat16), strict=True))
 
 
 def wrap(engine: str, module: nn.Module, bucket_cap_mb: float | None, comm_dtype: str,
@@ -31,7 +32,7 @@ def wrap(engine: str, module: nn.Module, bucket_cap_mb: float | None, comm_dtype
     import ddp_core
 
     return ddp_core.DistributedDataParallel(module, strategy=engine, bucket_cap_mb=bucket,
-                                            comm_dtype=COMM_DTYPES[comm_dtype])
+                                            comm_dtype=COMM_TORCH_DTYPES[comm_dtype])
 
 
 def bucket_sizes_bytes(engine: str, model: nn.Module, bucket_cap_mb: float | None) -> list[int]:

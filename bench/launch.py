@@ -24,10 +24,10 @@ from bench import results
 from bench.config import BenchConfig
 from bench.matrix import Cell, groups
 from bench.progress import Progress
+from bench.schema import ERROR_TAIL_LINES
 
 POLL_S = 0.05          # events-file poll period
 TERM_GRACE_S = 5.0     # SIGTERM → SIGKILL grace when a launch is killed
-ERROR_TAIL_LINES = 12
 
 
 def tail(path: Path, lines: int = ERROR_TAIL_LINES) -> str:

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from bench.config import BenchConfig
+from bench.schema import COMM_DTYPE_ALIASES
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class Cell:
     world_size: int
     bucket_cap_mb: float | None    # None: the engine has no buckets (naive)
     precision: str
-    comm_dtype: str                # "none" | "fp16" | "bf16"
+    comm_dtype: str                # one of bench.schema.COMM_DTYPES
     grad_accum: int
     scaling: str
     per_rank_batch: int            # samples per rank per micro-step
@@ -72,7 +73,7 @@ def expand(config: BenchConfig, bf16_supported: bool = True, gpu_count: int | No
         sorted(set(m.world_size)), m.engine, m.bucket_cap_mb, m.precision, m.comm_dtype, m.grad_accum,
         m.scaling,
     ):
-        comm = "none" if comm == "fp32" else comm
+        comm = COMM_DTYPE_ALIASES.get(comm, comm)
         bucket = None if engine == "naive" else float(bucket)
         prb = per_rank_batch(scaling, ws, w.global_batch, w.per_rank_batch)
         reason = ""

@@ -6,10 +6,26 @@ commands read them. A number that was not measured is empty (NaN in pandas), nev
 
 from __future__ import annotations
 
+# ---- vocabularies: the values a row may carry (config validates against them, the report reads them) ----
 STATUSES = ("ok", "failed", "timeout", "oom", "diverged", "skipped")
 ENGINES = ("torch", "naive", "bucketed", "overlap")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 SCALINGS = ("strong", "weak")
+# All-reduce compression. "none" sends the gradients' own dtype; a row only ever carries these values.
+COMM_DTYPES = ("none", "fp16", "bf16")
+# Spellings a config may use for a value above (the matrix collapses them): fp32 gradients sent as fp32.
+COMM_DTYPE_ALIASES = {"fp32": "none"}
+
+# ---- shared defaults and units -------------------------------------------------------------------------
+DEFAULT_BUCKET_MB = 25.0   # torch DDP's default bucket_cap_mb; ddp_core and the presets use the same
+MiB = 2**20                # bucket sizes and memory are in MiB (2^20 bytes); bandwidths in GB/s (1e9 bytes)
+ERROR_TAIL_LINES = 12      # lines of a traceback or launch log kept in a row's `error`
+TRACE_GLOB = "*.pt.trace.json*"  # the profiler's trace files under traces/<cell_id>/ (gzipped or not)
+
+
+def backend_for(device: str) -> str:
+    """The process-group backend a run on `device` ("cpu" | "cuda") uses."""
+    return "nccl" if device == "cuda" else "gloo"
 
 # The contract's columns (DESIGN.md), in order.
 CONTRACT_COLUMNS = (
@@ -44,6 +60,12 @@ EXTRA_COLUMNS = (
 )
 
 RESULT_COLUMNS = CONTRACT_COLUMNS + EXTRA_COLUMNS
+
+# Columns holding text; every other column is a number (empty when not measured).
+STRING_COLUMNS = (
+    "cell_id", "status", "error", "engine", "model", "model_size", "precision", "comm_dtype", "scaling",
+    "device", "backend", "trace_dir", "gpu_name", "hostname",
+)
 
 # The keys that identify a configuration (what compare joins on, what T1 is matched by).
 CONFIG_KEYS = (

@@ -234,7 +234,7 @@ class CellRunner:
     def allreduce_probe(self, iters: int) -> tuple[int, float | None, int]:
         """Time all-reduces of the engine's largest bucket (in the comm dtype) → (bytes, seconds, buckets)."""
         sizes = engines.bucket_sizes_bytes(self.cell.engine, self.model, self.cell.bucket_cap_mb)
-        dtype = engines.COMM_DTYPES[self.cell.comm_dtype] or torch.float32
+        dtype = engines.COMM_TORCH_DTYPES[self.cell.comm_dtype] or torch.float32
         numel = max(1, max(sizes) // 4)  # gradients are fp32: bytes / 4 elements
         buf = torch.ones(numel, dtype=dtype, device=self.device)
         nbytes = numel * buf.element_size()
