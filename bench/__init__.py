@@ -1,1 +1,1 @@
-"""ddpbench's suite: config → matrix → launch → worker → results → report (see DESIGN.md)."""
+"""ddpbench's suite: config → matrix → launch → worker → results → report (see docs/design.md)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -113,7 +114,7 @@ class RunConfig:
     phase_steps: int = 3            # instrumented steps for forward/backward/sync/optimizer times; 0: off
     probe_iters: int = 10           # timed all-reduces of the probe; 0: no probe
     seed: int = 1234
-    threads_per_rank: int = 0       # 0: CPU cores // world_size (at least 1)
+    threads_per_rank: int = 0       # 0: the node's CPU cores // its ranks (at least 1)
     cell_timeout_s: float = 600.0   # watchdog: a cell running longer is killed and recorded `timeout`
     startup_timeout_s: float = 120.0  # extra allowance for the first cell of a launch (imports, rendezvous)
     pg_timeout_s: float = 300.0     # torch.distributed process-group timeout (always set)
@@ -128,6 +129,10 @@ class RunConfig:
             _check_min(f"run.{key}", [getattr(self, key)], 0)
         for key in ("cell_timeout_s", "startup_timeout_s", "pg_timeout_s"):
             _check_min(f"run.{key}", [getattr(self, key)], 0, strict=True)
+
+    def threads_for(self, ranks_on_node: int) -> int:
+        """Threads per rank: threads_per_rank, or the node's CPU cores shared evenly by its ranks."""
+        return self.threads_per_rank or max(1, (os.cpu_count() or 1) // ranks_on_node)
 
 
 @dataclass(frozen=True)

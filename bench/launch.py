@@ -139,20 +139,16 @@ class SweepStats:
 
 
 class Sweep:
-    """Runs cells group by group and records every outcome through `results.append_record`."""
+    """Runs cells group by group, one launch at a time, and records every outcome in the run folder."""
 
-    def __init__(self, config: BenchConfig, run_dir: Path, threads_per_rank: dict[int, int],
-                 progress: Progress, verbose: bool = True):
-        self.config, self.run_dir, self.threads = config, run_dir, threads_per_rank
-        self.progress, self.verbose = progress, verbose
+    def __init__(self, config: BenchConfig, run_dir: Path, progress: Progress):
+        self.config, self.run_dir, self.progress = config, run_dir, progress
         self.stats = SweepStats()
-        self.backend = "nccl" if config.run.device == "cuda" else "gloo"
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         # A resumed run keeps the earlier launches' logs: number the new ones after them.
         self.first_launch = len(list((run_dir / "logs").glob("launch-*.cmd")))
 
-    def record(self, cell: Cell, status: str, error: str | None = None, measured: dict | None = None):
-        record = results.make_record(cell, self.config, status, error, measured, backend=self.backend)
+    def record(self, record: dict) -> None:
         results.append_record(self.run_dir, record)
         self.progress.finish(summary_line(record))
 
@@ -160,99 +156,129 @@ class Sweep:
         for ws, group in groups(cells).items():
             pending = list(group)
             while pending:
-                pending = self._launch(ws, pending)
+                launch = Launch(self, ws, pending, self.first_launch + self.stats.launches)
+                self.stats.launches += 1
+                pending = launch.run()
         return self.stats
 
-    def _launch(self, ws: int, pending: list[Cell]) -> list[Cell]:
-        """One torchrun launch over `pending`; returns the cells still to run after it ends."""
-        k = self.first_launch + self.stats.launches
-        self.stats.launches += 1
-        logs = self.run_dir / "logs"
-        plan_path, events_path = logs / f"launch-{k}.plan.json", logs / f"launch-{k}.events.jsonl"
-        write_plan(plan_path, self.config, self.run_dir, pending, self.threads[ws], launcher_pid=os.getpid())
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ws),
-               "-m", "bench.worker", "--plan", str(plan_path), "--events", str(events_path)]
-        env = os.environ | launch_env(self.config.run.device, self.threads[ws]) | {"PYTHONUNBUFFERED": "1"}
-        (logs / f"launch-{k}.cmd").write_text(" ".join(cmd) + "\n")
-        by_id = {c.cell_id: c for c in pending}
-        remaining = dict(by_id)
-        reader = EventReader(events_path)
-        worker_pgids: set[int] = set()
-        errors: dict[str, dict] = {}
-        current: Cell | None = None
-        r = self.config.run
-        with open(logs / f"launch-{k}.out", "w") as out, open(logs / f"launch-{k}.err", "w") as err:
-            t_launch = time.time()
+
+class Launch:
+    """One torchrun launch over the pending cells of one world size: start it, follow its events, stop it
+    when a cell overruns, and say which cells are still to run when it ends."""
+
+    def __init__(self, sweep: Sweep, ws: int, pending: list[Cell], k: int):
+        self.sweep, self.config, self.ws, self.k = sweep, sweep.config, ws, k
+        self.logs = sweep.run_dir / "logs"
+        self.pending = list(pending)
+        self.remaining = {c.cell_id: c for c in pending}
+        self.reader = EventReader(self.logs / f"launch-{k}.events.jsonl")
+        self.worker_pgids: set[int] = set()
+        self.errors: dict[str, dict] = {}
+        self.current: Cell | None = None
+        self.started_any = False
+        self.mark = time.time()  # a cell's clock runs from the previous finish (or the launch's start)
+
+    def command(self) -> list[str]:
+        plan_path = self.logs / f"launch-{self.k}.plan.json"
+        write_plan(plan_path, self.config, self.sweep.run_dir, self.pending, launcher_pid=os.getpid())
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                str(self.ws), "-m", "bench.worker", "--plan", str(plan_path),
+                "--events", str(self.reader.path)]
+
+    def run(self) -> list[Cell]:
+        """Start the launch and follow it to its end; returns the cells still to run."""
+        cmd, r = self.command(), self.config.run
+        env = os.environ | launch_env(r.device, r.threads_for(self.ws)) | {"PYTHONUNBUFFERED": "1"}
+        (self.logs / f"launch-{self.k}.cmd").write_text(" ".join(cmd) + "\n")
+        with open(self.logs / f"launch-{self.k}.out", "w") as out, \
+                open(self.logs / f"launch-{self.k}.err", "w") as err:
             proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)
-            (logs / f"launch-{k}.pid").write_text(f"{proc.pid}\n")
-            mark, started_any = t_launch, False
+            (self.logs / f"launch-{self.k}.pid").write_text(f"{proc.pid}\n")
             try:
-                while True:
-                    exited = proc.poll() is not None
-                    for ev in reader.read():
-                        kind = ev["event"]
-                        if kind == "hello":
-                            worker_pgids.add(ev["pgid"])
-                        elif kind == "start":
-                            current, started_any = by_id[ev["cell_id"]], True
-                            self.progress.start(current.cell_id)
-                        elif kind == "error":
-                            errors.setdefault(ev["cell_id"], ev)  # the first rank to fail says why
-                        elif kind == "finish":
-                            cell = remaining.pop(ev["cell_id"])
-                            row = ev["row"]
-                            gap = ev["t"] - mark
-                            self.stats.overhead_s.append(gap - row.get("steps_wall_s", 0.0))
-                            self.stats.overhead_timed_s.append(gap - sum(row.get("step_times_ms", [])) / 1e3)
-                            mark, current = ev["t"], None
-                            self.record(cell, "ok", measured=row)
-                    if exited:
-                        break
-                    # A cell's clock runs from the previous finish; the first cell of a launch also gets
-                    # startup_timeout_s (imports, rendezvous, first collectives).
-                    first = len(remaining) == len(pending)
-                    limit = r.cell_timeout_s + (r.startup_timeout_s if first else 0)
-                    if time.time() - mark > limit:
-                        victim = current or next(iter(remaining.values()))
-                        kill_groups(proc, worker_pgids)
-                        self.record(victim, "timeout",
-                                    f"no result within run.cell_timeout_s={r.cell_timeout_s:g}s"
-                                    + (f" + run.startup_timeout_s={r.startup_timeout_s:g}s" if first else "")
-                                    + "; launch killed")
-                        remaining.pop(victim.cell_id)
-                        return list(remaining.values())
+                while proc.poll() is None:
+                    self.follow_events()
+                    if self.overdue():
+                        self.stop_overdue(proc)
+                        return list(self.remaining.values())
                     time.sleep(POLL_S)
+                self.follow_events()
             except BaseException:  # Ctrl-C / SIGTERM: stop the launch and leave nothing behind
-                kill_groups(proc, worker_pgids)
-                for ev in reader.read():  # keep the cells that finished before the launch was stopped
-                    if ev["event"] == "finish" and ev["cell_id"] in remaining:
-                        self.record(remaining.pop(ev["cell_id"]), "ok", measured=ev["row"])
+                kill_groups(proc, self.worker_pgids)
+                self.follow_events(finished_only=True)  # keep the cells that finished before the stop
                 raise
         # Workers may outlive a torchrun that died abnormally: make sure none is left.
-        kill_groups(proc, worker_pgids)
-        rc = proc.returncode
-        if current is not None:  # the launch ended inside a cell
-            ev = errors.get(current.cell_id, {})
-            why = ev.get("error") or f"launch exited with code {rc}:\n{tail(logs / f'launch-{k}.err')}"
-            self.record(current, ev.get("status", "failed"), why)
-            remaining.pop(current.cell_id)
-        elif remaining and not started_any:  # nothing ran: a start-up failure, same for every cell
-            why = f"launch exited with code {rc} before its first cell:\n{tail(logs / f'launch-{k}.err')}"
-            for cell in remaining.values():
-                self.record(cell, "failed", why)
+        kill_groups(proc, self.worker_pgids)
+        return self.after_exit(proc.returncode)
+
+    def follow_events(self, finished_only: bool = False) -> None:
+        """Read the events written since the last call and record the cells they finish."""
+        for ev in self.reader.read():
+            kind = ev["event"]
+            if kind == "finish" and ev["cell_id"] in self.remaining:
+                cell = self.remaining.pop(ev["cell_id"])
+                row, gap = ev["row"], ev["t"] - self.mark
+                self.sweep.stats.overhead_s.append(gap - row.get("steps_wall_s", 0.0))
+                self.sweep.stats.overhead_timed_s.append(gap - sum(row.get("step_times_ms", [])) / 1e3)
+                self.mark, self.current = ev["t"], None
+                self.sweep.record(results.record_from_event(cell, self.config, ev))
+            elif finished_only:
+                continue
+            elif kind == "hello":
+                self.worker_pgids.add(ev["pgid"])
+            elif kind == "start":
+                self.current, self.started_any = self.remaining[ev["cell_id"]], True
+                self.sweep.progress.start(ev["cell_id"])
+            elif kind == "error":
+                self.errors.setdefault(ev["cell_id"], ev)  # the first rank to fail says why
+
+    def time_limit_s(self) -> float:
+        """The watchdog's limit for the cell in flight; the first cell of a launch also gets
+        startup_timeout_s (imports, rendezvous, first collectives)."""
+        r = self.config.run
+        first = len(self.remaining) == len(self.pending)
+        return r.cell_timeout_s + (r.startup_timeout_s if first else 0)
+
+    def overdue(self) -> bool:
+        return time.time() - self.mark > self.time_limit_s()
+
+    def stop_overdue(self, proc: subprocess.Popen) -> None:
+        """Kill the launch and record the cell in flight (or the next one) `timeout`."""
+        r = self.config.run
+        first = len(self.remaining) == len(self.pending)
+        victim = self.current or next(iter(self.remaining.values()))
+        kill_groups(proc, self.worker_pgids)
+        why = (f"no result within run.cell_timeout_s={r.cell_timeout_s:g}s"
+               + (f" + run.startup_timeout_s={r.startup_timeout_s:g}s" if first else "") + "; launch killed")
+        self.sweep.record(results.make_record(victim, self.config, "timeout", why))
+        self.remaining.pop(victim.cell_id)
+
+    def after_exit(self, rc: int) -> list[Cell]:
+        """Record what an ended launch leaves unfinished; returns the cells to relaunch."""
+        err_tail = tail(self.logs / f"launch-{self.k}.err")
+        if self.current is not None:  # the launch ended inside a cell
+            ev = self.errors.get(self.current.cell_id)
+            record = (results.record_from_event(self.current, self.config, ev) if ev else results.make_record(
+                self.current, self.config, "failed", f"launch exited with code {rc}:\n{err_tail}"))
+            self.sweep.record(record)
+            self.remaining.pop(self.current.cell_id)
+        elif self.remaining and not self.started_any:  # nothing ran: a start-up failure, same for every cell
+            why = f"launch exited with code {rc} before its first cell:\n{err_tail}"
+            for cell in self.remaining.values():
+                self.sweep.record(results.make_record(cell, self.config, "failed", why))
             return []
-        elif remaining and len(remaining) == len(pending):  # no progress: do not relaunch forever
-            cell = next(iter(remaining.values()))
-            self.record(cell, "failed", f"launch exited with code {rc} without running it")
-            remaining.pop(cell.cell_id)
-        return list(remaining.values())
+        elif self.remaining and len(self.remaining) == len(self.pending):  # no progress: do not loop
+            cell = next(iter(self.remaining.values()))
+            self.sweep.record(results.make_record(cell, self.config, "failed",
+                                                  f"launch exited with code {rc} without running it"))
+            self.remaining.pop(cell.cell_id)
+        return list(self.remaining.values())
 
 
-def write_plan(path: Path, config: BenchConfig, run_dir: Path, cells: list[Cell], threads: int,
+def write_plan(path: Path, config: BenchConfig, run_dir: Path, cells: list[Cell],
                launcher_pid: int | None) -> None:
-    """The worker's input: resolved config, the cells, threads per rank, and who to watch for."""
+    """The worker's input: resolved config, the cells, and the launcher to watch for (None: none)."""
     plan = {"run_dir": str(run_dir.resolve()), "config": config.to_dict(),
-            "cells": [c.to_dict() for c in cells], "threads_per_rank": threads, "launcher_pid": launcher_pid}
+            "cells": [c.to_dict() for c in cells], "launcher_pid": launcher_pid}
     path.write_text(json.dumps(plan, indent=1))
 
 

@@ -1,4 +1,4 @@
-"""The metrics of DESIGN.md "Metrics", defined once, one small function each.
+"""The metrics of docs/design.md "Metrics", defined once, one small function each.
 
 The runner computes row values with these; the report computes speedup and efficiency with these.
 Every function returns None (an empty cell) when an input it needs was not measured.

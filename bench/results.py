@@ -14,7 +14,10 @@ import os
 from pathlib import Path
 
 from bench.matrix import Cell
-from bench.schema import RESULT_COLUMNS
+from bench.schema import CONFIG_KEYS, RESULT_COLUMNS, backend_for
+
+# The row's keys the cell, the launcher's config and the event own: a worker's row never overrides them.
+RECORD_OWNED = frozenset({"cell_id", "status", "error", "device", "backend", *CONFIG_KEYS})
 
 CELLS_FILE, CSV_FILE = "cells.jsonl", "results.csv"
 
@@ -30,30 +33,31 @@ def cell_config(cell: Cell, config) -> dict:
     }
 
 
-def make_record(cell: Cell, config, status: str, error: str | None = None, measured: dict | None = None,
-                backend: str | None = None) -> dict:
-    """One cells.jsonl record: the cell's columns, then what the worker measured, then the extras."""
+def make_record(cell: Cell, config, status: str, error: str | None = None,
+                measured: dict | None = None) -> dict:
+    """One cells.jsonl record: the cell's columns, its status and error, then what the worker measured
+    (RESULT_COLUMNS first, then `step_times_ms`, `cell` and any extra measured keys)."""
     measured = dict(measured or {})
     step_times = measured.pop("step_times_ms", [])
     row = {col: None for col in RESULT_COLUMNS}
-    row.update({
-        "cell_id": cell.cell_id, "engine": cell.engine, "model": cell.model, "model_size": cell.model_size,
-        "world_size": cell.world_size, "bucket_cap_mb": cell.bucket_cap_mb, "precision": cell.precision,
-        "comm_dtype": cell.comm_dtype, "grad_accum": cell.grad_accum, "scaling": cell.scaling,
-        "per_rank_batch": cell.per_rank_batch, "global_batch": cell.global_batch,
-        "device": config.run.device, "backend": backend,
-    })
-    row.update({k: v for k, v in measured.items() if k in row})
-    if status == "ok" and measured.get("status") == "diverged":
-        status = "diverged"  # measured, but the parity check after the timed steps failed
-    row["status"] = status
-    row["error"] = error or ("parameters differ across ranks after the timed steps"
-                             if status == "diverged" else None)
+    row.update({key: getattr(cell, key) for key in CONFIG_KEYS})
+    row.update({"cell_id": cell.cell_id, "status": status, "error": error,
+                "device": config.run.device, "backend": backend_for(config.run.device)})
+    row.update({k: v for k, v in measured.items() if k in row and k not in RECORD_OWNED})
     for key, value in row.items():  # NaN/inf never reach the files: not measured means empty
         if isinstance(value, float) and not math.isfinite(value):
             row[key] = None
-    extras = {k: v for k, v in measured.items() if k not in row and k != "status"}
+    extras = {k: v for k, v in measured.items() if k not in row}
     return row | {"step_times_ms": step_times, "cell": cell_config(cell, config)} | extras
+
+
+def record_from_event(cell: Cell, config, event: dict) -> dict:
+    """The record of a worker's "finish" (a measurement) or "error" (a failure) event for `cell`."""
+    if event["event"] == "finish":
+        return make_record(cell, config, event["status"], event.get("error"), measured=event["row"])
+    if event["event"] == "error":
+        return make_record(cell, config, event["status"], event["error"])
+    raise ValueError(f"event {event['event']!r} of {cell.cell_id} carries no outcome")
 
 
 def read_records(run_dir: Path) -> list[dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import json
 import os
 import signal
 import socket
@@ -31,6 +32,7 @@ from bench.config import (
     to_toml,
 )
 from bench.matrix import Cell, estimate_seconds, expand, groups
+from bench.schema import backend_for
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,11 +66,6 @@ def _machine(config: BenchConfig) -> tuple[int, bool]:
     if config.run.device != "cuda" or not torch.cuda.is_available():
         return 0, True
     return torch.cuda.device_count(), torch.cuda.is_bf16_supported()
-
-
-def threads_per_rank(config: BenchConfig, world_size: int) -> int:
-    """run.threads_per_rank, or the CPU cores shared evenly by the ranks of one launch."""
-    return config.run.threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
 
 
 def _comparable(config: BenchConfig) -> dict:
@@ -121,18 +118,16 @@ def lock_run_dir(run_dir: Path):
 
 
 def write_env(run_dir: Path, config: BenchConfig) -> None:
+    """env.json: the machine and software fingerprint, plus threads and variables per launch."""
     from bench import envinfo
-
-    backend = "nccl" if config.run.device == "cuda" else "gloo"
     from bench.launch import launch_env
 
-    threads = {str(ws): threads_per_rank(config, ws) for ws in sorted(set(config.matrix.world_size))}
+    device = config.run.device
+    threads = {str(ws): config.run.threads_for(ws) for ws in sorted(set(config.matrix.world_size))}
     # what each launch adds to the environment above, per world size (env_vars is the launcher's own)
-    launch_vars = {ws: launch_env(config.run.device, n) for ws, n in threads.items()}
-    info = envinfo.collect(config.run.device, backend, [sys.executable, "-m", "bench", *sys.argv[1:]],
+    launch_vars = {ws: launch_env(device, n) for ws, n in threads.items()}
+    info = envinfo.collect(device, backend_for(device), [sys.executable, "-m", "bench", *sys.argv[1:]],
                            extra={"threads_per_rank": threads, "launch_env_vars": launch_vars})
-    import json
-
     (run_dir / "env.json").write_text(json.dumps(info, indent=2) + "\n")
 
 
@@ -156,36 +151,24 @@ def dry_run(config: BenchConfig, cells: list[Cell]) -> int:
 
 def collect(run_dir: Path) -> int:
     """Records for the finished (or failed) cells found in run_dir/events/*.jsonl, not yet in cells.jsonl."""
-    import json
-
     from bench.launch import EventReader
 
     config = config_from_dict(read_tables(run_dir / "config.toml"))
     plan = json.loads((run_dir / "plan.json").read_text())
     by_id = {c["cell_id"]: Cell.from_dict(c) for c in plan["cells"]}
     done = {r["cell_id"] for r in results.read_records(run_dir)}
-    finished, errors = {}, {}
+    outcomes: dict[str, dict] = {}  # per cell, its finish event, else the first error event
     for path in sorted((run_dir / "events").glob("*.jsonl")):
         for ev in EventReader(path).read():
-            if ev["event"] == "finish":
-                finished[ev["cell_id"]] = ev["row"]
-            elif ev["event"] == "error":
-                errors.setdefault(ev["cell_id"], ev)
+            if ev["event"] == "finish" or (ev["event"] == "error" and ev["cell_id"] not in outcomes):
+                outcomes[ev["cell_id"]] = ev
     added = 0
     for cell_id, cell in by_id.items():
-        if cell_id in done:
-            continue
-        if cell_id in finished:
-            record = results.make_record(cell, config, "ok", measured=finished[cell_id],
-                                         backend=finished[cell_id].get("backend"))
-        elif cell_id in errors:
-            record = results.make_record(cell, config, errors[cell_id]["status"], errors[cell_id]["error"])
-        else:
-            continue
-        results.append_record(run_dir, record)
-        added += 1
+        if cell_id in outcomes and cell_id not in done:
+            results.append_record(run_dir, results.record_from_event(cell, config, outcomes[cell_id]))
+            added += 1
     results.write_csv(run_dir)
-    missing = [i for i in by_id if i not in done and i not in finished and i not in errors]
+    missing = [i for i in by_id if i not in done and i not in outcomes]
     print(f"collected {added} cells into {run_dir / results.CSV_FILE}; {len(missing)} not run yet")
     return 0
 
@@ -195,7 +178,7 @@ def plan_only(run_dir: Path, config: BenchConfig, cells: list[Cell]) -> int:
 
     runnable = [c for c in cells if not c.skip_reason]
     plan = run_dir / "plan.json"
-    write_plan(plan, config, run_dir, runnable, config.run.threads_per_rank, launcher_pid=None)
+    write_plan(plan, config, run_dir, runnable, launcher_pid=None)
     print(f"wrote {plan} ({len(runnable)} cells). On every node, per world size N = nodes × GPUs per node:")
     print(f"  torchrun --nnodes $NNODES --nproc-per-node $GPUS --rdzv-backend c10d "
           f"--rdzv-endpoint $HEAD:29500 -m bench.worker --plan {plan}")
@@ -243,9 +226,8 @@ def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) ->
     from bench.launch import Sweep
     from bench.progress import Progress
 
-    threads = {ws: threads_per_rank(config, ws) for ws in groups(todo)}
     progress = Progress(total=len(todo))
-    runner = Sweep(config, run_dir, threads, progress)
+    runner = Sweep(config, run_dir, progress)
     t0 = time.perf_counter()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops as cleanly as Ctrl-C
     try:
@@ -272,12 +254,10 @@ def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) ->
 
 
 def build_report(run_dir: Path) -> int:
-    """bench.report.build_report(run_dir), imported lazily; the results stay valid whatever it does."""
-    try:
-        from bench.report import build_report as build
-    except ImportError as e:
-        print(f"report unavailable: bench.report.build_report cannot be imported ({e})", file=sys.stderr)
-        return 0
+    """bench.report.build_report(run_dir), imported lazily (pandas and matplotlib only when asked for);
+    the results stay valid whatever the report does."""
+    from bench.report import build_report as build
+
     try:
         index = build(run_dir)
     except Exception as e:  # a report bug must not hide that the sweep's results are complete

@@ -1,4 +1,4 @@
-"""The result-row contract (DESIGN.md "Cell, result row and files"), defined once for writer and readers.
+"""The result-row contract (docs/design.md "Result row"), defined once for writer and readers.
 
 The runner writes rows with exactly these columns (in this order) to `results.csv`; the report and compare
 commands read them. A number that was not measured is empty (NaN in pandas), never 0 and never a string.
@@ -27,7 +27,7 @@ def backend_for(device: str) -> str:
     """The process-group backend a run on `device` ("cpu" | "cuda") uses."""
     return "nccl" if device == "cuda" else "gloo"
 
-# The contract's columns (DESIGN.md), in order.
+# The contract's columns (docs/design.md), in order.
 CONTRACT_COLUMNS = (
     "cell_id", "status", "error", "engine", "model", "world_size", "bucket_cap_mb", "precision",
     "comm_dtype", "grad_accum", "scaling", "per_rank_batch", "global_batch", "device", "backend",

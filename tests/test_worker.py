@@ -1,4 +1,4 @@
-"""bench.worker.CellRunner in-process, in a one-rank gloo group (FileStore: no ports)."""
+"""bench.worker's cell and trainer in-process, in a one-rank gloo group (FileStore: no ports)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import torch.distributed as dist
 from bench.config import load_config
 from bench.matrix import expand
 from bench.schema import RESULT_COLUMNS
-from bench.worker import CellRunner
+from bench.worker.cell import compute_only_window, run_cell, steps_needed
+from bench.worker.trainer import Trainer
 
 
 @pytest.fixture
@@ -28,8 +29,8 @@ def test_cell_runner_measures_a_cell(tmp_path, one_rank_group, precision):
     config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=2",
                                        f"matrix.precision={precision}", "run.timed_steps=3", "run.repeats=2"])
     (cell,) = expand(config)
-    row = CellRunner(cell, config, torch.device("cpu"), tmp_path).run()
-    assert row["status"] == "ok"
+    status, error, row = run_cell(cell, config, torch.device("cpu"), 0, 1, tmp_path)
+    assert (status, error) == ("ok", None) and "status" not in row
     assert set(row) - set(RESULT_COLUMNS) == {"step_times_ms", "steps_wall_s"}
     assert row["n_timed_steps"] == len(row["step_times_ms"]) == 6  # timed_steps × repeats
     assert row["step_time_ms_p50"] > 0 and row["compute_only_ms_p50"] > 0
@@ -48,8 +49,8 @@ def test_index_schedule_covers_grad_accum_micro_batches(tmp_path, one_rank_group
     config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=3",
                                        "profile.enabled=false"])
     (cell,) = expand(config)
-    runner = CellRunner(cell, config, torch.device("cpu"), tmp_path)
-    step = runner.schedule[0]
+    trainer = Trainer(cell, config, torch.device("cpu"), 0, 1, steps_needed(config))
+    step = trainer.schedule[0]
     assert len(step) == 3 and all(idx.shape == (cell.per_rank_batch,) for idx in step)
     assert len(set(torch.cat(step).tolist())) == 3 * cell.per_rank_batch  # distinct samples in a step
 
@@ -61,12 +62,13 @@ def test_compute_only_window_replays_the_timed_batches(tmp_path, one_rank_group)
                                        "run.timed_steps=2", "run.compute_only_steps=3",
                                        "profile.enabled=false"])
     (cell,) = expand(config)
-    runner = CellRunner(cell, config, torch.device("cpu"), tmp_path)
-    runner.run()
-    r = config.run
-    first_timed = r.warmup_steps
-    first_compute_only = first_timed + r.timed_steps * r.repeats + r.phase_steps
-    timed = runner.schedule[first_timed:first_timed + r.timed_steps * r.repeats]
-    replayed = runner.schedule[first_compute_only:first_compute_only + r.compute_only_steps]
-    expected = [timed[i % len(timed)] for i in range(r.compute_only_steps)]
+    trainer = Trainer(cell, config, torch.device("cpu"), 0, 1, steps_needed(config))
+    for _ in range(3):
+        trainer.step()
+    timed = trainer.schedule[1:3]
+    first_compute_only = trainer.cursor
+    assert compute_only_window(trainer, timed, 3) > 0
+    replayed = trainer.schedule[first_compute_only:first_compute_only + 3]
+    expected = [timed[i % len(timed)] for i in range(3)]
     assert all(torch.equal(a[0], b[0]) for a, b in zip(replayed, expected, strict=True))
+    assert trainer.cursor == first_compute_only + 3

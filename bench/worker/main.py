@@ -1,0 +1,96 @@
+"""One rank of a launch: set the process up, then run each cell of the plan whose world size is this
+launch's WORLD_SIZE, telling the launcher through the events file.
+
+Rank 0 writes "start" and "finish" (status, error and the measured row); a rank whose cell raises writes
+"error" and exits non-zero, so torchrun tears the launch down and the launcher relaunches the remaining
+cells (see bench/worker/events.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from bench.config import BenchConfig, config_from_dict
+from bench.matrix import Cell
+from bench.schema import ERROR_TAIL_LINES
+from bench.worker import process
+from bench.worker.cell import run_cell
+from bench.worker.events import Events
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.worker", description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", type=Path, required=True, help="plan JSON written by `bench run`")
+    parser.add_argument("--events", type=Path, default=None,
+                        help="events file (default: <run_dir>/events/<host>-<pid>.jsonl)")
+    args = parser.parse_args(argv)
+    plan = json.loads(args.plan.read_text())
+    config = config_from_dict(plan["config"])
+    run_dir = Path(plan["run_dir"])
+    process.ranks_from_slurm()
+    rank, ws = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    host = socket.gethostname()
+    events = Events(args.events or run_dir / "events" / f"{host}-{os.getpid()}.jsonl")
+    events.emit(event="hello", rank=rank, pid=os.getpid(), pgid=os.getpgid(0))
+
+    threads = config.run.threads_for(int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    torch.set_num_threads(threads)
+    device = process.pick_device(config.run.device, int(os.environ.get("LOCAL_RANK", 0)))
+    process.init_process_group(device, config.run.pg_timeout_s)
+    # Facts of this rank's process that go into every row it finishes.
+    facts = {"threads_per_rank": threads, "hostname": host,
+             "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
+    cells = [Cell.from_dict(c) for c in plan["cells"] if c["world_size"] == ws]
+    try:
+        for cell in cells:
+            if not process.launcher_alive(plan.get("launcher_pid"), device):
+                print("bench.worker: the launcher is gone; stopping", file=sys.stderr)
+                return 1
+            run_and_report(cell, config, device, run_dir, events, facts)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+def run_and_report(cell: Cell, config: BenchConfig, device: torch.device, run_dir: Path, events: Events,
+                   facts: dict) -> None:
+    """Run one cell on this rank and write its events; re-raises a failure after reporting it."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        events.emit(event="start", cell_id=cell.cell_id)
+    t_cell = time.perf_counter()
+    try:
+        inject_fault(config.debug.fault_for(cell.cell_id), cell, rank, ws)
+        status, error, row = run_cell(cell, config, device, rank, ws, run_dir)
+    except Exception as e:
+        status = "oom" if isinstance(e, torch.OutOfMemoryError) else "failed"
+        tail = traceback.format_exc().strip().splitlines()[-ERROR_TAIL_LINES:]
+        events.emit(event="error", cell_id=cell.cell_id, rank=rank, status=status, error="\n".join(tail))
+        raise
+    if rank == 0:
+        row |= facts | {"cell_wall_s": time.perf_counter() - t_cell}
+        events.emit(event="finish", cell_id=cell.cell_id, status=status, error=error, row=row)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def inject_fault(fault: str | None, cell: Cell, rank: int, ws: int) -> None:
+    """Test-only faults (debug.fault): hang every rank, or crash the last rank."""
+    if fault == "hang":
+        while True:
+            time.sleep(1)
+    if fault == "crash" and rank == ws - 1:
+        raise RuntimeError(f"injected crash in {cell.cell_id} on rank {rank} (debug.fault)")

@@ -1,0 +1,54 @@
+"""A rank's process set-up: where its rank comes from, its threads, its device and its process group."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from bench.schema import backend_for
+
+
+def ranks_from_slurm() -> None:
+    """Started by plain `srun` (one task per GPU) rather than torchrun: take the ranks from SLURM's
+    variables. MASTER_ADDR and MASTER_PORT must be exported by the job script (env:// rendezvous)."""
+    if "RANK" in os.environ or "SLURM_PROCID" not in os.environ:
+        return
+    os.environ["RANK"] = os.environ["SLURM_PROCID"]
+    os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
+    os.environ["LOCAL_RANK"] = os.environ.get("SLURM_LOCALID", "0")
+    os.environ["LOCAL_WORLD_SIZE"] = os.environ.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0]
+
+
+def pick_device(device_type: str, local_rank: int) -> torch.device:
+    """This rank's device: its local rank's GPU, or the CPU."""
+    if device_type != "cuda":
+        return torch.device("cpu")
+    device = torch.device("cuda", local_rank)
+    torch.cuda.set_device(device)
+    return device
+
+
+def init_process_group(device: torch.device, timeout_s: float) -> str:
+    """The default process group for `device` (NCCL bound to the device, or gloo); returns the backend."""
+    backend = backend_for(device.type)
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s),
+                            **({"device_id": device} if backend == "nccl" else {}))
+    return backend
+
+
+def launcher_alive(pid: int | None, device: torch.device) -> bool:
+    """Collective. All ranks agree whether the launcher still runs (a killed launcher must not leave a
+    sweep going); always True for a plan run by the user's own torchrun/srun (no launcher pid)."""
+    if pid is None:
+        return True
+    try:
+        os.kill(pid, 0)
+        alive = 1
+    except ProcessLookupError:
+        alive = 0
+    flag = torch.tensor([alive], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())

@@ -1,0 +1,159 @@
+"""One cell's training state on one rank, and one optimizer step.
+
+`Trainer.step` is the only training step the suite runs: grad_accum micro-steps (all but the last under
+no_sync()), then the optimizer. It has no mode flags: what differs between passes is wrapped around it —
+an `Instrument` that brackets each phase (nothing in the timed windows, record_function labels in the
+profiled pass, device syncs and clocks in the phase pass), or `model.no_sync()` around the whole step for
+the compute-only window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager, nullcontext
+
+import torch
+from torch.profiler import record_function
+from torch.utils.data import DistributedSampler
+
+from bench import engines
+from bench.config import BenchConfig
+from bench.matrix import Cell
+from bench.workloads import get_workload
+
+ADAMW_LR = 1e-4  # the optimizer's work per step does not depend on lr; small keeps the loss finite
+PHASES = ("data_movement", "forward", "backward", "sync_grads", "opt_step")  # the step's phase labels
+
+
+def sync_device(device: torch.device) -> None:
+    """Wait for the device's queued work (no-op on CPU). Note: a CPU-GPU sync point."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Precision:
+    """autocast, GradScaler and tf32 flags for one precision."""
+
+    def __init__(self, precision: str, device: torch.device):
+        if device.type == "cuda":  # fp32 means fp32: tf32 off unless asked (cuDNN's default is on)
+            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+            torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        self.autocast = lambda: torch.autocast(device.type, dtype=dtype) if dtype else nullcontext()
+        self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+
+class Instrument:
+    """Brackets the step's phases; this base does nothing (the timed windows: no annotations, no syncs)."""
+
+    _NOTHING = nullcontext()
+
+    def phase(self, name: str):
+        return self._NOTHING
+
+    def wait_for_gradients(self) -> None:
+        """Called once per step between backward and the optimizer; the timed steps never wait here."""
+
+
+QUIET = Instrument()
+
+
+class Labels(Instrument):
+    """The profiled pass: a record_function label per phase; the step waits for its all-reduces inside
+    `sync_grads`, so the trace shows how long the step waits for its gradients."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def phase(self, name: str):
+        return record_function(name)
+
+    def wait_for_gradients(self) -> None:
+        sync_device(self.device)
+
+
+class PhaseClock(Instrument):
+    """The phase pass: device syncs around every phase and host clocks, summed per phase over the step's
+    micro-steps into `ms` (so forward and backward are totals over grad_accum micro-steps)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.ms: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def phase(self, name: str):
+        sync_device(self.device)
+        t0 = time.perf_counter()
+        yield
+        sync_device(self.device)
+        self.ms[name] += (time.perf_counter() - t0) * 1e3
+
+
+class Trainer:
+    """The wrapped model, its optimizer and precision, the data, and the schedule of sample indices that
+    each optimizer step consumes (drawn from a DistributedSampler, as a training job's would be)."""
+
+    def __init__(self, cell: Cell, config: BenchConfig, device: torch.device, rank: int, world_size: int,
+                 n_steps: int):
+        self.cell, self.device = cell, device
+        seed = config.run.seed
+        torch.manual_seed(seed)
+        if device.type == "cuda":
+            torch.cuda.manual_seed_all(seed)
+        self.workload = get_workload(cell.model, cell.model_size, config.workload.options())
+        module = self.workload.build_model().to(device)
+        self.n_params = sum(p.numel() for p in module.parameters() if p.requires_grad)
+        self.model = engines.wrap(cell.engine, module, cell.bucket_cap_mb, cell.comm_dtype, device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=ADAMW_LR)
+        self.precision = Precision(cell.precision, device)
+        per_step = cell.per_rank_batch * cell.grad_accum
+        # The dataset the workload stands for (MRPC: 3,668 pairs, so padded lengths vary as they would),
+        # else enough distinct samples for a few steps; later steps cycle through new sampler epochs.
+        n_samples = max(self.workload.default_num_samples() or per_step * world_size * min(n_steps, 4),
+                        per_step * world_size)
+        self.dataset = self.workload.make_dataset(n_samples, device, seed)
+        sampler = DistributedSampler(self.dataset, num_replicas=world_size, rank=rank, shuffle=True,
+                                     seed=seed, drop_last=True)
+        self.schedule = index_schedule(sampler, n_steps, cell.grad_accum, cell.per_rank_batch)
+        self.cursor = 0
+        self.last_loss: torch.Tensor | None = None  # the last step's loss, on the device (no sync to keep it)
+
+    def next_micro_batches(self) -> list[torch.Tensor]:
+        """The index tensors of the next step's micro-steps (the schedule advances by one step)."""
+        micro = self.schedule[self.cursor]
+        self.cursor += 1
+        return micro
+
+    def step(self, instrument: Instrument = QUIET) -> torch.Tensor:
+        """One optimizer step; returns the last micro-step's loss (not divided by grad_accum)."""
+        model, inst, k = self.model, instrument, self.cell.grad_accum
+        for i, idx in enumerate(self.next_micro_batches()):
+            with model.no_sync() if i < k - 1 else nullcontext():
+                with inst.phase("data_movement"):
+                    batch = self.dataset.batch(idx)
+                with inst.phase("forward"), self.precision.autocast():
+                    loss = self.workload.loss(model, batch)
+                with inst.phase("backward"):
+                    self.precision.scaler.scale(loss / k).backward()
+        with inst.phase("sync_grads"):
+            inst.wait_for_gradients()
+        with inst.phase("opt_step"):
+            self.precision.scaler.step(self.optimizer)
+            self.precision.scaler.update()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.last_loss = loss.detach()
+        return self.last_loss
+
+
+def index_schedule(sampler: DistributedSampler, n_steps: int, grad_accum: int,
+                   batch: int) -> list[list[torch.Tensor]]:
+    """Per step, grad_accum index tensors of `batch` samples, walking the sampler's epochs in turn."""
+    flat, epoch = [], 0
+    while len(flat) < n_steps * grad_accum * batch:
+        sampler.set_epoch(epoch)
+        flat += list(sampler)
+        epoch += 1
+    n = n_steps * grad_accum * batch
+    idx = torch.tensor(flat[:n], dtype=torch.int64).view(n_steps, grad_accum, batch)
+    return [[idx[s, m] for m in range(grad_accum)] for s in range(n_steps)]
