@@ -119,6 +119,7 @@ class RunConfig:
     startup_timeout_s: float = 120.0  # extra allowance for the first cell of a launch (imports, rendezvous)
     pg_timeout_s: float = 300.0     # torch.distributed process-group timeout (always set)
     skip_world_sizes_above_gpus: bool = False  # true: such cells are `skipped`; false: a config error
+    interleave: bool = True         # cells differing only in engine are stepped side by side, round-robin
 
     def __post_init__(self):
         _check_choices("run.device", [self.device], DEVICES)

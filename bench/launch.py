@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench import results
@@ -133,8 +133,12 @@ def _alive_group(pgid: int) -> bool:
 
 @dataclass
 class SweepStats:
-    overhead_s: list[float] = field(default_factory=list)        # per cell: wall − all its step loops
-    overhead_timed_s: list[float] = field(default_factory=list)  # per cell: wall − its timed steps
+    """Totals over the recorded cells, for the launcher's overhead figure."""
+
+    cells: int = 0
+    wall_s: float = 0.0     # from launch start (or the previous finish) to each finish
+    steps_s: float = 0.0    # inside the cells' step loops
+    timed_s: float = 0.0    # inside their timed steps
     launches: int = 0
 
 
@@ -154,33 +158,46 @@ class Sweep:
 
     def run(self, cells: list[Cell]) -> SweepStats:
         for ws, group in groups(cells).items():
-            pending = list(group)
+            pending, carried = list(group), []
             while pending:
-                launch = Launch(self, ws, pending, self.first_launch + self.stats.launches)
+                launch = Launch(self, ws, pending, carried, self.first_launch + self.stats.launches)
                 self.stats.launches += 1
                 pending = launch.run()
+                # cells timed in a launch that was stopped early are profiled by the next one
+                carried = list(launch.untraced.values()) if pending else []
+            if carried or (not pending and launch.untraced):
+                self.progress.note(f"no traces for {len(launch.untraced)} cell(s) of world size {ws}: "
+                                   f"their launch ended before their profiled pass (rows kept)")
         return self.stats
+
+    def profile_list(self, cells: list[Cell]) -> list[Cell]:
+        """The cells whose profiled pass a launch runs after its timed steps."""
+        return [c for c in cells if self.config.profile.enabled]
 
 
 class Launch:
     """One torchrun launch over the pending cells of one world size: start it, follow its events, stop it
-    when a cell overruns, and say which cells are still to run when it ends."""
+    when a group stops making progress, and say which cells are still to run when it ends."""
 
-    def __init__(self, sweep: Sweep, ws: int, pending: list[Cell], k: int):
+    def __init__(self, sweep: Sweep, ws: int, pending: list[Cell], carried: list[Cell], k: int):
         self.sweep, self.config, self.ws, self.k = sweep, sweep.config, ws, k
         self.logs = sweep.run_dir / "logs"
         self.pending = list(pending)
         self.remaining = {c.cell_id: c for c in pending}
+        self.to_profile = carried + sweep.profile_list(pending)
+        self.untraced = {c.cell_id: c for c in self.to_profile}  # profiled pass still to come
         self.reader = EventReader(self.logs / f"launch-{k}.events.jsonl")
         self.worker_pgids: set[int] = set()
         self.errors: dict[str, dict] = {}
-        self.current: Cell | None = None
+        self.current: list[str] = []      # the group in flight (cells not yet finished)
+        self.profiling: str | None = None  # the cell whose profiled pass is in flight
         self.started_any = False
-        self.mark = time.time()  # a cell's clock runs from the previous finish (or the launch's start)
+        self.mark = self.heard = time.time()  # last finish (overhead figure); last sign of progress
 
     def command(self) -> list[str]:
         plan_path = self.logs / f"launch-{self.k}.plan.json"
-        write_plan(plan_path, self.config, self.sweep.run_dir, self.pending, launcher_pid=os.getpid())
+        write_plan(plan_path, self.config, self.sweep.run_dir, self.pending, launcher_pid=os.getpid(),
+                   profile=self.to_profile)
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                 str(self.ws), "-m", "bench.worker", "--plan", str(plan_path),
                 "--events", str(self.reader.path)]
@@ -204,63 +221,92 @@ class Launch:
                 self.follow_events()
             except BaseException:  # Ctrl-C / SIGTERM: stop the launch and leave nothing behind
                 kill_groups(proc, self.worker_pgids)
-                self.follow_events(finished_only=True)  # keep the cells that finished before the stop
+                self.follow_events(outcomes_only=True)  # keep the cells that finished before the stop
                 raise
         # Workers may outlive a torchrun that died abnormally: make sure none is left.
         kill_groups(proc, self.worker_pgids)
         return self.after_exit(proc.returncode)
 
-    def follow_events(self, finished_only: bool = False) -> None:
-        """Read the events written since the last call and record the cells they finish."""
+    def follow_events(self, outcomes_only: bool = False) -> None:
+        """Read the events written since the last call; record finished cells and their traces."""
         for ev in self.reader.read():
             kind = ev["event"]
+            self.heard = ev["t"]
             if kind == "finish" and ev["cell_id"] in self.remaining:
-                cell = self.remaining.pop(ev["cell_id"])
-                row, gap = ev["row"], ev["t"] - self.mark
-                self.sweep.stats.overhead_s.append(gap - row.get("steps_wall_s", 0.0))
-                self.sweep.stats.overhead_timed_s.append(gap - sum(row.get("step_times_ms", [])) / 1e3)
-                self.mark, self.current = ev["t"], None
-                self.sweep.record(results.record_from_event(cell, self.config, ev))
-            elif finished_only:
+                self.finished(self.remaining.pop(ev["cell_id"]), ev)
+            elif kind == "traced" and ev["cell_id"] in self.untraced:
+                self.untraced.pop(ev["cell_id"])
+                self.profiling = None
+                self.traced(ev["cell_id"], ev["trace_dir"])
+            elif outcomes_only:
                 continue
             elif kind == "hello":
                 self.worker_pgids.add(ev["pgid"])
             elif kind == "start":
-                self.current, self.started_any = self.remaining[ev["cell_id"]], True
-                self.sweep.progress.start(ev["cell_id"])
+                self.current, self.started_any = list(ev["cell_ids"]), True
+                self.sweep.progress.start("running " + ", ".join(self.current))
+            elif kind == "profile":
+                self.profiling = ev["cell_id"]
+                self.sweep.progress.start(f"profiling {ev['cell_id']}")
             elif kind == "error":
-                self.errors.setdefault(ev["cell_id"], ev)  # the first rank to fail says why
+                for cell_id in ev["cell_ids"]:
+                    self.errors.setdefault(cell_id, ev)  # the first rank to fail says why
+
+    def traced(self, cell_id: str, trace_dir: str) -> None:
+        """Complete a recorded cell with its traces: a new line for it in cells.jsonl supersedes the old."""
+        record = results.latest_record(self.sweep.run_dir, cell_id)
+        if record is not None:
+            results.append_record(self.sweep.run_dir, results.record_with_traces(record, trace_dir))
+
+    def finished(self, cell: Cell, ev: dict) -> None:
+        """Record a finished cell and the launcher's overhead beyond its steps."""
+        row, gap = ev["row"], ev["t"] - self.mark
+        self.sweep.stats.wall_s += gap
+        self.sweep.stats.steps_s += row.get("steps_wall_s", 0.0)
+        self.sweep.stats.timed_s += sum(row.get("step_times_ms", [])) / 1e3
+        self.sweep.stats.cells += 1
+        self.mark = ev["t"]
+        if cell.cell_id in self.current:
+            self.current.remove(cell.cell_id)
+        self.sweep.record(results.record_from_event(cell, self.config, ev))
 
     def time_limit_s(self) -> float:
-        """The watchdog's limit for the cell in flight; the first cell of a launch also gets
-        startup_timeout_s (imports, rendezvous, first collectives)."""
+        """The watchdog's limit on silence: run.cell_timeout_s since the last sign of progress; the
+        launch's first cell also gets startup_timeout_s (imports, rendezvous, first collectives)."""
         r = self.config.run
-        first = len(self.remaining) == len(self.pending)
+        first = not self.started_any or len(self.remaining) == len(self.pending)
         return r.cell_timeout_s + (r.startup_timeout_s if first else 0)
 
     def overdue(self) -> bool:
-        return time.time() - self.mark > self.time_limit_s()
+        return time.time() - self.heard > self.time_limit_s()
 
     def stop_overdue(self, proc: subprocess.Popen) -> None:
-        """Kill the launch and record the cell in flight (or the next one) `timeout`."""
+        """Kill the launch; record the group in flight (or the next cell) `timeout`. A profiled pass that
+        hangs costs only its traces: its cell's row is already recorded."""
         r = self.config.run
         first = len(self.remaining) == len(self.pending)
-        victim = self.current or next(iter(self.remaining.values()))
         kill_groups(proc, self.worker_pgids)
-        why = (f"no result within run.cell_timeout_s={r.cell_timeout_s:g}s"
+        if self.profiling is not None or not self.remaining:
+            return
+        victims = [self.remaining[i] for i in self.current if i in self.remaining]
+        victims = victims or [next(iter(self.remaining.values()))]
+        why = (f"no progress within run.cell_timeout_s={r.cell_timeout_s:g}s"
                + (f" + run.startup_timeout_s={r.startup_timeout_s:g}s" if first else "") + "; launch killed")
-        self.sweep.record(results.make_record(victim, self.config, "timeout", why))
-        self.remaining.pop(victim.cell_id)
+        for cell in victims:
+            self.sweep.record(results.make_record(cell, self.config, "timeout", why))
+            self.remaining.pop(cell.cell_id)
 
     def after_exit(self, rc: int) -> list[Cell]:
         """Record what an ended launch leaves unfinished; returns the cells to relaunch."""
         err_tail = tail(self.logs / f"launch-{self.k}.err")
-        if self.current is not None:  # the launch ended inside a cell
-            ev = self.errors.get(self.current.cell_id)
-            record = (results.record_from_event(self.current, self.config, ev) if ev else results.make_record(
-                self.current, self.config, "failed", f"launch exited with code {rc}:\n{err_tail}"))
-            self.sweep.record(record)
-            self.remaining.pop(self.current.cell_id)
+        in_flight = [self.remaining[i] for i in self.current if i in self.remaining]
+        if in_flight:  # the launch ended inside a group
+            for cell in in_flight:
+                ev = self.errors.get(cell.cell_id)
+                why = f"launch exited with code {rc}:\n{err_tail}"
+                self.sweep.record(results.record_from_event(cell, self.config, ev) if ev
+                                  else results.make_record(cell, self.config, "failed", why))
+                self.remaining.pop(cell.cell_id)
         elif self.remaining and not self.started_any:  # nothing ran: a start-up failure, same for every cell
             why = f"launch exited with code {rc} before its first cell:\n{err_tail}"
             for cell in self.remaining.values():
@@ -274,11 +320,13 @@ class Launch:
         return list(self.remaining.values())
 
 
-def write_plan(path: Path, config: BenchConfig, run_dir: Path, cells: list[Cell],
-               launcher_pid: int | None) -> None:
-    """The worker's input: resolved config, the cells, and the launcher to watch for (None: none)."""
+def write_plan(path: Path, config: BenchConfig, run_dir: Path, cells: list[Cell], launcher_pid: int | None,
+               profile: list[Cell]) -> None:
+    """The worker's input: resolved config, the cells to time, the cells to profile after them, and the
+    launcher to watch for (None: the user's own torchrun/srun)."""
     plan = {"run_dir": str(run_dir.resolve()), "config": config.to_dict(),
-            "cells": [c.to_dict() for c in cells], "launcher_pid": launcher_pid}
+            "cells": [c.to_dict() for c in cells], "profile": [c.to_dict() for c in profile],
+            "launcher_pid": launcher_pid}
     path.write_text(json.dumps(plan, indent=1))
 
 

@@ -38,9 +38,17 @@ class Progress:
             self.stream.write(self._bar() + "\n")
         self.stream.flush()
 
-    def start(self, cell_id: str) -> None:
-        self.current = f"running {cell_id}"
+    def start(self, activity: str) -> None:
+        """Show what runs now (e.g. "running <cell ids>", "profiling <cell id>")."""
+        self.current = activity
         self._draw()
+
+    def note(self, text: str) -> None:
+        """A line above the bar that is not a cell's summary."""
+        self.stream.write(("\r\033[K" if self.tty else "") + text + "\n")
+        if self.tty:
+            self._draw()
+        self.stream.flush()
 
     def finish(self, summary: str) -> None:
         """Count a finished cell (any status) and print its summary line above the bar."""

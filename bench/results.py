@@ -55,23 +55,36 @@ def record_from_event(cell: Cell, config, event: dict) -> dict:
     """The record of a worker's "finish" (a measurement) or "error" (a failure) event for `cell`."""
     if event["event"] == "finish":
         return make_record(cell, config, event["status"], event.get("error"), measured=event["row"])
-    if event["event"] == "error":
+    if event["event"] == "error":  # a failed group: the same status and error for each of its cells
         return make_record(cell, config, event["status"], event["error"])
     raise ValueError(f"event {event['event']!r} of {cell.cell_id} carries no outcome")
 
 
 def read_records(run_dir: Path) -> list[dict]:
-    """Every complete line of cells.jsonl (a line cut short by a kill is ignored)."""
+    """The latest record of every cell in cells.jsonl, in the order cells first appear (a line cut short by
+    a kill is ignored). A later line for the same cell_id supersedes an earlier one: cells.jsonl stays
+    append-only while a record is completed (its traces, written after the launch's timed steps)."""
     path = run_dir / CELLS_FILE
     if not path.exists():
         return []
-    records = []
+    records: dict[str, dict] = {}
     for line in path.read_text().splitlines():
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue
-    return records
+        records[record["cell_id"]] = record  # dict order: first appearance; value: the last line
+    return list(records.values())
+
+
+def latest_record(run_dir: Path, cell_id: str) -> dict | None:
+    """The cell's current record in cells.jsonl, or None."""
+    return next((r for r in read_records(run_dir) if r["cell_id"] == cell_id), None)
+
+
+def record_with_traces(record: dict, trace_dir: str) -> dict:
+    """The same record with its profiled pass's trace folder (relative to the run folder)."""
+    return record | {"trace_dir": trace_dir}
 
 
 def append_record(run_dir: Path, record: dict) -> None:
@@ -93,5 +106,14 @@ def write_csv(run_dir: Path) -> None:
         writer = csv.writer(f)
         writer.writerow(RESULT_COLUMNS)
         for record in read_records(run_dir):
-            writer.writerow(["" if record.get(c) is None else record[c] for c in RESULT_COLUMNS])
+            writer.writerow([csv_text(record.get(c)) for c in RESULT_COLUMNS])
     os.replace(tmp, run_dir / CSV_FILE)
+
+
+def csv_text(value) -> str | object:
+    """A record's value as results.csv writes it: empty for None, true/false for booleans."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value

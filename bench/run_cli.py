@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import socket
-import statistics
 import sys
 import time
 from collections import Counter
@@ -158,14 +157,24 @@ def collect(run_dir: Path) -> int:
     by_id = {c["cell_id"]: Cell.from_dict(c) for c in plan["cells"]}
     done = {r["cell_id"] for r in results.read_records(run_dir)}
     outcomes: dict[str, dict] = {}  # per cell, its finish event, else the first error event
+    traces: dict[str, str] = {}
     for path in sorted((run_dir / "events").glob("*.jsonl")):
         for ev in EventReader(path).read():
-            if ev["event"] == "finish" or (ev["event"] == "error" and ev["cell_id"] not in outcomes):
+            ids = ev.get("cell_ids") or [ev.get("cell_id")]
+            if ev["event"] == "finish":
                 outcomes[ev["cell_id"]] = ev
+            elif ev["event"] == "error" and ev.get("phase") != "profile":
+                for cell_id in ids:
+                    outcomes.setdefault(cell_id, ev)
+            elif ev["event"] == "traced":
+                traces[ev["cell_id"]] = ev["trace_dir"]
     added = 0
     for cell_id, cell in by_id.items():
         if cell_id in outcomes and cell_id not in done:
-            results.append_record(run_dir, results.record_from_event(cell, config, outcomes[cell_id]))
+            record = results.record_from_event(cell, config, outcomes[cell_id])
+            if cell_id in traces:
+                record = results.record_with_traces(record, traces[cell_id])
+            results.append_record(run_dir, record)
             added += 1
     results.write_csv(run_dir)
     missing = [i for i in by_id if i not in done and i not in outcomes]
@@ -178,7 +187,8 @@ def plan_only(run_dir: Path, config: BenchConfig, cells: list[Cell]) -> int:
 
     runnable = [c for c in cells if not c.skip_reason]
     plan = run_dir / "plan.json"
-    write_plan(plan, config, run_dir, runnable, launcher_pid=None)
+    write_plan(plan, config, run_dir, runnable, launcher_pid=None,
+               profile=[c for c in runnable if config.profile.enabled])
     print(f"wrote {plan} ({len(runnable)} cells). On every node, per world size N = nodes × GPUs per node:")
     print(f"  torchrun --nnodes $NNODES --nproc-per-node $GPUS --rdzv-backend c10d "
           f"--rdzv-endpoint $HEAD:29500 -m bench.worker --plan {plan}")
@@ -244,11 +254,11 @@ def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) ->
     counts = Counter(r["status"] for r in results.read_records(run_dir))
     print(f"done in {wall:.1f} s, {stats.launches} launches: "
           + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    if stats.overhead_s:
-        median = statistics.median(stats.overhead_s)
-        print(f"overhead per cell beyond its measured steps: median {median:.2f} s"
-              f" (beyond the timed steps only: median {statistics.median(stats.overhead_timed_s):.2f} s;"
-              f" launch start-up amortised; {len(stats.overhead_s)} cells)")
+    if stats.cells:
+        beyond_steps, beyond_timed = stats.wall_s - stats.steps_s, stats.wall_s - stats.timed_s
+        print(f"overhead per cell beyond its measured steps: mean {beyond_steps / stats.cells:.2f} s"
+              f" (beyond the timed steps only: {beyond_timed / stats.cells:.2f} s;"
+              f" launch start-up amortised; {stats.cells} cells)")
     print(f"results: {run_dir / results.CSV_FILE}")
     return build_report(run_dir) if report else 0
 

@@ -44,6 +44,17 @@ EXTRA_COLUMNS = (
     "step_time_ms_mean",
     "step_time_ms_min",
     "step_time_ms_std",
+    "step_time_ms_ci95_low",     # 95 % percentile-bootstrap interval of the median step time (bench.stats)
+    "step_time_ms_ci95_high",
+    "exposed_comm_ms_ci95_low",  # 95 % interval of step p50 − compute-only p50
+    "exposed_comm_ms_ci95_high",
+    "speed_vs_torch",            # median over rounds of torch step / this engine's step, same group (×)
+    "speed_vs_torch_ci95_low",
+    "speed_vs_torch_ci95_high",
+    "verdict_vs_torch",          # faster | slower | within noise (bench.stats.verdict); empty for torch
+    "interleaved",               # true: stepped round-robin beside the other engines of its group
+    "rank_skew_ms_p50",          # per step, slowest minus fastest rank; p50 over the timed steps
+    "slowest_rank",              # the rank most often slowest
     "forward_ms_p50",        # phase times where the engine allows (rank 0, p50 over timed steps)
     "backward_ms_p50",
     "sync_wait_ms_p50",
@@ -64,7 +75,7 @@ RESULT_COLUMNS = CONTRACT_COLUMNS + EXTRA_COLUMNS
 # Columns holding text; every other column is a number (empty when not measured).
 STRING_COLUMNS = (
     "cell_id", "status", "error", "engine", "model", "model_size", "precision", "comm_dtype", "scaling",
-    "device", "backend", "trace_dir", "gpu_name", "hostname",
+    "device", "backend", "trace_dir", "gpu_name", "hostname", "verdict_vs_torch", "interleaved",
 )
 
 # The keys that identify a configuration (what compare joins on, what T1 is matched by).

@@ -1,73 +1,97 @@
-"""The order of one cell's phases on every rank, and the measured part of its result row.
+"""The order of a cell's phases on every rank, run for a group of cells side by side, and the measured part
+of each cell's result row.
 
-build → warm-up → timed window(s) → phase pass → parity check → compute-only window → all-reduce probe
-→ profiled pass (never timed) → work per step and peak memory (never timed).
+A group is the cells of one launch that differ only in engine (bench/worker/groups.py): their trainers are
+built together and stepped round-robin, so machine noise lands on all of them alike and each engine's
+samples pair up round by round with torch DDP's. A group of one is a cell timed alone.
+
+build → warm-up → timed rounds → phase pass → parity check → compute-only rounds → all-reduce probe →
+release → per cell alone: peak memory of its training steps. Profiled passes run after every timed step of
+the launch (bench/worker/main.py), never here.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
-from pathlib import Path
 
 import torch
 
-from bench import engines, metrics
+from bench import engines, metrics, stats
 from bench.config import BenchConfig
 from bench.matrix import Cell
-from bench.worker import measure, profiling
+from bench.worker import measure
 from bench.worker.measure import Stopwatch
-from bench.worker.trainer import Labels, PhaseClock, Trainer, sync_device
+from bench.worker.trainer import PhaseClock, Trainer, sync_device
 
 DIVERGED = "parameters differ across ranks after the timed steps"
+MEMORY_STEPS = 3  # steps of the peak-memory pass: torch DDP rebuilds its buckets after the first
 
 
 def steps_needed(config: BenchConfig) -> int:
-    """Optimizer steps a cell runs on every rank over all its passes (the data schedule's length)."""
-    r, p = config.run, config.profile
-    return (r.warmup_steps + r.timed_steps * r.repeats + r.phase_steps + r.compute_only_steps
-            + (p.steps if p.enabled else 0))
-
-
-def run_cell(cell: Cell, config: BenchConfig, device: torch.device, rank: int, world_size: int,
-             run_dir: Path) -> tuple[str, str | None, dict]:
-    """Collective. All phases of the cell → (status "ok" | "diverged", error, measured part of the row)."""
+    """Optimizer steps a trainer runs over the timed phases (the data schedule's length)."""
     r = config.run
-    measure.reset_peak_memory(device)
-    trainer = Trainer(cell, config, device, rank, world_size, steps_needed(config))
+    return r.warmup_steps + r.timed_steps * r.repeats + r.phase_steps + r.compute_only_steps
+
+
+def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank: int, world_size: int,
+              progress=lambda phase: None) -> list[tuple[str, str | None, dict]]:
+    """Collective. Every phase of the group's cells → per cell (status "ok" | "diverged", error, measured
+    part of the row). `progress(phase)` is called between phases (the launcher's watchdog hears it)."""
+    r = config.run
+    trainers = [Trainer(c, config, device, rank, world_size, steps_needed(config)) for c in cells]
     clock = Stopwatch()
     with clock:
         for _ in range(r.warmup_steps):
-            trainer.step()
+            for trainer in trainers:
+                trainer.step()
         sync_device(device)
-    first_timed = trainer.cursor
-    samples: list[float] = []
+    progress("timed")
+    first_timed = trainers[0].cursor
+    per_rank = [[[] for _ in range(world_size)] for _ in trainers]  # engine × rank × step
     with clock:
         for _ in range(r.repeats):
-            samples += measure.timed_window(trainer.step, r.timed_steps, device)
-    timed_steps = trainer.schedule[first_timed:trainer.cursor]
-    final_loss = measure.mean_over_ranks(float(trainer.last_loss.float()), device)
-    with clock:
-        phases = [phase_pass(trainer) for _ in range(r.phase_steps)]
-    identical = measure.params_identical(trainer.model, device)
-    with clock:  # no_sync from here on: ranks' parameters drift apart, which the check above has seen
-        compute_only = compute_only_window(trainer, timed_steps, r.compute_only_steps)
-    probe = measure.allreduce_probe(trainer, r.probe_iters)
-    trace_dir = f"traces/{cell.cell_id}" if config.profile.enabled else None
-    if trace_dir:
+            window = measure.timed_rounds([t.step for t in trainers], r.timed_steps, device)
+            for e, ranks in enumerate(window):
+                for k, times in enumerate(ranks):
+                    per_rank[e][k] += times
+    timed_steps = trainers[0].schedule[first_timed:trainers[0].cursor]  # the same batches for every engine
+    progress("checks")
+    rows = []
+    for trainer, ranks in zip(trainers, per_rank):
         with clock:
-            profiling.profiled_pass(lambda: trainer.step(Labels(device)), config.profile,
-                                    run_dir / trace_dir, rank, cuda=device.type == "cuda")
-    tokens, flops = measure.work_per_step(trainer, timed_steps)
-    measured = step_time_values(samples, cell.global_batch) | phase_values(phases) | work_values(
-        trainer, samples, tokens, flops) | probe_values(probe, world_size) | {
-        "compute_only_ms_p50": compute_only,
-        "exposed_comm_ms": metrics.exposed_comm_ms(metrics.percentile(samples, 50), compute_only),
-        "final_loss": final_loss,
-        "peak_mem_mb": measure.peak_memory_mb(device),
-        "trace_dir": trace_dir,
-        "steps_wall_s": clock.seconds,
-    }
-    return ("ok", None, measured) if identical else ("diverged", DIVERGED, measured)
+            phases = [phase_pass(trainer) for _ in range(r.phase_steps)]
+        rows.append(timed_values(ranks, trainer.cell.global_batch) | phase_values(phases) | {
+            "final_loss": measure.mean_over_ranks(float(trainer.last_loss.float()), device),
+            "identical": measure.params_identical(trainer.model, device)})
+    progress("compute-only")
+    with clock:  # no_sync from here on: ranks' parameters drift apart, which the check above has seen
+        compute_only = compute_only_rounds(trainers, timed_steps, r.compute_only_steps)
+    for row, trainer, samples in zip(rows, trainers, compute_only):
+        tokens, flops = measure.work_per_step(trainer, timed_steps)
+        row |= exposed_values(row["step_times_ms"], samples) | work_values(trainer, row, tokens, flops)
+        row |= probe_values(measure.allreduce_probe(trainer, r.probe_iters), world_size)
+    del trainers, trainer
+    release(device)
+    progress("memory")
+    for row, cell in zip(rows, cells):
+        row["peak_mem_mb"] = solo_peak_memory_mb(cell, config, device, rank, world_size)
+        row["steps_wall_s"] = clock.seconds / len(cells)
+        row["interleaved"] = len(cells) > 1
+    add_speed_vs_torch(cells, rows)
+    return [outcome(row) for row in rows]
+
+
+def outcome(row: dict) -> tuple[str, str | None, dict]:
+    identical = row.pop("identical")
+    return ("ok", None, row) if identical else ("diverged", DIVERGED, row)
+
+
+def release(device: torch.device) -> None:
+    """Free what dropped trainers held (models, buckets, optimizer state) before anything else runs."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def phase_pass(trainer: Trainer) -> dict[str, float | None]:
@@ -79,32 +103,60 @@ def phase_pass(trainer: Trainer) -> dict[str, float | None]:
             "sync_wait": engines.sync_wait_ms(trainer.model), "optimizer": clock.ms["opt_step"]}
 
 
-def compute_only_window(trainer: Trainer, timed_steps: list, n: int) -> float | None:
-    """Collective. p50 of n steps under no_sync() (no gradient communication), replaying the timed
-    window's batches: with variable-length data (MRPC-like) other batches have other padded widths, so
-    their compute would differ and exposed communication could go negative. None when n is 0."""
+def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int) -> list[list[float]]:
+    """Collective. n rounds of steps under no_sync() (no gradient communication), the trainers side by
+    side, replaying the timed window's batches: with variable-length data (MRPC-like) other batches have
+    other padded widths, so their compute would differ and exposed communication could go negative.
+    Returns per trainer its per-round step times (max over ranks); empty lists when n is 0."""
     if not n:
-        return None
+        return [[] for _ in trainers]
     replay = [timed_steps[i % len(timed_steps)] for i in range(n)]
-    trainer.schedule[trainer.cursor:trainer.cursor + n] = replay
+    for trainer in trainers:
+        trainer.schedule[trainer.cursor:trainer.cursor + n] = replay
 
-    def step_without_sync():
-        with trainer.model.no_sync():
-            trainer.step()
+    def without_sync(trainer):
+        def step():
+            with trainer.model.no_sync():
+                trainer.step()
+        return step
 
-    return metrics.percentile(measure.timed_window(step_without_sync, n, trainer.device), 50)
+    rounds = measure.timed_rounds([without_sync(t) for t in trainers], n, trainers[0].device)
+    return [metrics.step_times_over_ranks(ranks) for ranks in rounds]
 
 
-def step_time_values(samples: list[float], global_batch: int) -> dict:
-    """The step-time columns from per-step samples (each already the maximum over ranks)."""
+def solo_peak_memory_mb(cell: Cell, config: BenchConfig, device: torch.device, rank: int,
+                        world_size: int) -> float:
+    """Collective. The cell's trainer alone (nothing else resident): peak memory of a few training steps,
+    before any parity clone or probe buffer exists; max over ranks, MiB."""
+    measure.reset_peak_memory(device)
+    trainer = Trainer(cell, config, device, rank, world_size, MEMORY_STEPS)
+    for _ in range(MEMORY_STEPS):
+        trainer.step()
+    sync_device(device)
+    peak = measure.peak_memory_mb(device)
+    del trainer
+    release(device)
+    return peak
+
+
+def timed_values(per_rank: list[list[float]], global_batch: int) -> dict:
+    """The step-time columns from per-rank per-step samples: per step the slowest rank; the 95 % interval
+    of the median (bench.stats); the skew between ranks."""
+    samples = metrics.step_times_over_ranks(per_rank)
     p50 = metrics.percentile(samples, 50)
+    low, high = stats.median_ci(samples)
+    skew, slowest = stats.rank_skew(per_rank)
     return {
         "n_timed_steps": len(samples),
         "step_time_ms_p50": p50,
         "step_time_ms_p90": metrics.percentile(samples, 90),
+        "step_time_ms_ci95_low": low,
+        "step_time_ms_ci95_high": high,
         "step_time_ms_mean": statistics.fmean(samples),
         "step_time_ms_min": min(samples),
         "step_time_ms_std": statistics.stdev(samples) if len(samples) > 1 else None,
+        "rank_skew_ms_p50": skew,
+        "slowest_rank": slowest,
         "samples_per_s": metrics.throughput(global_batch, p50),
         "step_times_ms": samples,
     }
@@ -118,9 +170,18 @@ def phase_values(phases: list[dict]) -> dict:
     return {f"{name}_ms_p50": p50(name) for name in ("forward", "backward", "sync_wait", "optimizer")}
 
 
-def work_values(trainer: Trainer, samples: list[float], tokens: float | None, flops: float | None) -> dict:
+def exposed_values(step_samples: list[float], compute_only: list[float]) -> dict:
+    """Compute-only p50, exposed communication (step p50 − compute-only p50) and its 95 % interval."""
+    compute_p50 = metrics.percentile(compute_only, 50)
+    low, high = stats.median_difference_ci(step_samples, compute_only)
+    return {"compute_only_ms_p50": compute_p50,
+            "exposed_comm_ms": metrics.exposed_comm_ms(metrics.percentile(step_samples, 50), compute_p50),
+            "exposed_comm_ms_ci95_low": low, "exposed_comm_ms_ci95_high": high}
+
+
+def work_values(trainer: Trainer, row: dict, tokens: float | None, flops: float | None) -> dict:
     """Tokens/s, model TFLOP/s and MFU at the p50 step time (empty when the workload does not say)."""
-    p50 = metrics.percentile(samples, 50)
+    p50 = row["step_time_ms_p50"]
     flops_per_s = metrics.throughput(flops, p50)
     peak = measure.device_peak_flops(trainer.device, trainer.cell.precision)
     return {
@@ -138,3 +199,15 @@ def probe_values(probe: tuple[int, float | None, int], world_size: int) -> dict:
     algbw = metrics.algbw_gbps(nbytes, seconds)
     return {"allreduce_bytes": nbytes, "allreduce_algbw_gbps": algbw,
             "allreduce_busbw_gbps": metrics.busbw_gbps(algbw, world_size), "n_buckets": n_buckets}
+
+
+def add_speed_vs_torch(cells: list[Cell], rows: list[dict]) -> None:
+    """Per non-torch engine of the group, against the group's torch DDP cell: the median over rounds of
+    torch step / engine step, its 95 % interval, and the verdict. Empty without a torch cell."""
+    torch_rows = [row for cell, row in zip(cells, rows) if cell.engine == "torch"]
+    for cell, row in zip(cells, rows):
+        ratio = low = high = None
+        if torch_rows and cell.engine != "torch":
+            ratio, low, high = stats.paired_ratio(torch_rows[0]["step_times_ms"], row["step_times_ms"])
+        row |= {"speed_vs_torch": ratio, "speed_vs_torch_ci95_low": low, "speed_vs_torch_ci95_high": high,
+                "verdict_vs_torch": stats.verdict(low, high)}

@@ -1,15 +1,16 @@
-"""One rank of a launch: set the process up, then run each cell of the plan whose world size is this
-launch's WORLD_SIZE, telling the launcher through the events file.
+"""One rank of a launch: set the process up, run the plan's cells whose world size is this launch's
+WORLD_SIZE (in groups side by side, bench/worker/groups.py), then the profiled passes of the plan's
+`profile` cells, telling the launcher through the events file.
 
-Rank 0 writes "start" and "finish" (status, error and the measured row); a rank whose cell raises writes
-"error" and exits non-zero, so torchrun tears the launch down and the launcher relaunches the remaining
-cells (see bench/worker/events.py).
+Rank 0 writes "start" (a group), "progress", "finish" (per cell: status, error, the measured row),
+"profile" and "traced"; a rank whose group raises writes "error" and exits non-zero, so torchrun tears the
+launch down and the launcher relaunches the remaining cells (see bench/worker/events.py). Every profiled
+pass runs after the last timed step of the launch: no timed step follows the profiler in a process.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import socket
@@ -25,8 +26,10 @@ from bench.config import BenchConfig, config_from_dict
 from bench.matrix import Cell
 from bench.schema import ERROR_TAIL_LINES
 from bench.worker import process
-from bench.worker.cell import run_cell
+from bench.worker.cell import release, run_group
 from bench.worker.events import Events
+from bench.worker.groups import plan_groups
+from bench.worker.profiling import profile_cell
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,39 +55,68 @@ def main(argv: list[str] | None = None) -> int:
     facts = {"threads_per_rank": threads, "hostname": host,
              "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
     cells = [Cell.from_dict(c) for c in plan["cells"] if c["world_size"] == ws]
+    to_profile = [Cell.from_dict(c) for c in plan.get("profile", []) if c["world_size"] == ws]
     try:
-        for cell in cells:
+        for group in plan_groups(cells, config, device):
             if not process.launcher_alive(plan.get("launcher_pid"), device):
                 print("bench.worker: the launcher is gone; stopping", file=sys.stderr)
                 return 1
-            run_and_report(cell, config, device, run_dir, events, facts)
+            run_and_report(group, config, device, events, facts)
+        for cell in to_profile:
+            profile_and_report(cell, config, device, run_dir, events)
         dist.barrier()
     finally:
         dist.destroy_process_group()
     return 0
 
 
-def run_and_report(cell: Cell, config: BenchConfig, device: torch.device, run_dir: Path, events: Events,
+def run_and_report(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
                    facts: dict) -> None:
-    """Run one cell on this rank and write its events; re-raises a failure after reporting it."""
+    """Run one group of cells on this rank and write its events; re-raises a failure after reporting it."""
     rank, ws = dist.get_rank(), dist.get_world_size()
+    ids = [c.cell_id for c in group]
     if rank == 0:
-        events.emit(event="start", cell_id=cell.cell_id)
-    t_cell = time.perf_counter()
+        events.emit(event="start", cell_ids=ids)
+    t_group = time.perf_counter()
     try:
-        inject_fault(config.debug.fault_for(cell.cell_id), cell, rank, ws)
-        status, error, row = run_cell(cell, config, device, rank, ws, run_dir)
+        for cell in group:
+            inject_fault(config.debug.fault_for(cell.cell_id), cell, rank, ws)
+        progress = (lambda phase: events.emit(event="progress", cell_ids=ids, phase=phase)) if rank == 0 \
+            else (lambda phase: None)
+        outcomes = run_group(group, config, device, rank, ws, progress)
     except Exception as e:
-        status = "oom" if isinstance(e, torch.OutOfMemoryError) else "failed"
-        tail = traceback.format_exc().strip().splitlines()[-ERROR_TAIL_LINES:]
-        events.emit(event="error", cell_id=cell.cell_id, rank=rank, status=status, error="\n".join(tail))
+        report_error(events, ids, e, "cell")
         raise
     if rank == 0:
-        row |= facts | {"cell_wall_s": time.perf_counter() - t_cell}
-        events.emit(event="finish", cell_id=cell.cell_id, status=status, error=error, row=row)
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+        wall = (time.perf_counter() - t_group) / len(group)
+        for cell, (status, error, row) in zip(group, outcomes, strict=True):
+            row |= facts | {"cell_wall_s": wall}
+            events.emit(event="finish", cell_id=cell.cell_id, status=status, error=error, row=row)
+    release(device)
+
+
+def profile_and_report(cell: Cell, config: BenchConfig, device: torch.device, run_dir: Path,
+                       events: Events) -> None:
+    """The cell's profiled pass (its row is already recorded); re-raises a failure after reporting it."""
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        events.emit(event="profile", cell_id=cell.cell_id)
+    try:
+        trace_dir = profile_cell(cell, config, device, rank, ws, run_dir)
+    except Exception as e:
+        report_error(events, [cell.cell_id], e, "profile")
+        raise
+    if rank == 0:
+        events.emit(event="traced", cell_id=cell.cell_id, trace_dir=trace_dir)
+    release(device)
+
+
+def report_error(events: Events, cell_ids: list[str], error: Exception, phase: str) -> None:
+    """An "error" event: status oom or failed, the exception first, then the traceback's tail."""
+    status = "oom" if isinstance(error, torch.OutOfMemoryError) else "failed"
+    tail = traceback.format_exc().strip().splitlines()[-ERROR_TAIL_LINES:]
+    events.emit(event="error", cell_ids=cell_ids, rank=dist.get_rank(), status=status, phase=phase,
+                error="\n".join(tail))
 
 
 def inject_fault(fault: str | None, cell: Cell, rank: int, ws: int) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from bench import engines, metrics
+from bench import engines
 from bench.peaks import peak_flops_per_s
 from bench.schema import MiB
 from bench.worker.trainer import Trainer, sync_device
@@ -34,29 +34,37 @@ class Stopwatch:
         self.seconds += time.perf_counter() - self._t0
 
 
-def timed_window(step: Callable[[], torch.Tensor], n: int, device: torch.device) -> list[float]:
-    """Collective. n calls of `step`, each timed (CUDA events on GPU, perf_counter on CPU) → per-step ms,
-    the maximum over ranks (a step is as slow as its slowest rank). Barrier + device sync before."""
-    dist.barrier()
-    sync_device(device)
-    if device.type == "cuda":
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(n)]
-        for start, end in events:
-            start.record()
-            step()
-            end.record()
+def timed_rounds(steps: list[Callable[[], object]], n: int, device: torch.device) -> list[list[list[float]]]:
+    """Collective. n rounds; in each round every step function runs once, the first one rotating by one
+    each round (so slow moments of the machine land on all of them alike), each step after a barrier and
+    a device sync and timed alone: CUDA events on GPU, perf_counter on CPU. No sync inside a step.
+
+    Returns, per step function, its milliseconds per rank and round (ranks × rounds), gathered on every
+    rank; the step time of a round is the maximum over ranks (metrics.step_times_over_ranks).
+    """
+    k, cuda = len(steps), device.type == "cuda"
+    local: list[list] = [[None] * n for _ in steps]
+    for r in range(n):
+        for j in range(k):
+            e = (r + j) % k
+            dist.barrier()  # ranks start each step together: a step's time is its own, not a straggler's
+            sync_device(device)
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                steps[e]()
+                end.record()
+                local[e][r] = (start, end)
+            else:
+                t0 = time.perf_counter()
+                steps[e]()
+                local[e][r] = (time.perf_counter() - t0) * 1e3
+    if cuda:
         torch.cuda.synchronize(device)
-        local = [start.elapsed_time(end) for start, end in events]
-    else:
-        local = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            step()
-            local.append((time.perf_counter() - t0) * 1e3)
+        local = [[start.elapsed_time(end) for start, end in row] for row in local]
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, local)
-    return metrics.step_times_over_ranks(gathered)
+    return [[per_rank[e] for per_rank in gathered] for e in range(k)]
 
 
 def mean_over_ranks(value: float, device: torch.device) -> float:

@@ -1,4 +1,9 @@
-"""The profiled pass: torch.profiler over a few extra steps after the timed ones, never timed itself.
+"""The profiled pass: torch.profiler over a few steps of a freshly built trainer, never timed itself.
+
+Profiled passes run after every timed step of their launch (bench/worker/main.py): without CUPTI's
+teardown (torch issue 144455; kineto tears down by default only on CUDA >= 12.6 in recent builds, else
+with TEARDOWN_CUPTI=1) steps that follow a profiled pass in the same process run 10-20 % slower, so no
+timed step may follow one.
 
 Phases are marked with record_function in the step (data_movement, forward, backward, sync_grads,
 opt_step); traces go through tensorboard_trace_handler to traces/<cell_id>/rank<r>.<ts>.pt.trace.json.gz.
@@ -12,7 +17,9 @@ from pathlib import Path
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-from bench.config import ProfileConfig
+from bench.config import BenchConfig, ProfileConfig
+from bench.matrix import Cell
+from bench.worker.trainer import Labels, Trainer, sync_device
 
 
 def profiled_pass(step: Callable[[], object], p: ProfileConfig, trace_dir: Path, rank: int,
@@ -30,3 +37,16 @@ def profiled_pass(step: Callable[[], object], p: ProfileConfig, trace_dir: Path,
             step()
             prof.step()
     dist.barrier()  # every rank's trace is written before rank 0 reports the cell
+
+
+def profile_cell(cell: Cell, config: BenchConfig, device, rank: int, world_size: int, run_dir: Path) -> str:
+    """Collective. Build the cell's trainer alone, warm it up, run the profiled pass; returns the trace
+    folder relative to the run folder. The trainer is dropped on return."""
+    p, r = config.profile, config.run
+    trainer = Trainer(cell, config, device, rank, world_size, r.warmup_steps + p.steps)
+    for _ in range(r.warmup_steps):
+        trainer.step()
+    sync_device(device)
+    rel = f"traces/{cell.cell_id}"
+    profiled_pass(lambda: trainer.step(Labels(device)), p, run_dir / rel, rank, cuda=device.type == "cuda")
+    return rel
