@@ -122,7 +122,8 @@ def choose_target(explicit: str | None, environ: Mapping[str, str], running: Run
         found = shutil.which(explicit)
         if found is None:
             raise SetupError(f"PYTHON={explicit}: no such interpreter")
-        return Target(Path(found), "PYTHON=")
+        # absolute, but not resolved: a venv's python is a symlink to its base interpreter
+        return Target(Path(os.path.abspath(found)), "PYTHON=")
     active = environ.get("VIRTUAL_ENV") or environ.get("CONDA_PREFIX")
     if active:
         same = running.prefix.resolve() == Path(active).resolve()
@@ -241,10 +242,12 @@ def install_project(python: Path, constraint: str) -> None:
         pip(python, "-c", str(path), "-e", f"{ROOT}[dev]")
 
 
-def writable(prefix: Path) -> None:
-    if not os.access(prefix, os.W_OK):
-        raise SetupError(f"cannot install into {prefix} (not writable): create a virtualenv that sees its "
-                         f"packages, `{sys.executable} -m venv --system-site-packages .venv`, and rerun")
+def writable(info: dict) -> None:
+    """SetupError, before anything is installed, when the target's prefix is not writable."""
+    if not os.access(info["prefix"], os.W_OK):
+        raise SetupError(f"cannot install into {info['prefix']} (not writable): create a virtualenv that "
+                         f"sees its packages, `{info['executable']} -m venv --system-site-packages DIR`, and "
+                         f"use it (activate it, or PYTHON=DIR/bin/python)")
 
 
 def setup(target: Target, running: Running, environ: Mapping[str, str], dry_run: bool) -> str:
@@ -281,7 +284,7 @@ def setup(target: Target, running: Running, environ: Mapping[str, str], dry_run:
 
     source, project = FOUND, "up to date"
     if steps.install_torch or steps.install_project:
-        writable(prefix)
+        writable(info)
     if steps.install_torch:
         pip(target.python, steps.install_torch)
         source, info = INSTALLED, probe(target.python)

@@ -171,10 +171,14 @@ def running(tmp_path: Path, torch_dir: str | None = None, in_venv: bool = False)
     return setup_env.Running(Path("/usr/bin/python3"), prefix, base, torch_dir)
 
 
-def test_choose_target_order(tmp_path):
+def test_choose_target_order(tmp_path, monkeypatch):
     venv = tmp_path / ".venv"
     plain = running(tmp_path)
     assert setup_env.choose_target(sys.executable, {"VIRTUAL_ENV": "/v"}, plain, venv).why == "PYTHON="
+    monkeypatch.chdir(tmp_path)  # a relative PYTHON= becomes absolute (the probe runs from /), unresolved
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    assert setup_env.choose_target("bin/python", {}, plain, venv).python == tmp_path / "bin" / "python"
     with pytest.raises(setup_env.SetupError, match="PYTHON=/no/python: no such interpreter"):
         setup_env.choose_target("/no/python", {}, plain, venv)
     assert setup_env.choose_target(None, {"VIRTUAL_ENV": "/v"}, plain, venv).python == Path("/v/bin/python")
