@@ -6,8 +6,10 @@ B ?=
 
 .PHONY: setup test lint microbench bench report compare tensorboard clean
 
+# `make <target> PYTHON=/path/to/python` installs into and runs with that interpreter (README "On a GPU node");
+# a PYTHON from the environment is not used (the line above overrides it).
 setup:
-	@python3 scripts/setup_env.py
+	@python3 scripts/setup_env.py $(if $(filter command line,$(origin PYTHON)),--python "$(PYTHON)")
 
 # pytest exits 5 when it collected no tests: for this suite that means tests went missing, so say so and fail.
 test: setup

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -14,6 +15,8 @@ from pathlib import Path
 import torch
 
 ENV_PREFIXES = ("NCCL_", "TORCH_", "OMP_", "GLOO_", "CUDA_VISIBLE_DEVICES")
+# Written by scripts/setup_env.py (its RECORD, the owner of the format) into the environment's prefix.
+SETUP_RECORD = ".ddpbench-setup.json"
 
 
 def _run(cmd: list[str]) -> str | None:
@@ -37,6 +40,19 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def setup_record(prefix: Path | None = None, torch_version: str | None = None) -> dict | None:
+    """What `make setup` recorded about this interpreter's torch (python, torch, build, nccl, torch_source).
+
+    None when set-up never ran for this environment (a torch and ddpbench installed by hand), or when the
+    record describes another torch than the one imported (torch changed after the last set-up).
+    """
+    path = Path(sys.prefix if prefix is None else prefix) / SETUP_RECORD
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    return record if record.get("torch") == (torch_version or torch.__version__) else None
+
+
 def collect(device: str, backend: str, command: list[str], extra: dict | None = None) -> dict:
     """Everything env.json holds; `extra` (e.g. threads per rank) is merged in."""
     cuda = torch.cuda.is_available()
@@ -53,8 +69,10 @@ def collect(device: str, backend: str, command: list[str], extra: dict | None = 
         except (RuntimeError, AttributeError):
             nccl = None
     repo = Path(__file__).resolve().parent.parent
+    record = setup_record()
     info = {
         "torch": torch.__version__,
+        "torch_source": record["torch_source"] if record else None,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "nccl": nccl,

@@ -1,67 +1,332 @@
-"""Idempotent set-up: install ddpbench and its dev tools into the active environment or ./.venv.
+"""Idempotent set-up: install ddpbench into the Python it will run with, around the torch already there.
 
-Why a script rather than a bare `pip install -e .[dev]`: on a machine without torch, pip would resolve the
-`torch` range against the package index and may pull several GB of CUDA wheels onto a CPU-only machine.
-So torch is installed first, pinned (`TORCH_SPEC`, default `torch==2.13.0`, which the local wheel
-directory of a CPU machine satisfies with its CPU build), and only then the project, whose range the
-installed torch already satisfies. A stamp keyed on pyproject.toml makes a second run a no-op.
+Which Python, the first that applies: `--python PATH` (`make setup PYTHON=PATH`); the active virtualenv or
+conda env; python3 itself when it is a virtualenv; else ./.venv, created with `--system-site-packages` when
+python3 can import torch, so a container's, conda's or a cluster module's CUDA build is reused.
+
+torch: an installed torch is never replaced, upgraded or downgraded. It must satisfy pyproject's range
+(else a one-line error, exit 2), and the project is installed under a pip constraint pinning it, so pip
+resolves everything else around it. Only when no torch imports does set-up install one, `TORCH_SPEC`
+(default torch==2.13.0: a CPU build from a CPU-only machine's local wheels), never the open range, which
+pip resolves to several GB of CUDA wheels.
+
+A stamp keyed on pyproject.toml makes a second run a no-op. A record in the environment's prefix
+(`.ddpbench-setup.json`) says where its torch came from; bench.envinfo copies that into env.json.
+Prints one line: which Python, which torch (version, build), which NCCL, where torch came from.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import importlib.util
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
+STAMP = ".ddpbench-setup-stamp"  # in the environment's prefix: sha256 of the pyproject.toml installed
+RECORD = ".ddpbench-setup.json"  # in the environment's prefix: read by bench.envinfo.setup_record
+DEFAULT_TORCH_SPEC = "torch==2.13.0"
+FOUND, INSTALLED = "already installed", "installed now"  # torch_source: the torch was there / set-up put it
+
+# Runs in the target interpreter. A torch that fails to import for any reason but its absence is an error
+# (the traceback reaches set-up's message), never a reason to install another one over it.
+PROBE = r"""
+import importlib.metadata, json, os, platform, sys
+info = {"executable": sys.executable, "version": platform.python_version(), "prefix": sys.prefix,
+        "torch": None, "ddp_core": None}
+try:
+    import torch
+except ModuleNotFoundError as e:
+    if e.name != "torch":
+        raise
+else:
+    try:
+        dist = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        dist = None
+    nccl = None
+    if torch.distributed.is_available() and torch.distributed.is_nccl_available():
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    info["torch"] = {"version": torch.__version__, "dist_version": dist, "cuda": torch.version.cuda,
+                     "hip": torch.version.hip, "xpu": getattr(torch.version, "xpu", None), "nccl": nccl,
+                     "location": os.path.dirname(torch.__file__)}
+if importlib.util.find_spec("ddp_core") is not None:
+    info["ddp_core"] = os.path.dirname(importlib.util.find_spec("ddp_core").origin)
+print(json.dumps(info))
+"""
 
 
-def target_python(create: bool = True) -> Path:
-    """The interpreter to install into: the active virtualenv/conda env if any, else ./.venv (created)."""
-    active = os.environ.get("VIRTUAL_ENV") or os.environ.get("CONDA_PREFIX")
-    if active and Path(sys.prefix).resolve() == Path(active).resolve():
-        return Path(sys.executable)
+class SetupError(Exception):
+    """Set-up cannot go on; the message says why and what to do (exit 2, nothing installed)."""
+
+
+@dataclass(frozen=True)
+class Running:
+    """The interpreter running this script (python3 from the Makefile)."""
+
+    executable: Path
+    prefix: Path
+    base_prefix: Path
+    torch_dir: str | None  # where its torch package lies, found without importing it
+
+
+@dataclass(frozen=True)
+class Target:
+    """The interpreter set-up installs into, and why that one."""
+
+    python: Path
+    why: str
+    create: bool = False  # ./.venv does not exist yet
+    system_site: bool = False  # create ./.venv with python3's packages visible (python3 has torch)
+    hidden_torch: str | None = None  # python3's torch, which an existing isolated ./.venv does not see
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What set-up does to a probed interpreter."""
+
+    install_torch: str | None  # a requirement for pip: only when no torch imports
+    constraint: str | None  # "torch==<installed distribution>", given to pip with the project
+    install_project: bool  # the stamp is stale or ddp_core does not import
+
+
+def running_interpreter() -> Running:
+    spec = importlib.util.find_spec("torch")
+    torch_dir = spec.submodule_search_locations[0] if spec and spec.submodule_search_locations else None
+    return Running(Path(sys.executable), Path(sys.prefix), Path(sys.base_prefix), torch_dir)
+
+
+def isolated_venv(venv: Path) -> bool:
+    """True when `venv` was created without --system-site-packages (its pyvenv.cfg says so)."""
+    for line in (venv / "pyvenv.cfg").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "include-system-site-packages":
+            return value.strip().lower() != "true"
+    return True
+
+
+def choose_target(explicit: str | None, environ: Mapping[str, str], running: Running,
+                  venv: Path = VENV) -> Target:
+    """The interpreter to install into (see the module docstring for the order)."""
+    if explicit:
+        found = shutil.which(explicit)
+        if found is None:
+            raise SetupError(f"PYTHON={explicit}: no such interpreter")
+        # absolute, but not resolved: a venv's python is a symlink to its base interpreter
+        return Target(Path(os.path.abspath(found)), "PYTHON=")
+    active = environ.get("VIRTUAL_ENV") or environ.get("CONDA_PREFIX")
     if active:
-        return Path(active) / "bin" / "python"
-    python = VENV / "bin" / "python"
-    if create and not python.exists():
-        print(f"setup: creating {VENV}", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    return python
+        same = running.prefix.resolve() == Path(active).resolve()
+        return Target(running.executable if same else Path(active) / "bin" / "python", "active environment")
+    if running.prefix != running.base_prefix:
+        return Target(running.executable, "python3's virtualenv")
+    python = venv / "bin" / "python"
+    if not python.exists():
+        return Target(python, "./.venv", create=True, system_site=running.torch_dir is not None)
+    hidden = running.torch_dir if isolated_venv(venv) else None
+    return Target(python, "./.venv", hidden_torch=hidden)
 
 
-def has_module(python: Path, module: str) -> bool:
-    """True when `module` imports in the target interpreter."""
-    probe = subprocess.run([str(python), "-c", f"import {module}"], capture_output=True)
-    return probe.returncode == 0
+def venv_command(target: Target, running: Running) -> list[str]:
+    """Create ./.venv; with python3's packages visible when python3 has torch, so that torch is reused."""
+    system = ["--system-site-packages"] if target.system_site else []
+    return [str(running.executable), "-m", "venv", *system, str(target.python.parent.parent)]
+
+
+def probe(python: Path) -> dict:
+    """Python version, prefix, torch (version, distribution, build, NCCL, location) and ddp_core of `python`.
+
+    Runs from / so that a checkout in the working directory does not pass for an installed ddp_core.
+    """
+    out = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, cwd="/")
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SetupError(f"{python} fails the probe (it imports torch): {last}")
+    return json.loads(out.stdout)
+
+
+def project_ranges(pyproject: Path = ROOT / "pyproject.toml"):
+    """(torch specifier, requires-python specifier) from pyproject.toml, their single source."""
+    import tomllib
+
+    try:  # `packaging` where installed; pip's vendored copy otherwise (every interpreter here has pip)
+        from packaging.requirements import Requirement
+        from packaging.specifiers import SpecifierSet
+    except ImportError:
+        from pip._vendor.packaging.requirements import Requirement
+        from pip._vendor.packaging.specifiers import SpecifierSet
+
+    project = tomllib.loads(pyproject.read_text())["project"]
+    (torch,) = [r for r in map(Requirement, project["dependencies"]) if r.name == "torch"]
+    return torch.specifier, SpecifierSet(project["requires-python"])
+
+
+def plan(info: dict, torch_spec: str, torch_range, python_range, stamp_current: bool) -> Plan:
+    """What to install into the probed interpreter `info`; SetupError when its Python or torch cannot do.
+
+    An installed torch is checked against the range as pip sees it (its distribution version;
+    prereleases admitted, as pip admits an installed one) and pinned, never reinstalled.
+    """
+    if not python_range.contains(info["version"], prereleases=True):
+        raise SetupError(f"{info['executable']} is Python {info['version']}; ddpbench needs Python "
+                         f"{python_range} (pyproject.toml requires-python): point PYTHON= at another one")
+    torch = info["torch"]
+    if torch is None:
+        return Plan(install_torch=torch_spec, constraint=None, install_project=True)
+    if torch["dist_version"] is None:
+        raise SetupError(f"torch {torch['version']} at {torch['location']} imports but pip sees no installed "
+                         f"distribution of it, so installing ddpbench would make pip fetch another torch: "
+                         f"install that torch as a package, or use another interpreter (PYTHON=)")
+    if not torch_range.contains(torch["dist_version"], prereleases=True):
+        raise SetupError(f"torch {torch['version']} in {info['executable']} is outside torch{torch_range}, "
+                         f"the versions ddpbench is written for (pyproject.toml); set-up never replaces an "
+                         f"installed torch: upgrade it yourself or point PYTHON= at another interpreter")
+    current = stamp_current and info["ddp_core"] is not None
+    return Plan(install_torch=None, constraint=f"torch=={torch['dist_version']}", install_project=not current)
+
+
+def build(torch: dict) -> str:
+    """The accelerator a torch was built for: "CUDA 12.8", "ROCm 6.4.x", "XPU ...", or "CPU"."""
+    if torch["cuda"]:
+        return f"CUDA {torch['cuda']}"
+    if torch["hip"]:
+        return f"ROCm {torch['hip']}"
+    if torch["xpu"]:
+        return f"XPU {torch['xpu']}"
+    return "CPU"
+
+
+def new_record(info: dict, source: str, previous: dict | None) -> dict:
+    """The record of this environment's torch: the previous one while it describes the same torch
+    (so a torch set-up installed stays "installed now" on later runs), else a new one with `source`."""
+    torch = info["torch"]
+    if previous and source == FOUND and (previous.get("torch"), previous.get("torch_location")) == (
+            torch["version"], torch["location"]):
+        return previous
+    return {"python": info["executable"], "python_version": info["version"], "torch": torch["version"],
+            "torch_dist": torch["dist_version"], "build": build(torch), "nccl": torch["nccl"],
+            "torch_location": torch["location"], "torch_source": source,
+            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def summary(info: dict, source: str, project: str, notes: list[str]) -> str:
+    """The one line set-up prints."""
+    torch = info["torch"]
+    line = (f"setup: {info['executable']} (Python {info['version']}) · torch {torch['version']} "
+            f"({build(torch)} build, {source}) at {torch['location']} · NCCL {torch['nccl'] or 'none'} · "
+            f"ddpbench {project}")
+    return "; ".join([line, *notes])
 
 
 def pip(python: Path, *args: str) -> None:
-    """Run pip in the target interpreter, loudly failing on error."""
+    """Run pip in the target interpreter; a failure raises CalledProcessError (pip has printed why)."""
     cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *args]
-    print("setup:", " ".join(cmd[2:]), flush=True)
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True, env=os.environ | {"PIP_ROOT_USER_ACTION": "ignore"})
 
 
-def main() -> int:
-    if "--print-python" in sys.argv:  # for the Makefile: where set-up installs, without doing it
-        print(target_python(create=False))
-        return 0
-    python = target_python()
-    stamp = python.parent.parent / ".ddpbench-setup-stamp"
+def install_project(python: Path, constraint: str) -> None:
+    """pip install -e .[dev], with the installed torch pinned so that pip cannot replace it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "torch-constraint.txt"
+        path.write_text(constraint + "\n")
+        pip(python, "-c", str(path), "-e", f"{ROOT}[dev]")
+
+
+def writable(info: dict) -> None:
+    """SetupError, before anything is installed, when the target's prefix is not writable."""
+    if not os.access(info["prefix"], os.W_OK):
+        raise SetupError(f"cannot install into {info['prefix']} (not writable): create a virtualenv that "
+                         f"sees its packages, `{info['executable']} -m venv --system-site-packages DIR`, and "
+                         f"use it (activate it, or PYTHON=DIR/bin/python)")
+
+
+def setup(target: Target, running: Running, environ: Mapping[str, str], dry_run: bool) -> str:
+    """Create, probe, plan, install, record; the line to print."""
+    torch_range, python_range = project_ranges()
+    torch_spec = environ.get("TORCH_SPEC", DEFAULT_TORCH_SPEC)
+    if target.create:
+        cmd = venv_command(target, running)
+        if dry_run:
+            return f"setup (dry run): would run `{' '.join(cmd)}`, then plan inside it"
+        subprocess.run(cmd, check=True)
+    info = probe(target.python)
+    if target.hidden_torch and info["torch"] is None and "TORCH_SPEC" not in environ:
+        raise SetupError(f"./.venv has no torch and was created without python3's packages, so it does not "
+                         f"see the torch at {target.hidden_torch}: `rm -r .venv` and rerun to reuse that "
+                         f"torch (or set TORCH_SPEC to install one into ./.venv)")
+    prefix = Path(info["prefix"])
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    if stamp.exists() and stamp.read_text().strip() == digest and has_module(python, "ddp_core"):
-        print(f"setup: up to date ({python})")
+    stamp = prefix / STAMP
+    stamp_current = stamp.exists() and stamp.read_text().strip() == digest
+    steps = plan(info, torch_spec, torch_range, python_range, stamp_current)
+    notes = []
+    if "TORCH_SPEC" in environ and info["torch"]:
+        notes.append(f"TORCH_SPEC={torch_spec} unused: a torch is installed")
+    if target.hidden_torch and info["torch"]:
+        notes.append(f"note: ./.venv does not see python3's torch at {target.hidden_torch} "
+                     f"(`rm -r .venv` and rerun to use it)")
+    if dry_run:
+        if steps.install_torch:
+            return (f"setup (dry run): {info['executable']} has no torch: would pip install {torch_spec}, "
+                    f"then -e {ROOT}[dev] with that torch pinned")
+        project = f"would be installed (-c {steps.constraint})" if steps.install_project else "up to date"
+        return summary(info, FOUND, project, notes)
+
+    source, project = FOUND, "up to date"
+    if steps.install_torch or steps.install_project:
+        writable(info)
+    if steps.install_torch:
+        pip(target.python, steps.install_torch)
+        source, info = INSTALLED, probe(target.python)
+        steps = plan(info, torch_spec, torch_range, python_range, stamp_current=False)
+        if steps.install_torch:
+            raise SetupError(f"pip installed {torch_spec} but torch still does not import in {target.python}")
+    if steps.install_project:
+        install_project(target.python, steps.constraint)
+        stamp.write_text(digest + "\n")
+        project = "installed"
+    record_path = prefix / RECORD
+    previous = json.loads(record_path.read_text()) if record_path.exists() else None
+    record = new_record(info, source, previous)
+    if record != previous:
+        if os.access(prefix, os.W_OK):
+            record_path.write_text(json.dumps(record, indent=2) + "\n")
+        else:
+            notes.append(f"{record_path} not written ({prefix} not writable)")
+    return summary(info, source, project, notes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--python", help="install into this interpreter (make setup PYTHON=...)")
+    parser.add_argument("--print-python", action="store_true",
+                        help="print the interpreter set-up installs into, and do nothing (for the Makefile)")
+    parser.add_argument("--dry-run", action="store_true", help="probe and say what set-up would do")
+    args = parser.parse_args(argv)
+    running = running_interpreter()
+    try:
+        target = choose_target(args.python, os.environ, running)
+        if args.print_python:
+            print(target.python)
+            return 0
+        print(setup(target, running, os.environ, args.dry_run), flush=True)
         return 0
-    if not has_module(python, "torch"):
-        pip(python, os.environ.get("TORCH_SPEC", "torch==2.13.0"))
-    pip(python, "-e", f"{ROOT}[dev]")
-    stamp.write_text(digest + "\n")
-    print(f"setup: done ({python})")
-    return 0
+    except SetupError as e:
+        print(f"setup: {e}", file=sys.stderr)
+        return 2
+    except subprocess.CalledProcessError as e:
+        print(f"setup: `{' '.join(map(str, e.cmd))}` failed (exit {e.returncode})", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
