@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import json
 import os
 import signal
 import socket
@@ -88,6 +89,14 @@ def prepare_run_dir(args, config: BenchConfig) -> Path:
         if _comparable(config_from_dict(read_tables(saved))) != _comparable(config):
             raise ConfigError(f"--resume: the configuration differs from {str(saved)!r}; "
                               "resume with the same preset and --set values, or use a new --out")
+        if (out / "env.json").is_file():  # a user model's file must be the one the run measured
+            from bench.workloads import check_model_unchanged
+
+            try:
+                check_model_unchanged(json.loads((out / "env.json").read_text()).get("user_model"),
+                                      config.workload.model)
+            except ValueError as e:
+                raise ConfigError(f"--resume: {e}; use a new --out") from None
         return out
     if out.exists():
         raise ConfigError(f"--out={str(out)!r} already exists; refusing to overwrite it "
@@ -129,8 +138,11 @@ def write_env(run_dir: Path, config: BenchConfig) -> None:
     threads = {str(ws): threads_per_rank(config, ws) for ws in sorted(set(config.matrix.world_size))}
     # what each launch adds to the environment above, per world size (env_vars is the launcher's own)
     launch_vars = {ws: launch_env(config.run.device, n) for ws, n in threads.items()}
+    from bench.workloads import describe_model_spec
+
     info = envinfo.collect(config.run.device, backend, [sys.executable, "-m", "bench", *sys.argv[1:]],
-                           extra={"threads_per_rank": threads, "launch_env_vars": launch_vars})
+                           extra={"threads_per_rank": threads, "launch_env_vars": launch_vars,
+                                  "user_model": describe_model_spec(config.workload.model)})
     import json
 
     (run_dir / "env.json").write_text(json.dumps(info, indent=2) + "\n")
