@@ -18,7 +18,7 @@ test: setup
 	exit $$rc
 
 lint: setup
-	$(PYTHON) -m ruff check ddp_core bench tests benchmarks scripts
+	$(PYTHON) -m ruff check ddp_core bench tests benchmarks scripts examples
 
 microbench: setup
 	$(PYTHON) -m pytest benchmarks -q -p no:cacheprovider --benchmark-enable --benchmark-columns=min,median,max,rounds --benchmark-sort=name -s

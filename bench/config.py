@@ -93,6 +93,12 @@ class WorkloadConfig:
             _check_min("workload.seq_len", [self.seq_len], 1)
         if self.image_size is not None:
             _check_min("workload.image_size", [self.image_size], 1)
+        from bench.workloads import resolve_model_spec
+
+        try:  # a user model's relative file path → absolute: every rank, on any node, imports that file
+            object.__setattr__(self, "model", resolve_model_spec(self.model))
+        except ValueError as e:
+            raise ConfigError(f"workload: {e}") from None
 
     def options(self):
         """The workload registry's `WorkloadOptions` for this section."""
@@ -200,7 +206,9 @@ class BenchConfig:
                           f"strong scaling needs it divisible by every world size; world_size={ws}")
         from bench.workloads import get_workload
 
-        try:  # the registry checks model and size names (no model is built)
+        # The registry checks model and size names (no model is built); a user spec is imported and its
+        # constructor run, so a missing file, name or a failing constructor stops here.
+        try:
             get_workload(self.workload.model, self.workload.model_size, self.workload.options())
         except ValueError as e:
             raise ConfigError(f"workload: {e}") from None

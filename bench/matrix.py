@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from bench.config import BenchConfig
 from bench.schema import COMM_DTYPE_ALIASES
+from bench.workloads import model_label
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,13 @@ class Cell:
 
     @property
     def cell_id(self) -> str:
-        """Stable, readable, unique, filesystem-safe: overlap-mlp.small-ws2-b25-fp32-cnone-ga1-strong-gb32."""
+        """Stable, readable, unique, filesystem-safe: overlap-mlp.small-ws2-b25-fp32-cnone-ga1-strong-gb32.
+
+        A user model spec ("/path/to/file.py:Name") appears as `Name-<8 hex of its sha256>` (model_label).
+        """
         bucket = "na" if self.bucket_cap_mb is None else f"{self.bucket_cap_mb:g}"
-        text = (f"{self.engine}-{self.model}.{self.model_size}-ws{self.world_size}-b{bucket}-{self.precision}"
+        model = model_label(self.model)
+        text = (f"{self.engine}-{model}.{self.model_size}-ws{self.world_size}-b{bucket}-{self.precision}"
                 f"-c{self.comm_dtype}-ga{self.grad_accum}-{self.scaling}-gb{self.global_batch}")
         return re.sub(r"[^A-Za-z0-9._-]", "_", text)
 

@@ -84,6 +84,14 @@ def prepare_run_dir(args, config: BenchConfig) -> Path:
         if _comparable(config_from_dict(read_tables(saved))) != _comparable(config):
             raise ConfigError(f"--resume: the configuration differs from {str(saved)!r}; "
                               "resume with the same preset and --set values, or use a new --out")
+        if (out / "env.json").is_file():  # a user model's file must be the one the run measured
+            from bench.workloads import check_model_unchanged
+
+            try:
+                check_model_unchanged(json.loads((out / "env.json").read_text()).get("user_model"),
+                                      config.workload.model)
+            except ValueError as e:
+                raise ConfigError(f"--resume: {e}; use a new --out") from None
         return out
     if out.exists():
         raise ConfigError(f"--out={str(out)!r} already exists; refusing to overwrite it "
@@ -120,13 +128,15 @@ def write_env(run_dir: Path, config: BenchConfig) -> None:
     """env.json: the machine and software fingerprint, plus threads and variables per launch."""
     from bench import envinfo
     from bench.launch import launch_env
+    from bench.workloads import describe_model_spec
 
     device = config.run.device
     threads = {str(ws): config.run.threads_for(ws) for ws in sorted(set(config.matrix.world_size))}
     # what each launch adds to the environment above, per world size (env_vars is the launcher's own)
     launch_vars = {ws: launch_env(device, n) for ws, n in threads.items()}
     info = envinfo.collect(device, backend_for(device), [sys.executable, "-m", "bench", *sys.argv[1:]],
-                           extra={"threads_per_rank": threads, "launch_env_vars": launch_vars})
+                           extra={"threads_per_rank": threads, "launch_env_vars": launch_vars,
+                                  "user_model": describe_model_spec(config.workload.model)})
     (run_dir / "env.json").write_text(json.dumps(info, indent=2) + "\n")
 
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow  # real sweeps through torchrun: seconds to a minu
 REPO = Path(__file__).resolve().parent.parent
 ENV_KEYS = ("torch", "cuda", "cudnn", "nccl", "gpus", "gpu_count", "driver", "topology", "cpu_model",
             "cpu_cores", "env_vars", "tf32", "git_sha", "hostname", "command", "time", "python", "device",
-            "backend")
+            "backend", "torch_source", "user_model")
 # Tiny and short: 2 timed steps, the smallest profiler schedule.
 FAST = ["workload.model=mlp", "workload.model_size=tiny", "workload.global_batch=4", "run.warmup_steps=2",
         "run.timed_steps=2", "run.compute_only_steps=2", "run.phase_steps=1", "run.probe_iters=2",

@@ -1,8 +1,9 @@
-"""The workload interface the runner builds against: a model family, its synthetic data and its loss.
+"""The workload interface the runner builds against: a model, its synthetic data, its loss, its FLOPs.
 
-A workload is chosen by `model` (family, e.g. "mlp", "transformer", "resnet") and `size` (a preset within
-the family, e.g. "tiny", "360m"). The runner only ever calls the methods below, so adding a workload is
-adding a subclass and registering it in `bench.workloads.registry`.
+A workload is chosen by `model` and `size`: a built-in family ("mlp", "transformer", "resnet") registered
+in `bench.workloads.registry`, or your own subclass of `Workload`, named by
+`workload.model = "path/to/file.py:Name"` or `"package.module:Name"` (see `bench.workloads.user`).
+The runner only ever calls what `Workload` and `SyntheticDataset` declare below.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ class SyntheticDataset(abc.ABC):
     Batches are cut from device tensors by index (no per-sample Python collate, no host→device copy),
     so that a timed step measures the model and the communication, not data loading.
     `DistributedSampler` supplies the indices; `len()` is what it shards.
+
+    Contract:
+    - `__len__()`: the number of samples.
+    - `batch(indices)`: a dict of tensors (`Batch`) whose keys are the workload's own: only its `loss`,
+      `tokens_in_batch` and `train_flops_per_sample` read them. `batch` runs inside the timed step (it is
+      the trace's `data_movement`), so keep it to indexing: on GPU, no `.item()` or other host sync.
     """
 
     @abc.abstractmethod
@@ -29,7 +36,7 @@ class SyntheticDataset(abc.ABC):
 
     @abc.abstractmethod
     def batch(self, indices: torch.Tensor) -> Batch:
-        """Return the batch for these sample indices (a 1-D int64 tensor), on the dataset's device."""
+        """Return the batch for these sample indices (a 1-D int64 tensor on CPU), on the dataset's device."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,26 @@ class WorkloadOptions:
 
 
 class Workload(abc.ABC):
-    """A model family at one size: builds the model, its data, its loss, and counts its FLOPs."""
+    """A model at one size: builds the model, its data, its loss, and counts its FLOPs.
+
+    Subclass it for your own model and name it with `workload.model = "path/to/file.py:Name"` (or
+    `"package.module:Name"`); the runner then constructs `Name(model_size, options)`, as for the built-ins.
+
+    Constructor `__init__(size, options)`: `size` is `workload.model_size` (a string: what it means is the
+    workload's business), `options` a `WorkloadOptions` (the other `[workload]` keys; ignore those that mean
+    nothing to you). Call `super().__init__(size, options)`. It runs in the launcher when the config is
+    validated and again in every rank, possibly more than once per process: keep it cheap (build nothing
+    large here) and raise ValueError naming the key and value for a size or option you do not support.
+
+    Required: `build_model`, `make_dataset`, `loss` (below).
+    Optional, each with a default that means "unknown" and leaves its columns empty:
+    - `default_num_samples()`: the size of the dataset the workload stands for; None: just enough samples
+      for a few steps are generated.
+    - `train_flops_per_sample(batch)`: gives `model_tflops_per_s` and, on a GPU with a known peak, `mfu`.
+    - `tokens_in_batch(batch)`: gives `tokens_per_s`.
+    - attribute `seq_len`: tokens per sample, reported in the `seq_len` column.
+    These are called outside the timed steps.
+    """
 
     family: str = ""
     size: str = ""
@@ -58,7 +84,12 @@ class Workload(abc.ABC):
 
     @abc.abstractmethod
     def build_model(self) -> nn.Module:
-        """A freshly initialised model on CPU; deterministic under the caller's `torch.manual_seed`."""
+        """A freshly initialised model on CPU; deterministic under the caller's `torch.manual_seed`.
+
+        Called once per cell on every rank, after `torch.manual_seed(run.seed)`; the runner moves it to the
+        device and wraps it in the cell's engine. Every parameter that requires a gradient must get one in
+        every step (the engines reject unused parameters). Buffers (e.g. BatchNorm's) are allowed.
+        """
 
     @abc.abstractmethod
     def make_dataset(self, num_samples: int, device: torch.device, seed: int) -> SyntheticDataset:
@@ -66,14 +97,23 @@ class Workload(abc.ABC):
 
     @abc.abstractmethod
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        """Forward `batch` through `model` and return the scalar mean loss."""
+        """Forward `batch` through `model` and return the scalar mean loss.
+
+        `model` is the engine's wrapper: call `model(...)`, never `model.module`, because the wrapper's
+        forward is where the engines prepare gradient synchronisation. Runs under `torch.autocast` for
+        bf16/fp16 cells.
+        """
 
     def default_num_samples(self) -> int | None:
         """The dataset size the workload stands for (MRPC: 3,668 pairs); None when it has none."""
         return None
 
     def train_flops_per_sample(self, batch: Batch | None = None) -> float | None:
-        """Analytic training FLOPs (forward + backward) per sample; None when unknown."""
+        """Analytic training FLOPs (forward + backward) per sample of `batch`; None when unknown.
+
+        The convention is 2 FLOPs per multiply-add forward and twice the forward backward (6 per MAC).
+        `batch` is None for the `--dry-run` estimate: return the typical sample's count (or None).
+        """
         return None
 
     def tokens_in_batch(self, batch: Batch) -> int | None:
