@@ -12,7 +12,8 @@ from bench.matrix import expand, groups, per_rank_batch
 
 
 def cells_of(*overrides, **kw):
-    return expand(load_config("cpu-smoke", list(overrides)), **kw)
+    """cpu-smoke's cells at strong scaling only (unless an override says otherwise)."""
+    return expand(load_config("cpu-smoke", ["matrix.scaling=strong", *overrides]), **kw)
 
 
 def test_cross_product_and_naive_bucket_collapse():
