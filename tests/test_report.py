@@ -297,3 +297,15 @@ def test_naive_without_a_25mb_torch_cell_meets_torch_at_its_fastest_bucket():
     naive = _by(tables.engines_vs_torch(_df(rows)), engine="naive")
     assert naive["torch_bucket_cap_mb"] == 4.0
     assert naive["delta_p50_pct"] == pytest.approx(50.0)  # (75 − 50) / 50
+
+
+def test_comm_dtype_alias_is_read_as_none_and_an_empty_one_is_refused():
+    """A row spelt with the config alias "fp32" is the comm_dtype=none configuration in every table (its
+    world-size-1 cell is T₁ of the "none" cells); an empty comm_dtype is refused by name, not guessed."""
+    df = _df([row("torch", 1, 100.0, comm_dtype="fp32"), row("torch", 2, 55.0, comm_dtype="none")])
+    assert list(df["comm_dtype"]) == ["none", "none"]
+    torch2 = _by(tables.scaling_table(df, "strong"), world_size=2)
+    assert torch2["t1_step_time_ms"] == 100.0
+    assert torch2["efficiency_pct"] == pytest.approx(90.909, abs=1e-3)  # 100 / (2 · 55)
+    with pytest.raises(RunError, match="column 'comm_dtype' is empty in 1 rows"):
+        _df([row("torch", 1, 100.0, comm_dtype=""), row("torch", 2, 55.0)])

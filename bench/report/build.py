@@ -12,8 +12,7 @@ import pandas as pd
 from bench.report import findings, plots, tables
 from bench.report.load import Run, load_run
 from bench.report.render import Section, write_csv, write_page
-
-TRACE_GLOB = "*.pt.trace.json*"
+from bench.schema import DEFAULT_BUCKET_MB, TRACE_GLOB, MiB
 
 
 def default_out_dir(run_dir: Path) -> Path:
@@ -168,8 +167,8 @@ def build_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     sec.para(
         "delta % = (engine − torch) / torch × 100 on the same configuration: positive means slower "
         "(step time) or more memory. naive has no bucket size; it is set against torch at torch's "
-        "default 25 MiB buckets or, when the run has none, torch's fastest bucket size (torch_bucket_cap_mb "
-        "says which). Exposed communication = p50 step − p50 compute-only step (ms).",
+        f"default {DEFAULT_BUCKET_MB:g} MiB buckets or, when the run has none, torch's fastest bucket size "
+        "(torch_bucket_cap_mb says which). Exposed communication = p50 step − p50 compute-only step (ms).",
         "formula",
     )
     _table_section(
@@ -254,7 +253,7 @@ def _viewers_section(run: Run, out_dir: Path, files: dict[str, list[Path]]) -> S
             "This run recorded no profiler traces (profiling off, or every profiled cell failed).", "note"
         )
     size = sum(p.stat().st_size for v in files.values() for p in v)
-    size_text = f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 2**10:.0f} KiB"
+    size_text = f"{size / MiB:.1f} MiB" if size >= MiB else f"{size / 1024:.0f} KiB"
     sec.para(
         f"{n_files} trace files in {sum(1 for v in files.values() if v)} cells ({size_text} gzipped), "
         f"one per rank, under {run.path / 'traces'}. Each cell's links are in the table above."

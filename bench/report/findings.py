@@ -9,7 +9,7 @@ from bench.report import slices, tables
 
 def _setting(r) -> str:
     parts = [str(r["precision"])]
-    if r.get("comm_dtype") not in tables.NO_COMPRESSION:
+    if r.get("comm_dtype") != "none":
         parts.append(f"{r['comm_dtype']} gradients")
     if pd.notna(r.get("bucket_cap_mb")):
         parts.append(f"{r['bucket_cap_mb']:g} MiB buckets")
@@ -77,9 +77,7 @@ def efficiency_drops(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) 
         low = table[table["efficiency_pct"] < tables.EFFICIENCY_THRESHOLD_PCT]
         if not len(low):
             continue
-        group_cols = ["engine", "model", "model_size", "precision", "comm_dtype", "grad_accum",
-                      "bucket_cap_mb", tables.BATCH_KEY[scaling]]
-        low = low.assign(_g=tables.config_key(low, group_cols))
+        low = low.assign(_g=tables.config_key(low, tables.scaling_keys(scaling)))
         for _, first in low.groupby("_g", sort=False).head(1).iterrows():
             n, t_n, t_1 = int(first["world_size"]), first["step_time_ms_p50"], first["t1_step_time_ms"]
             loss = t_n - (t_1 / n if scaling == "strong" else t_1)

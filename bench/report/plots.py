@@ -79,12 +79,12 @@ def _series(rows: pd.DataFrame) -> dict[tuple[str, str], tuple[str, str, tuple[s
     precisions = [p for p in PRECISIONS if p in {p for p, _ in pairs}] + sorted(
         {p for p, _ in pairs} - set(PRECISIONS)
     )
-    comms = sorted({c for _, c in pairs}, key=lambda c: (c not in tables.NO_COMPRESSION, c))
+    comms = sorted({c for _, c in pairs}, key=lambda c: (c != "none", c))
     out = {}
     for i, p in enumerate(precisions):
         for c in comms:
             if (p, c) in pairs:
-                label = p if c in tables.NO_COMPRESSION else f"{p} · comm {c}"
+                label = p if c == "none" else f"{p} · comm {c}"
                 color = PRECISION_COLORS.get(p) or SPARE_COLORS[i % len(SPARE_COLORS)]
                 out[(p, c)] = (label, color, COMM_STYLES[comms.index(c) % len(COMM_STYLES)])
     return out
@@ -259,7 +259,7 @@ def scaling(table: pd.DataFrame, scaling_name: str, path: Path) -> Path | None:
             (rows["engine"] == engine) & (rows["precision"] == p) & (rows["comm_dtype"] == c),
             color,
             style,
-            color if c in tables.NO_COMPRESSION else None,  # compressed comm: the uncompressed ideal
+            color if c == "none" else None,  # compressed comm: the uncompressed ideal
         )
         for j, engine in enumerate(names)
         for (p, c), (_, color, style) in series.items()
@@ -380,7 +380,7 @@ def precision(table: pd.DataFrame, path: Path) -> Path | None:
                     edgecolor="white",
                     lw=0,
                 )
-                if pd.notna(r["speedup_vs_fp32_x"]) and not (p == "fp32" and c in tables.NO_COMPRESSION):
+                if pd.notna(r["speedup_vs_fp32_x"]) and not (p == "fp32" and c == "none"):
                     ax.annotate(
                         f"{r['speedup_vs_fp32_x']:.2f}×",
                         (x, r["throughput_samples_per_s"]),

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.report.tables import TORCH_DEFAULT_BUCKET_MB, key_text
-from bench.schema import PRECISIONS
+from bench.report.tables import key_text
+from bench.schema import DEFAULT_BUCKET_MB, PRECISIONS
 
 # An unexamined setting is held at its most common value; ties go to the first of these that is present,
 # then to the largest bucket, the smallest number or the first name.
 PREFERRED = {
     "scaling": ("strong",),
     "precision": PRECISIONS,
-    "comm_dtype": ("none", "", "fp32"),
+    "comm_dtype": ("none",),
     "grad_accum": ("1",),
-    "bucket_cap_mb": (key_text(TORCH_DEFAULT_BUCKET_MB),),
+    "bucket_cap_mb": (key_text(DEFAULT_BUCKET_MB),),
 }
 # Held in this order, each among the rows the earlier ones left. `_batch` is the batch a configuration keeps
 # across world sizes and accumulation factors (see `with_batch`).

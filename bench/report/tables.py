@@ -11,7 +11,7 @@ import math
 import pandas as pd
 
 from bench import metrics
-from bench.schema import CONFIG_KEYS
+from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB
 
 
 def config_keys_except(*names: str) -> tuple[str, ...]:
@@ -19,19 +19,17 @@ def config_keys_except(*names: str) -> tuple[str, ...]:
     return tuple(k for k in CONFIG_KEYS if k not in names)
 
 
-# What identifies a configuration apart from world size (DESIGN.md "T1"); the batch rule adds
-# global_batch (strong) or per_rank_batch (weak).
-SCALING_GROUP = config_keys_except("world_size", "per_rank_batch", "global_batch")
+# What identifies a configuration apart from world size within one batch rule (DESIGN.md "T1"); the rule
+# adds the batch it keeps: global_batch (strong) or per_rank_batch (weak).
+SCALING_GROUP = config_keys_except("world_size", "per_rank_batch", "global_batch", "scaling")
 BATCH_KEY = {"strong": "global_batch", "weak": "per_rank_batch"}
-# torch DDP's own default bucket_cap_mb (torch.nn.parallel.DistributedDataParallel signature): the torch
-# cell that the bucket-less naive engine is compared with.
-TORCH_DEFAULT_BUCKET_MB = 25.0
+# The configuration columns of the per-cell tables: per_rank_batch is left out, global_batch, world_size
+# and grad_accum fix it.
+CELL_CONFIG = config_keys_except("per_rank_batch")
 EFFICIENCY_THRESHOLD_PCT = 80.0
 # What names a cell in per-cell listings (cells without numbers, all cells): its id, outcome and settings.
 CELL_COLUMNS = ("cell_id", "status", "error", "engine", "world_size", "bucket_cap_mb", "precision",
                 "comm_dtype", "grad_accum", "scaling", "global_batch")
-# comm_dtype values meaning "gradients reduced in their own dtype" (the runner writes "none").
-NO_COMPRESSION = ("", "none", "fp32")
 
 STRONG_FORMULA = (
     "strong scaling: speedup = T₁ / T_N (same global batch), efficiency = T₁ / (N · T_N); "
@@ -118,9 +116,14 @@ def efficiency_unavailable(df: pd.DataFrame) -> str:
     return ""
 
 
+def scaling_keys(scaling: str) -> tuple[str, ...]:
+    """What a configuration keeps across world sizes in the `scaling` table ("strong" | "weak")."""
+    return SCALING_GROUP + (BATCH_KEY[scaling],)
+
+
 def _with_keys(df: pd.DataFrame, scaling: str) -> pd.DataFrame:
     out = df.copy()
-    out["_group"] = config_key(out, SCALING_GROUP + (BATCH_KEY[scaling],))
+    out["_group"] = config_key(out, scaling_keys(scaling))
     return out
 
 
@@ -135,17 +138,17 @@ def scaling_table(df: pd.DataFrame, scaling: str) -> pd.DataFrame:
     baselines = {g: r for g, r in rows[rows["world_size"] == 1].set_index("_group", drop=False).iterrows()}
     # The runner skips compressed comm_dtype cells at world size 1 (nothing is communicated there, so they
     # are the comm_dtype=none cell: bench/matrix.py); such configurations take T1 from that cell.
-    rows["_plain"] = config_key(rows.assign(comm_dtype="none"), SCALING_GROUP + (BATCH_KEY[scaling],))
+    rows["_plain"] = config_key(rows.assign(comm_dtype="none"), scaling_keys(scaling))
     plain_baselines = {
         k: r
         for k, (_, r) in zip(rows["_plain"], rows.iterrows())
-        if r["world_size"] == 1 and r["comm_dtype"] in NO_COMPRESSION
+        if r["world_size"] == 1 and r["comm_dtype"] == "none"
     }
     out = []
     for _, r in rows.iterrows():
         n = int(r["world_size"])
         t_n = _num(r["step_time_ms_p50"]) if r["status"] == "ok" else None
-        rec = {k: r[k] for k in SCALING_GROUP if k != "scaling"}
+        rec = {k: r[k] for k in SCALING_GROUP}
         rec.update(
             per_rank_batch=r["per_rank_batch"],
             global_batch=r["global_batch"],
@@ -157,7 +160,7 @@ def scaling_table(df: pd.DataFrame, scaling: str) -> pd.DataFrame:
         note = reason(r)
         if with_efficiency:
             base = baselines.get(r["_group"])
-            plain = plain_baselines.get(r["_plain"]) if r["comm_dtype"] not in NO_COMPRESSION else None
+            plain = plain_baselines.get(r["_plain"]) if r["comm_dtype"] != "none" else None
             if (base is None or base["status"] != "ok") and plain is not None and plain["status"] == "ok":
                 base = plain
                 note = note or "T₁ from the comm_dtype=none cell: nothing is communicated at world size 1"
@@ -180,37 +183,12 @@ def scaling_table(df: pd.DataFrame, scaling: str) -> pd.DataFrame:
             )
         rec.update(note=note, cell_id=r["cell_id"])
         out.append(rec)
-    cols = [
-        "engine",
-        "model",
-        "model_size",
-        "precision",
-        "comm_dtype",
-        "grad_accum",
-        "bucket_cap_mb",
-        "per_rank_batch",
-        "global_batch",
-        "world_size",
-        "status",
-        "step_time_ms_p50",
-        "throughput_samples_per_s",
-    ]
+    config = [*config_keys_except("scaling", "world_size"), "world_size"]  # the scaled axis last
+    cols = [*config, "status", "step_time_ms_p50", "throughput_samples_per_s"]
     cols += ["t1_step_time_ms", "speedup_x", "efficiency_pct"] if with_efficiency else []
     table = pd.DataFrame(out, columns=cols + ["note", "cell_id"])
-    return _sorted(
-        table,
-        [
-            "engine",
-            "model",
-            "model_size",
-            "precision",
-            "comm_dtype",
-            "grad_accum",
-            "bucket_cap_mb",
-            BATCH_KEY[scaling],
-            "world_size",
-        ],
-    )
+    other_batch = "per_rank_batch" if scaling == "strong" else "global_batch"
+    return _sorted(table, [k for k in config if k != other_batch])
 
 
 def _sorted(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -229,9 +207,9 @@ def _torch_match(df: pd.DataFrame) -> dict[str, pd.Series]:
         candidates = by_key.get(k, [])
         same_bucket = [t for t in candidates if key_text(t["bucket_cap_mb"]) == key_text(r["bucket_cap_mb"])]
         if not same_bucket and pd.isna(r["bucket_cap_mb"]):
-            same_bucket = [t for t in candidates if _num(t["bucket_cap_mb"]) == TORCH_DEFAULT_BUCKET_MB]
+            same_bucket = [t for t in candidates if _num(t["bucket_cap_mb"]) == DEFAULT_BUCKET_MB]
             ok = [t for t in candidates if t["status"] == "ok" and _num(t["step_time_ms_p50"]) is not None]
-            if not same_bucket and ok:  # no 25 MiB torch cell: torch at its fastest bucket size here
+            if not same_bucket and ok:  # no torch cell at the default size: torch at its fastest here
                 same_bucket = [min(ok, key=lambda t: float(t["step_time_ms_p50"]))]
         if same_bucket:
             match[r["cell_id"]] = same_bucket[0]
@@ -241,8 +219,9 @@ def _torch_match(df: pd.DataFrame) -> dict[str, pd.Series]:
 def engines_vs_torch(df: pd.DataFrame) -> pd.DataFrame:
     """Each non-torch cell against torch DDP on the same configuration: delta % (positive = slower/larger).
 
-    naive has no bucket size; it is compared with the torch cell at torch's default 25 MiB buckets, or, when
-    the run has none, with torch at its fastest bucket size in the same configuration.
+    naive has no bucket size; it is compared with the torch cell at torch's default bucket size
+    (bench.schema.DEFAULT_BUCKET_MB), or, when the run has none, with torch at its fastest bucket size in the
+    same configuration.
     """
     match = _torch_match(df)
     out = []
@@ -271,19 +250,14 @@ def engines_vs_torch(df: pd.DataFrame) -> pd.DataFrame:
                 if t_ok
                 else f"torch cell {t['status']}: {t['error'] or 'no reason recorded'}"
             )
+        rec = {}
+        for k in CELL_CONFIG:  # the torch cell's bucket size right after this cell's
+            rec[k] = int(r[k]) if k == "world_size" else r[k]
+            if k == "bucket_cap_mb":
+                rec["torch_bucket_cap_mb"] = None if t is None else t["bucket_cap_mb"]
         out.append(
             {
-                "engine": r["engine"],
-                "model": r["model"],
-                "model_size": r["model_size"],
-                "world_size": int(r["world_size"]),
-                "bucket_cap_mb": r["bucket_cap_mb"],
-                "torch_bucket_cap_mb": None if t is None else t["bucket_cap_mb"],
-                "precision": r["precision"],
-                "comm_dtype": r["comm_dtype"],
-                "grad_accum": r["grad_accum"],
-                "scaling": r["scaling"],
-                "global_batch": r["global_batch"],
+                **rec,
                 "status": r["status"],
                 "step_time_ms_p50": mine["p50"],
                 "torch_step_time_ms_p50": ref["p50"],
@@ -366,7 +340,7 @@ def precision_table(df: pd.DataFrame) -> pd.DataFrame:
 
     def extra(r, group):
         base = _ok_throughput(
-            group, (group["precision"] == "fp32") & group["comm_dtype"].isin(NO_COMPRESSION)
+            group, (group["precision"] == "fp32") & (group["comm_dtype"] == "none")
         )
         mine = row_throughput(r) if r["status"] == "ok" else None
         return {"speedup_vs_fp32_x": ratio(mine, base)}
@@ -406,21 +380,7 @@ def phase_breakdown(df: pd.DataFrame) -> pd.DataFrame:
         ok = r["status"] == "ok"
         step = _num(r["step_time_ms_p50"]) if ok else None
         exposed = row_exposed_comm(r) if ok else None
-        rec = {
-            k: r[k]
-            for k in (
-                "engine",
-                "model",
-                "model_size",
-                "world_size",
-                "bucket_cap_mb",
-                "precision",
-                "comm_dtype",
-                "grad_accum",
-                "scaling",
-                "global_batch",
-            )
-        }
+        rec = {k: r[k] for k in CELL_CONFIG}
         rec.update(
             status=r["status"],
             step_time_ms_p50=step,

@@ -15,9 +15,10 @@ import sys
 import threading
 from pathlib import Path
 
+from bench.schema import TRACE_GLOB
+
 PLUGIN_ENTRY_POINT = "torch_profiler"  # torch-tb-profiler's [tensorboard_plugins] entry point
 PLUGIN_ROUTE = "pytorch_profiler"  # its plugin_name: the URL fragment and /data/plugin/<name>/ prefix
-TRACE_GLOB = "*.pt.trace.json*"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
