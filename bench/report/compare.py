@@ -9,17 +9,12 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.report import tables
+from bench.report.environment import gpu_summary
 from bench.report.load import Run
 from bench.schema import CONFIG_KEYS
 
 # Software whose version changes timings by itself: comparing hardware across them needs a warning.
 SOFTWARE_FIELDS = ("torch", "cuda", "cudnn", "nccl", "driver")
-
-
-def gpu_summary(env: dict) -> str:
-    gpus = env.get("gpus") or []
-    names = sorted({g.get("name", "?") for g in gpus})
-    return f"{env.get('gpu_count', len(gpus))} × {', '.join(names)}" if gpus else "none"
 
 
 def mixed_devices(runs: list[Run]) -> str:
@@ -176,6 +171,13 @@ def _note(r, errors, label_a: str, label_b: str) -> str:
         if r[f"status_{side}"] != "ok"
     ]
     return "no ratio: " + ", ".join(parts) if parts else ""
+
+
+def throughput_ratios(joined: pd.DataFrame) -> pd.DataFrame:
+    """Per other run (run_b): how many cells have a throughput ratio, and its median, min and max."""
+    both = joined[(joined["presence"] == "both") & joined["throughput_ratio_b_over_a_x"].notna()]
+    by_run = both.groupby("run_b", sort=False)["throughput_ratio_b_over_a_x"]
+    return by_run.agg(cells="count", median="median", min="min", max="max").reset_index()
 
 
 def one_side_only(joined: pd.DataFrame) -> pd.DataFrame:
