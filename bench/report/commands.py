@@ -22,10 +22,10 @@ def report_add_arguments(parser: argparse.ArgumentParser) -> None:
 def report_main(args: argparse.Namespace) -> int:
     """`python -m bench report results/<run-id> [--out reports/<run-id>]`."""
     from bench.report.load import RunError
-    from bench.report.run_page import default_out_dir, write_run_page
+    from bench.report.run_page import write_run_page
 
     try:
-        index = write_run_page(args.run_dir, args.out or default_out_dir(args.run_dir))
+        index = write_run_page(args.run_dir, args.out)
     except RunError as exc:
         print(f"bench report: {exc}", file=sys.stderr)
         return 2
