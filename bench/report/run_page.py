@@ -159,8 +159,8 @@ def phases_section(df: pd.DataFrame, out_dir: Path) -> Section:
         "The plot shows one slice of the run (named under its title); the table every cell.",
         "formula",
     )
-    return _with_table(sec, phase, out_dir, "phases", plots.phases(phase, out_dir / "plots" / "phases.png"),
-                       "No cells.")
+    plot = plots.phases(phase, out_dir / "plots" / "phases.png")
+    return _with_table(sec, phase, out_dir, "phases", plot, "No cells.")
 
 
 # What the all-cells listing shows of each row (the CSV keeps every column).
