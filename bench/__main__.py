@@ -1,7 +1,7 @@
 """`python -m bench <command>`: run · report · compare · tensorboard.
 
-Each command lives in its own module exposing `add_arguments(parser)` and `main(args) -> int`; this file
-only dispatches, so the commands stay independent of each other.
+Each command is a pair of functions, `<prefix>add_arguments(parser)` and `<prefix>main(args) -> int`, in
+the module COMMANDS names; this file only dispatches, so the commands stay independent of each other.
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ import argparse
 import importlib
 import sys
 
+# command → (module, prefix of its add_arguments/main functions, help)
 COMMANDS = {
-    "run": ("bench.run_cli", "sweep a preset's matrix and write results/<run-id>/"),
-    "report": ("bench.report.cli", "tables, plots and index.html for one run"),
-    "compare": ("bench.report.compare_cli", "compare two or more runs (e.g. H100 vs A100)"),
-    "tensorboard": ("bench.report.tensorboard", "serve a run's traces in TensorBoard"),
+    "run": ("bench.run_cli", "", "sweep a preset's matrix and write results/<run-id>/"),
+    "report": ("bench.report.commands", "report_", "tables, plots and index.html for one run"),
+    "compare": ("bench.report.commands", "compare_", "compare two or more runs (e.g. H100 vs A100)"),
+    "tensorboard": ("bench.report.commands", "tensorboard_", "serve a run's traces in TensorBoard"),
 }
 
 
@@ -25,14 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     # Import only the command asked for (the report's pandas/matplotlib must not slow down `run`);
     # all of them when there is none, so that --help lists every command with its options.
     chosen = [argv[0]] if argv and argv[0] in COMMANDS else list(COMMANDS)
-    modules = {}
-    for name, (module_name, help_text) in COMMANDS.items():
+    mains = {}
+    for name, (module_name, prefix, help_text) in COMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         if name in chosen:
-            modules[name] = importlib.import_module(module_name)
-            modules[name].add_arguments(sub_parser)
+            module = importlib.import_module(module_name)
+            getattr(module, prefix + "add_arguments")(sub_parser)
+            mains[name] = getattr(module, prefix + "main")
     args = parser.parse_args(argv)
-    return modules[args.command].main(args)
+    return mains[args.command](args)
 
 
 if __name__ == "__main__":

@@ -297,3 +297,40 @@ def test_naive_without_a_25mb_torch_cell_meets_torch_at_its_fastest_bucket():
     naive = _by(tables.engines_vs_torch(_df(rows)), engine="naive")
     assert naive["torch_bucket_cap_mb"] == 4.0
     assert naive["delta_p50_pct"] == pytest.approx(50.0)  # (75 − 50) / 50
+
+
+def test_comm_dtype_alias_is_read_as_none_and_an_empty_one_is_refused():
+    """A row spelt with the config alias "fp32" is the comm_dtype=none configuration in every table (its
+    world-size-1 cell is T₁ of the "none" cells); an empty comm_dtype is refused by name, not guessed."""
+    df = _df([row("torch", 1, 100.0, comm_dtype="fp32"), row("torch", 2, 55.0, comm_dtype="none")])
+    assert list(df["comm_dtype"]) == ["none", "none"]
+    torch2 = _by(tables.scaling_table(df, "strong"), world_size=2)
+    assert torch2["t1_step_time_ms"] == 100.0
+    assert torch2["efficiency_pct"] == pytest.approx(90.909, abs=1e-3)  # 100 / (2 · 55)
+    with pytest.raises(RunError, match="column 'comm_dtype' is empty in 1 rows"):
+        _df([row("torch", 1, 100.0, comm_dtype=""), row("torch", 2, 55.0)])
+
+
+def test_numbers_the_runner_left_empty_are_derived_with_bench_metrics():
+    r = row("torch", 2, 50.0, compute_only_ms=40.0)
+    r.update(samples_per_s="", exposed_comm_ms="")
+    df = _df([r, row("torch", 2, None, bucket_cap_mb=1.0, status="failed", error="x")])
+    assert tables.throughputs(df)[0] == pytest.approx(1280.0)  # 64 samples / 0.050 s
+    assert tables.exposed_comms(df)[0] == pytest.approx(10.0)  # 50 − 40 ms
+    assert tables.throughputs(df).isna()[1] and tables.exposed_comms(df).isna()[1]
+
+
+def test_notes_say_which_baseline_cell_has_no_numbers():
+    df = _df([
+        row("torch", 1, None, status="failed", error=""),
+        row("torch", 2, 55.0),
+        row("overlap", 1, 100.0),
+        row("overlap", 2, 50.0),
+    ])
+    strong = tables.scaling_table(df, "strong")
+    assert _by(strong, engine="torch", world_size=2)["note"] == "world-size-1 cell failed: no reason recorded"
+    overlap2 = _by(strong, engine="overlap", world_size=2)
+    assert overlap2["efficiency_pct"] == pytest.approx(100.0)  # 100 / (2 · 50)
+    vs_torch = tables.engines_vs_torch(df)
+    assert _by(vs_torch, world_size=1)["note"] == "torch cell failed: no reason recorded"
+    assert _by(vs_torch, world_size=2)["delta_p50_pct"] == pytest.approx(-9.0909, abs=1e-4)  # (50 − 55) / 55

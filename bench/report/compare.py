@@ -9,17 +9,12 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.report import tables
+from bench.report.environment import gpu_summary
 from bench.report.load import Run
 from bench.schema import CONFIG_KEYS
 
 # Software whose version changes timings by itself: comparing hardware across them needs a warning.
 SOFTWARE_FIELDS = ("torch", "cuda", "cudnn", "nccl", "driver")
-
-
-def gpu_summary(env: dict) -> str:
-    gpus = env.get("gpus") or []
-    names = sorted({g.get("name", "?") for g in gpus})
-    return f"{env.get('gpu_count', len(gpus))} × {', '.join(names)}" if gpus else "none"
 
 
 def mixed_devices(runs: list[Run]) -> str:
@@ -83,6 +78,7 @@ def run_labels(runs: list[Run]) -> list[str]:
 
 
 def _efficiency_by_cell(run: Run) -> dict[str, float]:
+    """cell_id → its scaling efficiency (%) in the run's strong or weak table."""
     out = {}
     for s in ("strong", "weak"):
         table = tables.scaling_table(run.results, s)
@@ -91,79 +87,54 @@ def _efficiency_by_cell(run: Run) -> dict[str, float]:
     return out
 
 
-def _side(run: Run) -> pd.DataFrame:
-    df = run.results.copy()
-    df["_key"] = tables.config_key(df, CONFIG_KEYS)
+def _one_row_per_config(run: Run) -> pd.DataFrame:
+    """The run's rows keyed by configuration (`_config`; the last row where one was measured twice), with
+    `throughput` (samples/s, empty unless ok) and `efficiency` (%, from the run's own scaling table)."""
+    df = run.results
     eff = _efficiency_by_cell(run)
-    df["throughput"] = [tables.row_throughput(r) if r["status"] == "ok" else None for _, r in df.iterrows()]
-    df["efficiency"] = [eff.get(c) for c in df["cell_id"]]
-    return df.drop_duplicates("_key", keep="last")
+    return df.assign(
+        _config=tables.config_key(df, CONFIG_KEYS),
+        throughput=tables.throughputs(df).where(df["status"] == "ok"),
+        efficiency=[eff.get(c) for c in df["cell_id"]],
+    ).drop_duplicates("_config", keep="last")
+
+
+def _join_pair(base: pd.DataFrame, other: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
+    """Two runs' rows (`_one_row_per_config`) joined on configuration: each side's numbers, ratio, delta %."""
+    merged = base.merge(other, on="_config", how="outer", suffixes=("_a", "_b"), indicator=True)
+    out = pd.DataFrame({"run_a": label_a, "run_b": label_b}, index=merged.index)
+    for k in CONFIG_KEYS:  # configuration from whichever side has the cell
+        out[k] = merged[f"{k}_a"].where(merged["_merge"] != "right_only", merged[f"{k}_b"])
+    presence = {"both": "both", "left_only": f"only {label_a}", "right_only": f"only {label_b}"}
+    out["presence"] = merged["_merge"].map(presence).astype(str)
+    for side in ("a", "b"):
+        out[f"status_{side}"] = merged[f"status_{side}"].fillna("")
+        out[f"step_time_{side}_ms_p50"] = merged[f"step_time_ms_p50_{side}"].where(
+            merged[f"status_{side}"] == "ok"
+        )
+        out[f"throughput_{side}_samples_per_s"] = pd.to_numeric(merged[f"throughput_{side}"], errors="coerce")
+        out[f"efficiency_{side}_pct"] = pd.to_numeric(merged[f"efficiency_{side}"], errors="coerce")
+    thr_a, thr_b = out["throughput_a_samples_per_s"], out["throughput_b_samples_per_s"]
+    out["throughput_ratio_b_over_a_x"] = tables.ratio(thr_b, thr_a)
+    out["throughput_delta_pct"] = tables.delta_pct(thr_b, thr_a)
+    errors = merged[["error_a", "error_b"]].fillna("")
+    out["note"] = [_note(r, e, label_a, label_b) for (_, r), (_, e) in zip(out.iterrows(), errors.iterrows())]
+    # Reading order: configuration, presence, the comparison itself, then each side's detail.
+    first = [*CONFIG_KEYS, "presence", "throughput_ratio_b_over_a_x", "throughput_delta_pct"]
+    return out[["run_a", "run_b", *first, *[c for c in out.columns if c not in first][2:]]]
 
 
 def join_cells(runs: list[Run]) -> pd.DataFrame:
     """Every configuration of the baseline and each other run, side by side, with ratio and delta %."""
     labels = run_labels(runs)
-    base = _side(runs[0])
-    frames = []
-    for label, other_run in zip(labels[1:], runs[1:]):
-        other = _side(other_run)
-        merged = base.merge(other, on="_key", how="outer", suffixes=("_a", "_b"), indicator=True)
-        out = pd.DataFrame({"run_a": labels[0], "run_b": label}, index=merged.index)
-        for k in CONFIG_KEYS:  # configuration from whichever side has the cell
-            out[k] = merged[f"{k}_a"].where(merged["_merge"] != "right_only", merged[f"{k}_b"])
-        out["presence"] = (
-            merged["_merge"]
-            .map({"both": "both", "left_only": f"only {labels[0]}", "right_only": f"only {label}"})
-            .astype(str)
-        )
-        for side in ("a", "b"):
-            out[f"status_{side}"] = merged[f"status_{side}"].fillna("")
-            out[f"step_time_{side}_ms_p50"] = merged[f"step_time_ms_p50_{side}"].where(
-                merged[f"status_{side}"] == "ok"
-            )
-            out[f"throughput_{side}_samples_per_s"] = pd.to_numeric(
-                merged[f"throughput_{side}"], errors="coerce"
-            )
-            out[f"efficiency_{side}_pct"] = pd.to_numeric(merged[f"efficiency_{side}"], errors="coerce")
-        out["throughput_ratio_b_over_a_x"] = [
-            tables.ratio(b, a)
-            for a, b in zip(
-                _floats(out["throughput_a_samples_per_s"]), _floats(out["throughput_b_samples_per_s"])
-            )
-        ]
-        out["throughput_delta_pct"] = [
-            tables.delta_pct(b, a)
-            for a, b in zip(
-                _floats(out["throughput_a_samples_per_s"]), _floats(out["throughput_b_samples_per_s"])
-            )
-        ]
-        errors = merged[["error_a", "error_b"]].fillna("")
-        out["note"] = [
-            _note(r, e, labels[0], label) for (_, r), (_, e) in zip(out.iterrows(), errors.iterrows())
-        ]
-        # Reading order: configuration, presence, the comparison itself, then each side's detail.
-        first = [*CONFIG_KEYS, "presence", "throughput_ratio_b_over_a_x", "throughput_delta_pct"]
-        frames.append(out[["run_a", "run_b", *first, *[c for c in out.columns if c not in first][2:]]])
-    joined = pd.concat(frames, ignore_index=True)
-    return joined.sort_values(
-        [
-            "run_b",
-            "engine",
-            "scaling",
-            "precision",
-            "comm_dtype",
-            "grad_accum",
-            "bucket_cap_mb",
-            "global_batch",
-            "world_size",
-        ],
-        kind="stable",
-        na_position="first",
-    ).reset_index(drop=True)
-
-
-def _floats(series: pd.Series) -> list[float | None]:
-    return [None if pd.isna(v) else float(v) for v in series]
+    base = _one_row_per_config(runs[0])
+    others = zip(labels[1:], runs[1:])
+    joined = pd.concat(
+        [_join_pair(base, _one_row_per_config(r), labels[0], label) for label, r in others], ignore_index=True
+    )
+    order = ["run_b", "engine", "scaling", "precision", "comm_dtype", "grad_accum", "bucket_cap_mb",
+             "global_batch", "world_size"]
+    return joined.sort_values(order, kind="stable", na_position="first").reset_index(drop=True)
 
 
 def _note(r, errors, label_a: str, label_b: str) -> str:
@@ -176,6 +147,13 @@ def _note(r, errors, label_a: str, label_b: str) -> str:
         if r[f"status_{side}"] != "ok"
     ]
     return "no ratio: " + ", ".join(parts) if parts else ""
+
+
+def throughput_ratios(joined: pd.DataFrame) -> pd.DataFrame:
+    """Per other run (run_b): how many cells have a throughput ratio, and its median, min and max."""
+    both = joined[(joined["presence"] == "both") & joined["throughput_ratio_b_over_a_x"].notna()]
+    by_run = both.groupby("run_b", sort=False)["throughput_ratio_b_over_a_x"]
+    return by_run.agg(cells="count", median="median", min="min", max="max").reset_index()
 
 
 def one_side_only(joined: pd.DataFrame) -> pd.DataFrame:

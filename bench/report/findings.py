@@ -9,7 +9,7 @@ from bench.report import slices, tables
 
 def _setting(r) -> str:
     parts = [str(r["precision"])]
-    if r.get("comm_dtype") not in tables.NO_COMPRESSION:
+    if r.get("comm_dtype") != "none":
         parts.append(f"{r['comm_dtype']} gradients")
     if pd.notna(r.get("bucket_cap_mb")):
         parts.append(f"{r['bucket_cap_mb']:g} MiB buckets")
@@ -24,7 +24,7 @@ def best_engine_per_world_size(df: pd.DataFrame) -> list[str]:
     ok = main[main["status"] == "ok"].copy()
     if not len(ok):
         return []
-    ok["_thr"] = [tables.row_throughput(r) for _, r in ok.iterrows()]
+    ok["_thr"] = tables.throughputs(ok)
     out = []
     for n in tables.world_sizes(ok):
         at_n = ok[ok["world_size"] == n].dropna(subset=["_thr"])
@@ -68,7 +68,7 @@ def efficiency_drops(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) 
     The loss is the step time above ideal (T₁/N strong, T₁ weak); exposed communication is the part of it
     that synchronising gradients adds, the rest is compute that did not shrink with more ranks.
     """
-    by_id = df.set_index("cell_id")
+    exposed_by_cell = dict(zip(df["cell_id"], tables.exposed_comms(df)))
     in_slice = set(slices.main_slice(df)["cell_id"])
     out, others, others_comm = [], 0, 0
     for scaling, table in scaling_tables.items():
@@ -77,34 +77,16 @@ def efficiency_drops(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) 
         low = table[table["efficiency_pct"] < tables.EFFICIENCY_THRESHOLD_PCT]
         if not len(low):
             continue
-        group_cols = ["engine", "model", "model_size", "precision", "comm_dtype", "grad_accum",
-                      "bucket_cap_mb", tables.BATCH_KEY[scaling]]
-        low = low.assign(_g=tables.config_key(low, group_cols))
+        low = low.assign(_g=tables.config_key(low, tables.scaling_keys(scaling)))
         for _, first in low.groupby("_g", sort=False).head(1).iterrows():
             n, t_n, t_1 = int(first["world_size"]), first["step_time_ms_p50"], first["t1_step_time_ms"]
             loss = t_n - (t_1 / n if scaling == "strong" else t_1)
-            exposed = tables.row_exposed_comm(by_id.loc[first["cell_id"]])
-            comm_dominates = exposed is not None and loss > 0 and exposed >= loss / 2
+            exposed = exposed_by_cell[first["cell_id"]]
+            comm_dominates = pd.notna(exposed) and loss > 0 and exposed >= loss / 2
             if first["cell_id"] not in in_slice:
                 others, others_comm = others + 1, others_comm + comm_dominates
                 continue
-            s = (
-                f"{first['engine']} ({scaling}, {_setting(first)}) falls to {first['efficiency_pct']:.1f} % "
-                f"efficiency at {n} ranks: p50 step {t_n:.2f} ms against an ideal {t_n - loss:.2f} ms"
-            )
-            if exposed is None:
-                s += "; compute-only time was not measured, so what dominates is unknown."
-            elif comm_dominates:
-                s += (
-                    f"; exposed communication ({exposed:.2f} ms, {exposed / t_n * 100:.0f} % of the step) "
-                    f"dominates the {loss:.2f} ms lost."
-                )
-            else:
-                s += (
-                    f"; compute that did not shrink with more ranks dominates the {loss:.2f} ms lost "
-                    f"(exposed communication only {exposed:.2f} ms)."
-                )
-            out.append(s)
+            out.append(_drop_sentence(first, scaling, loss, exposed))
     if others:
         out.append(
             f"{'Besides these, ' if out else ''}{others} other configuration{'s' if others > 1 else ''} "
@@ -119,6 +101,27 @@ def efficiency_drops(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) 
             f"scaling efficiency."
         )
     return out
+
+
+def _drop_sentence(first: pd.Series, scaling: str, loss: float, exposed: float) -> str:
+    """One configuration's first scaling-table row below the threshold, the ms it lost, and what dominates."""
+    t_n = first["step_time_ms_p50"]
+    s = (
+        f"{first['engine']} ({scaling}, {_setting(first)}) falls to {first['efficiency_pct']:.1f} % "
+        f"efficiency at {int(first['world_size'])} ranks: p50 step {t_n:.2f} ms against an ideal "
+        f"{t_n - loss:.2f} ms"
+    )
+    if pd.isna(exposed):
+        return s + "; compute-only time was not measured, so what dominates is unknown."
+    if loss > 0 and exposed >= loss / 2:
+        return s + (
+            f"; exposed communication ({exposed:.2f} ms, {exposed / t_n * 100:.0f} % of the step) "
+            f"dominates the {loss:.2f} ms lost."
+        )
+    return s + (
+        f"; compute that did not shrink with more ranks dominates the {loss:.2f} ms lost "
+        f"(exposed communication only {exposed:.2f} ms)."
+    )
 
 
 def status_summary(df: pd.DataFrame) -> list[str]:

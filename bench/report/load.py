@@ -1,7 +1,9 @@
 """Read one results/<run-id>/ folder (DESIGN.md "Cell, result row and files") into pandas.
 
 Strings stay strings ("" when empty); every other column is numeric with NaN for "not measured". A value
-that breaks the contract (an unknown status, text in a number column) is an error naming the column.
+that breaks the contract (an unknown status, text in a number column, an empty comm_dtype) is an error
+naming the column; a comm_dtype alias ("fp32", bench.schema.COMM_DTYPE_ALIASES) is read as what it stands
+for ("none"), so the rest of the report sees the runner's spelling only.
 """
 
 from __future__ import annotations
@@ -13,23 +15,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.schema import CONTRACT_COLUMNS, RESULT_COLUMNS, STATUSES
-
-STRING_COLUMNS = (
-    "cell_id",
-    "status",
-    "error",
-    "engine",
-    "model",
-    "model_size",
-    "precision",
-    "comm_dtype",
-    "scaling",
-    "device",
-    "backend",
-    "trace_dir",
-    "gpu_name",
-    "hostname",
+from bench.schema import (
+    COMM_DTYPE_ALIASES,
+    COMM_DTYPES,
+    CONTRACT_COLUMNS,
+    RESULT_COLUMNS,
+    STATUSES,
+    STRING_COLUMNS,
 )
 
 
@@ -104,8 +96,23 @@ def normalise(df: pd.DataFrame, source: str) -> pd.DataFrame:
     unknown = sorted(set(df["status"]) - set(STATUSES))
     if unknown:
         raise RunError(f"{source}: unknown status {unknown}; expected one of {STATUSES}")
+    df["comm_dtype"] = _comm_dtypes(df, source)
     extras = [c for c in df.columns if c not in RESULT_COLUMNS]
     return df[list(RESULT_COLUMNS) + extras].reset_index(drop=True)
+
+
+def _comm_dtypes(df: pd.DataFrame, source: str) -> pd.Series:
+    """The rows' comm_dtype in the runner's words: a config alias ("fp32") becomes the value it stands for
+    ("none"), so every table sees one spelling of "no compression". An empty comm_dtype says nothing about
+    how the gradients travelled: it is refused rather than guessed."""
+    empty = df["comm_dtype"] == ""
+    if empty.any():
+        cells = list(df.loc[empty, "cell_id"])[:3]
+        raise RunError(
+            f"{source}: column 'comm_dtype' is empty in {int(empty.sum())} rows (e.g. {cells}); expected one "
+            f"of {COMM_DTYPES} or an alias of one {COMM_DTYPE_ALIASES}"
+        )
+    return df["comm_dtype"].replace(COMM_DTYPE_ALIASES)
 
 
 def load_run(run_dir: Path | str) -> Run:

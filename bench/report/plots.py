@@ -32,34 +32,36 @@ PRECISION_COLORS = dict(zip(PRECISIONS, ("#3d3d3d", "tab:cyan", "tab:purple", "t
 SPARE_COLORS = ("tab:olive", "tab:gray", "tab:red", "#17becf")
 COMM_STYLES = (("-", "o", ""), ("--", "s", "///"), ("-.", "^", "..."))  # line, marker, hatch; none first
 SOLID = COMM_STYLES[0]
-def _subtitle(t: pd.DataFrame, ref: dict[str, str], scaling: str | None, examined) -> str:
+
+
+def _subtitle(t: pd.DataFrame, held: dict[str, str], scaling: str | None, examined) -> str:
     """The slice in words: 'held at: strong scaling · fp32 · comm none · grad_accum 1 · …'."""
-    rule = ref.get("scaling", scaling or "strong")
-    naive = "bucket_cap_mb" in ref and (slices.hold(t, ref)["engine"] == "naive").any()
+    rule = held.get("scaling", scaling or "strong")
+    naive = "bucket_cap_mb" in held and (slices.rows_at(t, held)["engine"] == "naive").any()
     words = {
         "scaling": f"{rule} scaling",
-        "model": f"{ref.get('model', '')} {ref.get('model_size', '')}".strip(),
+        "model": f"{held.get('model', '')} {held.get('model_size', '')}".strip(),
         "model_size": "",  # said with the model
-        "precision": ref.get("precision", ""),
-        "comm_dtype": f"comm {ref.get('comm_dtype')}",
-        "grad_accum": f"grad_accum {ref.get('grad_accum')}",
-        "bucket_cap_mb": f"bucket {ref.get('bucket_cap_mb')} MiB" + (" (naive: none)" if naive else ""),
-        "_batch": f"per-rank batch {ref.get('_batch')}"
+        "precision": held.get("precision", ""),
+        "comm_dtype": f"comm {held.get('comm_dtype')}",
+        "grad_accum": f"grad_accum {held.get('grad_accum')}",
+        "bucket_cap_mb": f"bucket {held.get('bucket_cap_mb')} MiB" + (" (naive: none)" if naive else ""),
+        "_batch": f"per-rank batch {held.get('_batch')}"
         if rule == "weak"
-        else f"global batch {ref.get('_batch')}" + (" × grad_accum" if "grad_accum" in examined else ""),
+        else f"global batch {held.get('_batch')}" + (" × grad_accum" if "grad_accum" in examined else ""),
     }
-    parts = [words[k] for k in slices.SLICE_KEYS if k in ref and words[k]]
-    if len(slices.hold(t, ref)) < len(t):
+    parts = [words[k] for k in slices.SLICE_KEYS if k in held and words[k]]
+    if len(slices.rows_at(t, held)) < len(t):
         parts.append("other cells: in the table")
     return "held at: " + " · ".join(parts)
 
 
-def _slice(t: pd.DataFrame, examined: tuple[str, ...], scaling: str | None = None):
-    """The rows a figure draws (every setting outside `examined` at its reference value), the subtitle
-    naming that slice, and the reference values themselves."""
+def _drawn_slice(t: pd.DataFrame, examined: tuple[str, ...], scaling: str | None = None):
+    """The rows a figure draws (every setting outside `examined` held at one value), the subtitle naming
+    that slice, and the held values themselves (setting → key text)."""
     t = slices.with_batch(t, scaling)
-    ref = slices.reference(t, examined)
-    return slices.hold(t, ref), _subtitle(t, ref, scaling, examined), ref
+    held = slices.held_values(t, examined)
+    return slices.rows_at(t, held), _subtitle(t, held, scaling, examined), held
 
 
 def _engines(rows: pd.DataFrame) -> list[str]:
@@ -79,12 +81,12 @@ def _series(rows: pd.DataFrame) -> dict[tuple[str, str], tuple[str, str, tuple[s
     precisions = [p for p in PRECISIONS if p in {p for p, _ in pairs}] + sorted(
         {p for p, _ in pairs} - set(PRECISIONS)
     )
-    comms = sorted({c for _, c in pairs}, key=lambda c: (c not in tables.NO_COMPRESSION, c))
+    comms = sorted({c for _, c in pairs}, key=lambda c: (c != "none", c))
     out = {}
     for i, p in enumerate(precisions):
         for c in comms:
             if (p, c) in pairs:
-                label = p if c in tables.NO_COMPRESSION else f"{p} · comm {c}"
+                label = p if c == "none" else f"{p} · comm {c}"
                 color = PRECISION_COLORS.get(p) or SPARE_COLORS[i % len(SPARE_COLORS)]
                 out[(p, c)] = (label, color, COMM_STYLES[comms.index(c) % len(COMM_STYLES)])
     return out
@@ -144,7 +146,7 @@ def _log_x(ax, values, base: int) -> None:
     ax.set_xlim(min(values) / pad, max(values) * pad)  # room for a status word at either end
 
 
-def _top(values: pd.Series) -> float:
+def _max_or_zero(values: pd.Series) -> float:
     """The largest number in `values`, 0 when there is none."""
     top = values.max()
     return 0.0 if pd.isna(top) else float(top)
@@ -187,7 +189,8 @@ def _line(ax, g: pd.DataFrame, x: str, y: str, color: str, style, slots: Counter
         _missing(ax, r[x], r["status"], color, slots)
 
 
-def _key(label: str, color: str, style=SOLID, **kw) -> Line2D:
+def _legend_line(label: str, color: str, style=SOLID, **kw) -> Line2D:
+    """A legend entry for a line series (drawn nowhere on the axes)."""
     return Line2D([], [], color=color, ls=style[0], marker=style[1], lw=kw.pop("lw", 1.8), label=label, **kw)
 
 
@@ -200,8 +203,8 @@ def _efficiency_axes(axes, top: float) -> list:
     axes[0].set_ylabel("efficiency (%)")
     threshold = f"{tables.EFFICIENCY_THRESHOLD_PCT:.0f} % efficiency threshold"
     return [
-        _key("100 % efficiency (ideal)", "0.45", ("--", None), lw=1),
-        _key(threshold, "tab:red", (":", None), lw=1.2),
+        _legend_line("100 % efficiency (ideal)", "0.45", ("--", None), lw=1),
+        _legend_line(threshold, "tab:red", (":", None), lw=1.2),
     ]
 
 
@@ -212,7 +215,7 @@ def _scaling_panels(axes, rows, groups, slots: Counter) -> tuple[bool, float]:
     """Throughput (row 0, dotted: ideal N × single-rank throughput) and efficiency (row 1, if any) per world
     size; `groups` is (column, mask, colour, style, ideal line's colour or None). Returns whether an ideal
     line was drawn and the highest throughput drawn."""
-    drew_ideal, top = False, _top(rows["throughput_samples_per_s"])
+    drew_ideal, top = False, _max_or_zero(rows["throughput_samples_per_s"])
     for col, mask, color, style, ideal in groups:
         g = rows[mask].sort_values("world_size")
         _line(axes[0][col], g, "world_size", "throughput_samples_per_s", color, style, slots)
@@ -240,9 +243,9 @@ def _scaling_figure(title, subtitle, columns, rows, groups, keys, panel=PANEL):
     sub.supxlabel("world size (ranks)", fontsize=10)
     handles = list(keys)
     if drew_ideal:
-        handles.append(_key("ideal throughput: N × 1-rank", "0.3", (":", None), lw=1.2))
+        handles.append(_legend_line("ideal throughput: N × 1-rank", "0.3", (":", None), lw=1.2))
     if has_eff:
-        handles += _efficiency_axes(axes[1], _top(rows["efficiency_pct"]))
+        handles += _efficiency_axes(axes[1], _max_or_zero(rows["efficiency_pct"]))
     return fig, axes, handles
 
 
@@ -251,7 +254,7 @@ def scaling(table: pd.DataFrame, scaling_name: str, path: Path) -> Path | None:
     precisions (colour) and comm dtypes (line style), with the other settings held at one slice."""
     if not (table["status"] == "ok").any():
         return None
-    rows, subtitle, _ = _slice(table, ("engine", "world_size", "precision", "comm_dtype"), scaling_name)
+    rows, subtitle, _ = _drawn_slice(table, ("engine", "world_size", "precision", "comm_dtype"), scaling_name)
     names, series = _engines(rows), _series(rows)
     groups = [
         (
@@ -259,13 +262,13 @@ def scaling(table: pd.DataFrame, scaling_name: str, path: Path) -> Path | None:
             (rows["engine"] == engine) & (rows["precision"] == p) & (rows["comm_dtype"] == c),
             color,
             style,
-            color if c in tables.NO_COMPRESSION else None,  # compressed comm: the uncompressed ideal
+            color if c == "none" else None,  # compressed comm: the uncompressed ideal
         )
         for j, engine in enumerate(names)
         for (p, c), (_, color, style) in series.items()
     ]
     what = "throughput and efficiency" if "efficiency_pct" in rows else "throughput"
-    keys = [_key(label, color, style) for label, color, style in series.values()]
+    keys = [_legend_line(label, color, style) for label, color, style in series.values()]
     title = f"{scaling_name} scaling: {what} per engine"
     fig, _, handles = _scaling_figure(title, subtitle, names, rows, groups, keys)
     return _save(fig, path, handles)
@@ -277,14 +280,14 @@ def side_by_side(scaling_tables: dict[str, pd.DataFrame], scaling_name: str, pat
     if not any(len(t[t["status"] == "ok"]) for t in scaling_tables.values()):
         return None
     both = pd.concat([t.assign(_run=label) for label, t in scaling_tables.items()], ignore_index=True)
-    rows, subtitle, _ = _slice(both, ("engine", "world_size"), scaling_name)
+    rows, subtitle, _ = _drawn_slice(both, ("engine", "world_size"), scaling_name)
     names = _engines(rows)
     groups = [
         (j, (rows["_run"] == label) & (rows["engine"] == e), _engine_color(e), SOLID, "0.45")
         for j, label in enumerate(scaling_tables)
         for e in names
     ]
-    keys = [_key(e, _engine_color(e)) for e in names]
+    keys = [_legend_line(e, _engine_color(e)) for e in names]
     title = f"{scaling_name} scaling side by side: every run on the same axes"
     fig, axes, handles = _scaling_figure(
         title, subtitle, list(scaling_tables), rows, groups, keys, (4.6, 2.8)
@@ -308,12 +311,13 @@ def bucket_sweep(table: pd.DataFrame, path: Path, cells: pd.DataFrame | None = N
     buckets) from `cells` as a flat dashed reference where it ran in the same slice."""
     if not (table["status"] == "ok").any():
         return None
-    rows, subtitle, ref = _slice(table, ("engine", "world_size", "bucket_cap_mb"))
+    rows, subtitle, held = _drawn_slice(table, ("engine", "world_size", "bucket_cap_mb"))
     sizes = tables.world_sizes(rows)
     naive = pd.DataFrame()
     if cells is not None and (cells["engine"] == "naive").any():
-        naive = slices.hold(slices.with_batch(cells[cells["engine"] == "naive"]), ref)
+        naive = slices.rows_at(slices.with_batch(cells[cells["engine"] == "naive"]), held)
         naive = naive[naive["world_size"].isin(sizes)]
+        naive = naive.assign(throughput=tables.throughputs(naive))
     fig, sub, axes = _figure("bucket-size sweep: throughput per engine", subtitle, len(sizes))
     slots: Counter = Counter()
     names = _engines(rows)
@@ -325,7 +329,7 @@ def bucket_sweep(table: pd.DataFrame, path: Path, cells: pd.DataFrame | None = N
             _line(ax, g, "bucket_cap_mb", "throughput_samples_per_s", _engine_color(engine), SOLID, slots)
         for _, r in naive[naive["world_size"] == n].iterrows() if len(naive) else []:
             if r["status"] == "ok":
-                ax.axhline(tables.row_throughput(r), ls="--", lw=1.4, color=_engine_color("naive"))
+                ax.axhline(r["throughput"], ls="--", lw=1.4, color=_engine_color("naive"))
             else:
                 ax.text(
                     0.03,
@@ -340,9 +344,9 @@ def bucket_sweep(table: pd.DataFrame, path: Path, cells: pd.DataFrame | None = N
     _log_x(axes.flat[0], sorted(set(rows["bucket_cap_mb"].dropna())), 10)
     sub.supxlabel("bucket_cap_mb (MiB, log scale)", fontsize=10)
     sub.supylabel(THROUGHPUT, fontsize=10)
-    handles = [_key(e, _engine_color(e)) for e in names]
+    handles = [_legend_line(e, _engine_color(e)) for e in names]
     if len(naive) and (naive["status"] == "ok").any():
-        handles.append(_key("naive (no buckets)", _engine_color("naive"), ("--", None), lw=1.4))
+        handles.append(_legend_line("naive (no buckets)", _engine_color("naive"), ("--", None), lw=1.4))
     return _save(fig, path, handles)
 
 
@@ -351,14 +355,14 @@ def precision(table: pd.DataFrame, path: Path) -> Path | None:
     (hatch), labelled with the speedup over fp32; a cell without a number shows its status instead."""
     if not len(table):
         return None
-    rows, subtitle, _ = _slice(table, ("engine", "world_size", "precision", "comm_dtype"))
+    rows, subtitle, _ = _drawn_slice(table, ("engine", "world_size", "precision", "comm_dtype"))
     sizes, names, series = tables.world_sizes(rows), _engines(rows), _series(rows)
     fig, sub, axes = _figure(
         "precision: throughput per compute and comm dtype (labels: × fp32)", subtitle, len(sizes)
     )
     width = 0.8 / len(series)
     values = rows["throughput_samples_per_s"]
-    top = _top(values) or 1.0
+    top = _max_or_zero(values) or 1.0
     for ax, n in zip(axes.flat, sizes):
         ax.set_title(_ranks(n))
         here = rows[rows["world_size"] == n]
@@ -380,7 +384,7 @@ def precision(table: pd.DataFrame, path: Path) -> Path | None:
                     edgecolor="white",
                     lw=0,
                 )
-                if pd.notna(r["speedup_vs_fp32_x"]) and not (p == "fp32" and c in tables.NO_COMPRESSION):
+                if pd.notna(r["speedup_vs_fp32_x"]) and not (p == "fp32" and c == "none"):
                     ax.annotate(
                         f"{r['speedup_vs_fp32_x']:.2f}×",
                         (x, r["throughput_samples_per_s"]),
@@ -408,7 +412,7 @@ def accumulation(table: pd.DataFrame, path: Path) -> Path | None:
     """Throughput vs accumulation steps (log₂ axis), one panel per world size, one line per engine."""
     if not len(table):
         return None
-    rows, subtitle, _ = _slice(table, ("engine", "world_size", "grad_accum"))
+    rows, subtitle, _ = _drawn_slice(table, ("engine", "world_size", "grad_accum"))
     sizes, names = tables.world_sizes(rows), _engines(rows)
     fig, sub, axes = _figure("gradient accumulation: throughput per engine", subtitle, len(sizes))
     slots: Counter = Counter()
@@ -421,14 +425,14 @@ def accumulation(table: pd.DataFrame, path: Path) -> Path | None:
     _log_x(axes.flat[0], sorted({int(a) for a in rows["grad_accum"].dropna()}), 2)
     sub.supxlabel("gradient accumulation steps per optimizer step (grad_accum, log scale)", fontsize=10)
     sub.supylabel(THROUGHPUT, fontsize=10)
-    return _save(fig, path, [_key(e, _engine_color(e)) for e in names])
+    return _save(fig, path, [_legend_line(e, _engine_color(e)) for e in names])
 
 
 def phases(table: pd.DataFrame, path: Path) -> Path | None:
     """Stacked bars per engine and world size: compute-only step + exposed communication = p50 step."""
     if not len(table):
         return None
-    rows, subtitle, _ = _slice(table, ("engine", "world_size"))
+    rows, subtitle, _ = _drawn_slice(table, ("engine", "world_size"))
     order = {e: i for i, e in enumerate(_engines(rows))}
     t = rows.sort_values(["world_size", "engine"], key=lambda s: s.map(order) if s.name == "engine" else s)
     t = t.reset_index(drop=True)
@@ -460,13 +464,13 @@ def engines(df: pd.DataFrame, path: Path) -> Path | None:
     """p50 step time (bar) and p90 (tick) per engine, grouped by world size, at one slice of the run."""
     if not len(df):
         return None
-    rows, subtitle, _ = _slice(df, ("engine", "world_size"))
+    rows, subtitle, _ = _drawn_slice(df, ("engine", "world_size"))
     sizes, names = tables.world_sizes(rows), _engines(rows)
     width = 0.8 / len(names)
     title = "engines compared: p50 step time (bars) and p90 (ticks), lower is better"
     fig, _, axes = _figure(title, subtitle, 1, panel=(max(5.5, 1.5 * len(sizes) + 2), 3.6))
     ax = axes[0][0]
-    top = _top(rows["step_time_ms_p90"]) or 1.0
+    top = _max_or_zero(rows["step_time_ms_p90"]) or 1.0
     for j, engine in enumerate(names):
         for i, n in enumerate(sizes):
             cell = rows[(rows["engine"] == engine) & (rows["world_size"] == n)]

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.load import STRING_COLUMNS
-from bench.schema import CONFIG_KEYS
+from bench.schema import CONFIG_KEYS, STRING_COLUMNS
 
 EMPTY = "—"
 
@@ -69,8 +68,6 @@ def fmt(value, column: str = "") -> str:
         if abs(v) >= 1000:
             return f"{v:,.0f}"
         return f"{v:.1f}" if column.endswith("_pct") else f"{v:.2f}" if abs(v) >= 1 or v == 0 else f"{v:.3g}"
-    if column == "comm_dtype" and value == "":
-        return "none"  # gradients reduced in the dtype they were computed in (the runner's word)
     return str(value)
 
 

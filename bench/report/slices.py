@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.report.tables import TORCH_DEFAULT_BUCKET_MB, key_text
-from bench.schema import PRECISIONS
+from bench.report.tables import key_text
+from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB, PRECISIONS
 
 # An unexamined setting is held at its most common value; ties go to the first of these that is present,
 # then to the largest bucket, the smallest number or the first name.
 PREFERRED = {
     "scaling": ("strong",),
     "precision": PRECISIONS,
-    "comm_dtype": ("none", "", "fp32"),
+    "comm_dtype": ("none",),
     "grad_accum": ("1",),
-    "bucket_cap_mb": (key_text(TORCH_DEFAULT_BUCKET_MB),),
+    "bucket_cap_mb": (key_text(DEFAULT_BUCKET_MB),),
 }
 # Held in this order, each among the rows the earlier ones left. `_batch` is the batch a configuration keeps
 # across world sizes and accumulation factors (see `with_batch`).
@@ -34,6 +34,9 @@ SLICE_KEYS = (
     "bucket_cap_mb",
     "_batch",
 )
+# Every configuration key is examined by every figure (engine, world size), folded into `_batch`, or held.
+_ACCOUNTED_FOR = set(SLICE_KEYS) - {"_batch"} | {"engine", "world_size", "per_rank_batch", "global_batch"}
+assert _ACCOUNTED_FOR == set(CONFIG_KEYS), "a new bench.schema.CONFIG_KEYS key: hold it in SLICE_KEYS"
 
 
 def order_key(text: str):
@@ -54,18 +57,19 @@ def with_batch(t: pd.DataFrame, scaling: str | None = None) -> pd.DataFrame:
     return t
 
 
-def hold(t: pd.DataFrame, ref: dict[str, str]) -> pd.DataFrame:
-    """Rows of `t` at the reference values (an empty value, as naive's bucket, matches any)."""
+def rows_at(t: pd.DataFrame, held: dict[str, str]) -> pd.DataFrame:
+    """The rows of `t` at the `held` values (setting → key text); an empty value, as naive's bucket, matches
+    any."""
     keep = pd.Series(True, index=t.index)
-    for key, value in ref.items():
+    for key, value in held.items():
         if key in t:
             keep &= t[key].isna() | (t[key].map(key_text) == value)
     return t[keep]
 
 
-def reference(t: pd.DataFrame, examined: tuple[str, ...]) -> dict[str, str]:
-    """The value (as key text) each setting that the figure does not examine is held at."""
-    ref: dict[str, str] = {}
+def held_values(t: pd.DataFrame, examined: tuple[str, ...]) -> dict[str, str]:
+    """setting → the value (as key text) it is held at, for each setting the figure does not examine."""
+    held: dict[str, str] = {}
     for key in SLICE_KEYS:
         values = t[key].dropna().map(key_text) if key in t and key not in examined else []
         if not len(values):
@@ -73,9 +77,9 @@ def reference(t: pd.DataFrame, examined: tuple[str, ...]) -> dict[str, str]:
         counts = values.value_counts()
         tied = sorted(counts[counts == counts.max()].index, key=order_key)
         preferred = [p for p in PREFERRED.get(key, ()) if p in tied]
-        ref[key] = preferred[0] if preferred else tied[-1] if key == "bucket_cap_mb" else tied[0]
-        t = hold(t, {key: ref[key]})
-    return ref
+        held[key] = preferred[0] if preferred else tied[-1] if key == "bucket_cap_mb" else tied[0]
+        t = rows_at(t, {key: held[key]})
+    return held
 
 
 def main_slice(df: pd.DataFrame) -> pd.DataFrame:
@@ -84,4 +88,4 @@ def main_slice(df: pd.DataFrame) -> pd.DataFrame:
     if not len(df):
         return df
     t = with_batch(df)
-    return hold(t, reference(t, examined=())).drop(columns="_batch")
+    return rows_at(t, held_values(t, examined=())).drop(columns="_batch")

@@ -11,7 +11,7 @@ import math
 import pandas as pd
 
 from bench import metrics
-from bench.schema import CONFIG_KEYS
+from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB
 
 
 def config_keys_except(*names: str) -> tuple[str, ...]:
@@ -19,19 +19,17 @@ def config_keys_except(*names: str) -> tuple[str, ...]:
     return tuple(k for k in CONFIG_KEYS if k not in names)
 
 
-# What identifies a configuration apart from world size (DESIGN.md "T1"); the batch rule adds
-# global_batch (strong) or per_rank_batch (weak).
-SCALING_GROUP = config_keys_except("world_size", "per_rank_batch", "global_batch")
+# What identifies a configuration apart from world size within one batch rule (DESIGN.md "T1"); the rule
+# adds the batch it keeps: global_batch (strong) or per_rank_batch (weak).
+SCALING_GROUP = config_keys_except("world_size", "per_rank_batch", "global_batch", "scaling")
 BATCH_KEY = {"strong": "global_batch", "weak": "per_rank_batch"}
-# torch DDP's own default bucket_cap_mb (torch.nn.parallel.DistributedDataParallel signature): the torch
-# cell that the bucket-less naive engine is compared with.
-TORCH_DEFAULT_BUCKET_MB = 25.0
+# The configuration columns of the per-cell tables: per_rank_batch is left out, global_batch, world_size
+# and grad_accum fix it.
+CELL_CONFIG = config_keys_except("per_rank_batch")
 EFFICIENCY_THRESHOLD_PCT = 80.0
 # What names a cell in per-cell listings (cells without numbers, all cells): its id, outcome and settings.
 CELL_COLUMNS = ("cell_id", "status", "error", "engine", "world_size", "bucket_cap_mb", "precision",
                 "comm_dtype", "grad_accum", "scaling", "global_batch")
-# comm_dtype values meaning "gradients reduced in their own dtype" (the runner writes "none").
-NO_COMPRESSION = ("", "none", "fp32")
 
 STRONG_FORMULA = (
     "strong scaling: speedup = T₁ / T_N (same global batch), efficiency = T₁ / (N · T_N); "
@@ -43,6 +41,9 @@ WEAK_FORMULA = (
     "efficiency = T₁ / T_N; T = p50 step time, T₁ = the world-size-1 cell of the same engine, "
     "model, size, precision, comm dtype, accumulation, bucket size and per-rank batch"
 )
+BORROWED_T1 = "T₁ from the comm_dtype=none cell: nothing is communicated at world size 1"
+NO_T1_CELL = "no world-size-1 cell of this configuration in the run"
+PHASE_COLUMNS = ("forward_ms_p50", "backward_ms_p50", "sync_wait_ms_p50", "optimizer_ms_p50")
 
 
 def key_text(value) -> str:
@@ -63,38 +64,41 @@ def config_key(df: pd.DataFrame, keys) -> pd.Series:
     )
 
 
-def _num(v) -> float | None:
-    return None if v is None or pd.isna(v) else float(v)
+def _column(values, df: pd.DataFrame) -> pd.Series:
+    """A list computed per row of `df` as a float column on its index (None → NaN)."""
+    return pd.Series(values, index=df.index, dtype=float)
 
 
-def row_throughput(r) -> float | None:
-    """samples/s of a row: the runner's value, else global batch / p50 step time."""
-    if _num(r["samples_per_s"]) is not None:
-        return float(r["samples_per_s"])
-    return metrics.throughput(_num(r["global_batch"]), _num(r["step_time_ms_p50"]))
+def throughputs(df: pd.DataFrame) -> pd.Series:
+    """samples/s per row: the runner's value, else global batch / p50 step time; NaN when neither."""
+    derived = [metrics.throughput(b, t) for b, t in zip(df["global_batch"], df["step_time_ms_p50"])]
+    return df["samples_per_s"].fillna(_column(derived, df))
 
 
-def row_exposed_comm(r) -> float | None:
-    """Exposed communication of a row: the runner's value, else p50 step − p50 compute-only step."""
-    if _num(r["exposed_comm_ms"]) is not None:
-        return float(r["exposed_comm_ms"])
-    return metrics.exposed_comm_ms(_num(r["step_time_ms_p50"]), _num(r["compute_only_ms_p50"]))
+def exposed_comms(df: pd.DataFrame) -> pd.Series:
+    """Exposed communication per row (ms): the runner's value, else p50 step − p50 compute-only step."""
+    steps = zip(df["step_time_ms_p50"], df["compute_only_ms_p50"])
+    return df["exposed_comm_ms"].fillna(_column([metrics.exposed_comm_ms(s, c) for s, c in steps], df))
 
 
-def ratio(a: float | None, b: float | None) -> float | None:
-    """a / b, empty when either is missing or b is 0."""
-    return None if a is None or b is None or b == 0 else a / b
+def ratio(a: pd.Series, b: pd.Series) -> pd.Series:
+    """a / b per row, empty (NaN) where either is missing or b is 0."""
+    return a / b.where(b != 0)
 
 
-def delta_pct(value: float | None, reference: float | None) -> float | None:
-    """(value − reference) / reference in %: how much larger `value` is."""
-    r = ratio(value, reference)
-    return None if r is None else (r - 1.0) * 100.0
+def delta_pct(value: pd.Series, reference: pd.Series) -> pd.Series:
+    """(value − reference) / reference in % per row: how much larger `value` is."""
+    return (ratio(value, reference) - 1.0) * 100.0
 
 
-def reason(r) -> str:
-    """'status: error' for a cell without numbers, '' for an ok cell."""
-    return "" if r["status"] == "ok" else f"{r['status']}: {r['error'] or 'no reason recorded'}"
+def _outcome(df: pd.DataFrame) -> pd.Series:
+    """'status: error' per row ('no reason recorded' when the runner left the error empty)."""
+    return df["status"] + ": " + df["error"].where(df["error"] != "", "no reason recorded")
+
+
+def reasons(df: pd.DataFrame) -> pd.Series:
+    """'status: error' for each cell without numbers, '' for an ok cell."""
+    return _outcome(df).where(df["status"] != "ok", "")
 
 
 def world_sizes(df: pd.DataFrame) -> list[int]:
@@ -118,10 +122,59 @@ def efficiency_unavailable(df: pd.DataFrame) -> str:
     return ""
 
 
-def _with_keys(df: pd.DataFrame, scaling: str) -> pd.DataFrame:
-    out = df.copy()
-    out["_group"] = config_key(out, SCALING_GROUP + (BATCH_KEY[scaling],))
-    return out
+def scaling_keys(scaling: str) -> tuple[str, ...]:
+    """What a configuration keeps across world sizes in the `scaling` table ("strong" | "weak")."""
+    return SCALING_GROUP + (BATCH_KEY[scaling],)
+
+
+def _sorted(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    return df.sort_values(keys, kind="stable", na_position="first").reset_index(drop=True) if len(df) else df
+
+
+def _t1_cells(rows: pd.DataFrame, keys: tuple[str, ...]) -> tuple[pd.DataFrame, pd.Series]:
+    """Per row (one batch rule, index 0..n-1), the world-size-1 cell of its configuration (a row of NaN when
+    the run has none), and whether that cell is the comm_dtype=none one standing in for it.
+
+    The runner skips compressed comm_dtype cells at world size 1 (nothing is communicated there, so they are
+    the comm_dtype=none cell: bench/matrix.py); such configurations take T₁ from that cell.
+    """
+    group = config_key(rows, keys)
+    plain = config_key(rows.assign(comm_dtype="none"), keys)
+    ws1, ok = rows["world_size"] == 1, rows["status"] == "ok"
+    same = dict(zip(group[ws1], rows.index[ws1]))
+    uncompressed = ws1 & (rows["comm_dtype"] == "none")
+    stand_in = dict(zip(plain[uncompressed], rows.index[uncompressed]))
+    picks, borrowed = [], []
+    for g, p, comm in zip(group, plain, rows["comm_dtype"]):
+        base = same.get(g)
+        other = stand_in.get(p) if comm != "none" else None
+        borrow = (base is None or not ok[base]) and other is not None and ok[other]
+        picks.append(other if borrow else -1 if base is None else base)
+        borrowed.append(borrow)
+    return rows.reindex(picks).reset_index(drop=True), pd.Series(borrowed, dtype=bool)
+
+
+def _efficiency_columns(rows: pd.DataFrame, scaling: str, t_n: pd.Series, note: pd.Series) -> dict:
+    """T₁, speedup and efficiency per row against its world-size-1 cell, and the note saying why one is
+    empty."""
+    t1_cells, borrowed = _t1_cells(rows, scaling_keys(scaling))
+    t_1 = t1_cells["step_time_ms_p50"].where(t1_cells["status"] == "ok")
+    if scaling == "strong":
+        eff = map(metrics.strong_scaling_efficiency, t_1, t_n, rows["world_size"].astype(int))
+    else:
+        eff = map(metrics.weak_scaling_efficiency, t_1, t_n)
+    thr_1 = _column(list(map(metrics.throughput, t1_cells["global_batch"], t_1)), rows)
+    thr_n = _column(list(map(metrics.throughput, rows["global_batch"], t_n)), rows)
+    # the first that applies: the cell's own outcome, a borrowed T₁, no T₁ cell, a T₁ cell without numbers
+    note = note.mask((note == "") & borrowed, BORROWED_T1)
+    note = note.mask((note == "") & t1_cells["status"].isna(), NO_T1_CELL)
+    note = note.mask((note == "") & t_1.isna(), "world-size-1 cell " + _outcome(t1_cells))
+    return {
+        "t1_step_time_ms": t_1,
+        "speedup_x": ratio(thr_n, thr_1),
+        "efficiency_pct": _column(list(eff), rows) * 100.0,
+        "note": note,
+    }
 
 
 def scaling_table(df: pd.DataFrame, scaling: str) -> pd.DataFrame:
@@ -130,315 +183,181 @@ def scaling_table(df: pd.DataFrame, scaling: str) -> pd.DataFrame:
     Columns with units; `note` says why a number is empty. Without a usable world-size-1 run-wide
     (see `efficiency_unavailable`) the speedup and efficiency columns are left out.
     """
-    rows = _with_keys(df[df["scaling"] == scaling], scaling)
-    with_efficiency = not efficiency_unavailable(df)
-    baselines = {g: r for g, r in rows[rows["world_size"] == 1].set_index("_group", drop=False).iterrows()}
-    # The runner skips compressed comm_dtype cells at world size 1 (nothing is communicated there, so they
-    # are the comm_dtype=none cell: bench/matrix.py); such configurations take T1 from that cell.
-    rows["_plain"] = config_key(rows.assign(comm_dtype="none"), SCALING_GROUP + (BATCH_KEY[scaling],))
-    plain_baselines = {
-        k: r
-        for k, (_, r) in zip(rows["_plain"], rows.iterrows())
-        if r["world_size"] == 1 and r["comm_dtype"] in NO_COMPRESSION
-    }
-    out = []
-    for _, r in rows.iterrows():
-        n = int(r["world_size"])
-        t_n = _num(r["step_time_ms_p50"]) if r["status"] == "ok" else None
-        rec = {k: r[k] for k in SCALING_GROUP if k != "scaling"}
-        rec.update(
-            per_rank_batch=r["per_rank_batch"],
-            global_batch=r["global_batch"],
-            world_size=n,
-            status=r["status"],
-            step_time_ms_p50=t_n,
-            throughput_samples_per_s=row_throughput(r) if t_n is not None else None,
-        )
-        note = reason(r)
-        if with_efficiency:
-            base = baselines.get(r["_group"])
-            plain = plain_baselines.get(r["_plain"]) if r["comm_dtype"] not in NO_COMPRESSION else None
-            if (base is None or base["status"] != "ok") and plain is not None and plain["status"] == "ok":
-                base = plain
-                note = note or "T₁ from the comm_dtype=none cell: nothing is communicated at world size 1"
-            t_1 = _num(base["step_time_ms_p50"]) if base is not None and base["status"] == "ok" else None
-            if not note and base is None:
-                note = "no world-size-1 cell of this configuration in the run"
-            elif not note and t_1 is None:
-                note = f"world-size-1 cell {base['status']}: {base['error'] or 'no reason recorded'}"
-            eff = (
-                metrics.strong_scaling_efficiency(t_1, t_n, n)
-                if scaling == "strong"
-                else metrics.weak_scaling_efficiency(t_1, t_n)
-            )
-            thr_1 = metrics.throughput(_num(base["global_batch"]), t_1) if t_1 is not None else None
-            thr_n = metrics.throughput(_num(r["global_batch"]), t_n)
-            rec.update(
-                t1_step_time_ms=t_1,
-                speedup_x=ratio(thr_n, thr_1),
-                efficiency_pct=None if eff is None else eff * 100.0,
-            )
-        rec.update(note=note, cell_id=r["cell_id"])
-        out.append(rec)
-    cols = [
-        "engine",
-        "model",
-        "model_size",
-        "precision",
-        "comm_dtype",
-        "grad_accum",
-        "bucket_cap_mb",
-        "per_rank_batch",
-        "global_batch",
-        "world_size",
-        "status",
-        "step_time_ms_p50",
-        "throughput_samples_per_s",
-    ]
-    cols += ["t1_step_time_ms", "speedup_x", "efficiency_pct"] if with_efficiency else []
-    table = pd.DataFrame(out, columns=cols + ["note", "cell_id"])
-    return _sorted(
-        table,
-        [
-            "engine",
-            "model",
-            "model_size",
-            "precision",
-            "comm_dtype",
-            "grad_accum",
-            "bucket_cap_mb",
-            BATCH_KEY[scaling],
-            "world_size",
-        ],
+    rows = df[df["scaling"] == scaling].reset_index(drop=True)
+    config = [*config_keys_except("scaling", "world_size"), "world_size"]  # the scaled axis last
+    t_n = rows["step_time_ms_p50"].where(rows["status"] == "ok")
+    table = rows[config].assign(
+        world_size=rows["world_size"].astype(int),
+        status=rows["status"],
+        step_time_ms_p50=t_n,
+        throughput_samples_per_s=throughputs(rows).where(t_n.notna()),
+        note=reasons(rows),
     )
+    if not efficiency_unavailable(df):
+        table = table.assign(**_efficiency_columns(rows, scaling, t_n, table["note"]))
+    table = table[[c for c in table.columns if c != "note"] + ["note"]].assign(cell_id=rows["cell_id"])
+    other_batch = "per_rank_batch" if scaling == "strong" else "global_batch"
+    return _sorted(table, [k for k in config if k != other_batch])
 
 
-def _sorted(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    return df.sort_values(keys, kind="stable", na_position="first").reset_index(drop=True) if len(df) else df
-
-
-def _torch_match(df: pd.DataFrame) -> dict[str, pd.Series]:
-    """For every row, the torch DDP row it is compared with (same configuration; naive → torch default)."""
+def _torch_match(df: pd.DataFrame) -> list[int]:
+    """For every row of `df` (index 0..n-1), the row of the torch DDP cell it is compared with, -1 for none:
+    the same configuration and bucket size; naive (no buckets) → torch at its default bucket size, else at its
+    fastest bucket size in that configuration."""
     torch_rows = df[df["engine"] == "torch"]
     keys = config_keys_except("engine", "bucket_cap_mb")
-    by_key: dict[str, list[pd.Series]] = {}
-    for k, (_, t) in zip(config_key(torch_rows, keys), torch_rows.iterrows()):
-        by_key.setdefault(k, []).append(t)
-    match = {}
-    for k, (_, r) in zip(config_key(df, keys), df.iterrows()):
-        candidates = by_key.get(k, [])
-        same_bucket = [t for t in candidates if key_text(t["bucket_cap_mb"]) == key_text(r["bucket_cap_mb"])]
-        if not same_bucket and pd.isna(r["bucket_cap_mb"]):
-            same_bucket = [t for t in candidates if _num(t["bucket_cap_mb"]) == TORCH_DEFAULT_BUCKET_MB]
-            ok = [t for t in candidates if t["status"] == "ok" and _num(t["step_time_ms_p50"]) is not None]
-            if not same_bucket and ok:  # no 25 MiB torch cell: torch at its fastest bucket size here
-                same_bucket = [min(ok, key=lambda t: float(t["step_time_ms_p50"]))]
-        if same_bucket:
-            match[r["cell_id"]] = same_bucket[0]
+    candidates: dict[str, list[int]] = {}
+    for k, i in zip(config_key(torch_rows, keys), torch_rows.index):
+        candidates.setdefault(k, []).append(i)
+    buckets, steps = df["bucket_cap_mb"], df["step_time_ms_p50"].where(df["status"] == "ok")
+    match = []
+    for k, bucket in zip(config_key(df, keys), buckets):
+        here = candidates.get(k, [])
+        same = [i for i in here if key_text(buckets[i]) == key_text(bucket)]
+        if not same and pd.isna(bucket):
+            same = [i for i in here if buckets[i] == DEFAULT_BUCKET_MB]
+            timed = [i for i in here if pd.notna(steps[i])]
+            if not same and timed:  # no torch cell at the default size: torch at its fastest here
+                same = [min(timed, key=lambda i: steps[i])]
+        match.append(same[0] if same else -1)
     return match
+
+
+# engines_vs_torch: each measured column → its difference column (a difference in ms or a delta in %).
+DELTAS = {
+    "step_time_ms_p50": "delta_p50_pct",
+    "step_time_ms_p90": "delta_p90_pct",
+    "exposed_comm_ms": "delta_exposed_comm_ms",
+    "peak_mem_mb": "delta_peak_mem_pct",
+}
+
+
+def _measured(rows: pd.DataFrame) -> dict[str, pd.Series]:
+    """The numbers engines_vs_torch compares, empty unless the cell is ok."""
+    ok = rows["status"] == "ok"
+    return {
+        "step_time_ms_p50": rows["step_time_ms_p50"].where(ok),
+        "step_time_ms_p90": rows["step_time_ms_p90"].where(ok),
+        "exposed_comm_ms": exposed_comms(rows).where(ok),
+        "peak_mem_mb": rows["peak_mem_mb"].where(ok),
+    }
 
 
 def engines_vs_torch(df: pd.DataFrame) -> pd.DataFrame:
     """Each non-torch cell against torch DDP on the same configuration: delta % (positive = slower/larger).
 
-    naive has no bucket size; it is compared with the torch cell at torch's default 25 MiB buckets, or, when
-    the run has none, with torch at its fastest bucket size in the same configuration.
+    naive has no bucket size; it is compared with the torch cell at torch's default bucket size
+    (bench.schema.DEFAULT_BUCKET_MB), or, when the run has none, with torch at its fastest bucket size in the
+    same configuration.
     """
-    match = _torch_match(df)
-    out = []
-    for _, r in df[df["engine"] != "torch"].iterrows():
-        t = match.get(r["cell_id"])
-        ok = r["status"] == "ok"
-        t_ok = t is not None and t["status"] == "ok"
-        mine = {
-            "p50": _num(r["step_time_ms_p50"]) if ok else None,
-            "p90": _num(r["step_time_ms_p90"]) if ok else None,
-            "exp": row_exposed_comm(r) if ok else None,
-            "mem": _num(r["peak_mem_mb"]) if ok else None,
-        }
-        ref = {
-            "p50": _num(t["step_time_ms_p50"]) if t_ok else None,
-            "p90": _num(t["step_time_ms_p90"]) if t_ok else None,
-            "exp": row_exposed_comm(t) if t_ok else None,
-            "mem": _num(t["peak_mem_mb"]) if t_ok else None,
-        }
-        note = reason(r)
-        if not note:
-            note = (
-                "no torch DDP cell with this configuration"
-                if t is None
-                else ""
-                if t_ok
-                else f"torch cell {t['status']}: {t['error'] or 'no reason recorded'}"
-            )
-        out.append(
-            {
-                "engine": r["engine"],
-                "model": r["model"],
-                "model_size": r["model_size"],
-                "world_size": int(r["world_size"]),
-                "bucket_cap_mb": r["bucket_cap_mb"],
-                "torch_bucket_cap_mb": None if t is None else t["bucket_cap_mb"],
-                "precision": r["precision"],
-                "comm_dtype": r["comm_dtype"],
-                "grad_accum": r["grad_accum"],
-                "scaling": r["scaling"],
-                "global_batch": r["global_batch"],
-                "status": r["status"],
-                "step_time_ms_p50": mine["p50"],
-                "torch_step_time_ms_p50": ref["p50"],
-                "delta_p50_pct": delta_pct(mine["p50"], ref["p50"]),
-                "step_time_ms_p90": mine["p90"],
-                "torch_step_time_ms_p90": ref["p90"],
-                "delta_p90_pct": delta_pct(mine["p90"], ref["p90"]),
-                "exposed_comm_ms": mine["exp"],
-                "torch_exposed_comm_ms": ref["exp"],
-                "delta_exposed_comm_ms": None
-                if mine["exp"] is None or ref["exp"] is None
-                else mine["exp"] - ref["exp"],
-                "peak_mem_mb": mine["mem"],
-                "torch_peak_mem_mb": ref["mem"],
-                "delta_peak_mem_pct": delta_pct(mine["mem"], ref["mem"]),
-                "note": note,
-                "cell_id": r["cell_id"],
-            }
-        )
-    return (
-        _sorted(
-            pd.DataFrame(out),
-            ["engine", "scaling", "precision", "comm_dtype", "grad_accum", "world_size", "bucket_cap_mb"],
-        )
-        if out
-        else pd.DataFrame(out)
-    )
+    df = df.reset_index(drop=True)
+    mine = df["engine"] != "torch"
+    if not mine.any():
+        return pd.DataFrame()
+    cells = df[mine].reset_index(drop=True)
+    torch_cells = df.reindex([m for m, x in zip(_torch_match(df), mine) if x]).reset_index(drop=True)
+    table = cells[list(CELL_CONFIG)].assign(world_size=cells["world_size"].astype(int))
+    at = table.columns.get_loc("bucket_cap_mb") + 1  # the torch cell's bucket size beside this cell's
+    table.insert(at, "torch_bucket_cap_mb", torch_cells["bucket_cap_mb"])
+    table["status"] = cells["status"]
+    ours, theirs = _measured(cells), _measured(torch_cells)
+    for name, delta in DELTAS.items():
+        table[name], table[f"torch_{name}"] = ours[name], theirs[name]
+        diff = ours[name] - theirs[name] if delta.endswith("_ms") else delta_pct(ours[name], theirs[name])
+        table[delta] = diff
+    note = reasons(cells)
+    note = note.mask((note == "") & torch_cells["status"].isna(), "no torch DDP cell with this configuration")
+    note = note.mask((note == "") & (torch_cells["status"] != "ok"), "torch cell " + _outcome(torch_cells))
+    table = table.assign(note=note, cell_id=cells["cell_id"])
+    order = ["engine", "scaling", "precision", "comm_dtype", "grad_accum", "world_size", "bucket_cap_mb"]
+    return _sorted(table, order)
 
 
 def _sweep(df: pd.DataFrame, fixed: tuple[str, ...], varied: tuple[str, ...], extra) -> pd.DataFrame:
-    """Rows of groups equal on `fixed` that hold several values of `varied`, plus extra(row, group)."""
+    """The rows of groups equal on `fixed` that hold several values of `varied`: status, p50 step, throughput
+    and exposed communication (empty unless ok), then the columns extra(rows, group, throughput) returns."""
     if not len(df):
         return pd.DataFrame()
-    d = df.copy()
-    d["_group"] = config_key(d, fixed)
-    d["_varied"] = config_key(d, varied)
-    groups = d.groupby("_group")["_varied"].nunique()
-    d = d[d["_group"].isin(groups[groups > 1].index)]
-    out = []
-    for _, group in d.groupby("_group", sort=False):
-        for _, r in group.iterrows():
-            ok = r["status"] == "ok"
-            rec = {k: r[k] for k in fixed + varied}
-            rec.update(
-                status=r["status"],
-                step_time_ms_p50=_num(r["step_time_ms_p50"]) if ok else None,
-                throughput_samples_per_s=row_throughput(r) if ok else None,
-                exposed_comm_ms=row_exposed_comm(r) if ok else None,
-            )
-            rec.update(extra(r, group))
-            rec.update(note=reason(r), cell_id=r["cell_id"])
-            out.append(rec)
-    return _sorted(pd.DataFrame(out), list(fixed + varied))
+    group = config_key(df, fixed)
+    swept = config_key(df, varied).groupby(group).transform("nunique") > 1
+    rows, group = df[swept], group[swept]
+    ok = rows["status"] == "ok"
+    throughput = throughputs(rows).where(ok)
+    table = rows[list(fixed + varied)].assign(
+        status=rows["status"],
+        step_time_ms_p50=rows["step_time_ms_p50"].where(ok),
+        throughput_samples_per_s=throughput,
+        exposed_comm_ms=exposed_comms(rows).where(ok),
+        **extra(rows, group, throughput),
+        note=reasons(rows),
+        cell_id=rows["cell_id"],
+    )
+    return _sorted(table, list(fixed + varied))
 
 
-def _ok_throughput(group: pd.DataFrame, mask) -> float | None:
-    ref = group[mask & (group["status"] == "ok")]
-    return row_throughput(ref.iloc[0]) if len(ref) else None
+def _group_reference(values: pd.Series, group: pd.Series, mask: pd.Series) -> pd.Series:
+    """Per row, `values` at the first row of its group where `mask` holds (NaN when there is none)."""
+    first = group[mask].drop_duplicates()
+    return group.map(pd.Series(values[first.index].to_numpy(), index=first.to_numpy()))
 
 
 def bucket_sweep(df: pd.DataFrame) -> pd.DataFrame:
     """Cells that differ only in bucket_cap_mb, with throughput relative to the group's best bucket."""
-    fixed = config_keys_except("bucket_cap_mb")
 
-    def extra(r, group):
-        ok = group[group["status"] == "ok"]
-        best = max((row_throughput(x) or 0.0 for _, x in ok.iterrows()), default=None)
-        mine = row_throughput(r) if r["status"] == "ok" else None
+    def extra(rows, group, throughput):
+        best = throughput.fillna(0.0).where(rows["status"] == "ok").groupby(group).transform("max")
         return {
-            "n_buckets": r["n_buckets"],
-            "throughput_vs_best_pct": None if mine is None or not best else mine / best * 100.0,
+            "n_buckets": rows["n_buckets"],
+            "throughput_vs_best_pct": (throughput / best * 100.0).where(best != 0),
         }
 
+    fixed = config_keys_except("bucket_cap_mb")
     return _sweep(df[df["bucket_cap_mb"].notna()], fixed, ("bucket_cap_mb",), extra)
 
 
 def precision_table(df: pd.DataFrame) -> pd.DataFrame:
     """Cells that differ only in compute dtype (precision) and gradient comm dtype, against fp32."""
-    fixed = config_keys_except("precision", "comm_dtype")
 
-    def extra(r, group):
-        base = _ok_throughput(
-            group, (group["precision"] == "fp32") & group["comm_dtype"].isin(NO_COMPRESSION)
-        )
-        mine = row_throughput(r) if r["status"] == "ok" else None
-        return {"speedup_vs_fp32_x": ratio(mine, base)}
+    def extra(rows, group, throughput):
+        fp32 = (rows["status"] == "ok") & (rows["precision"] == "fp32") & (rows["comm_dtype"] == "none")
+        return {"speedup_vs_fp32_x": ratio(throughput, _group_reference(throughput, group, fp32))}
 
-    return _sweep(df, fixed, ("precision", "comm_dtype"), extra)
+    return _sweep(df, config_keys_except("precision", "comm_dtype"), ("precision", "comm_dtype"), extra)
 
 
 def accumulation_table(df: pd.DataFrame) -> pd.DataFrame:
     """Cells that differ only in grad_accum (the global batch grows with it), against grad_accum = 1."""
-    fixed = config_keys_except("grad_accum", "global_batch")
 
-    def extra(r, group):
-        base = _ok_throughput(group, group["grad_accum"] == 1)
-        ok = r["status"] == "ok"
-        mine = row_throughput(r) if ok else None
-        exposed = row_exposed_comm(r) if ok else None
+    def extra(rows, group, throughput):
+        accum1 = (rows["status"] == "ok") & (rows["grad_accum"] == 1)
+        exposed, step = exposed_comms(rows).where(rows["status"] == "ok"), rows["step_time_ms_p50"]
         return {
-            "global_batch": r["global_batch"],
-            "throughput_vs_accum1_x": ratio(mine, base),
-            "exposed_comm_share_pct": None
-            if exposed is None
-            else exposed / float(r["step_time_ms_p50"]) * 100.0,
+            "global_batch": rows["global_batch"],
+            "throughput_vs_accum1_x": ratio(throughput, _group_reference(throughput, group, accum1)),
+            "exposed_comm_share_pct": (exposed / step * 100.0).where(step != 0),
         }
 
-    return _sweep(df, fixed, ("grad_accum",), extra)
+    return _sweep(df, config_keys_except("grad_accum", "global_batch"), ("grad_accum",), extra)
 
 
 def phase_breakdown(df: pd.DataFrame) -> pd.DataFrame:
     """Per cell: p50 step = compute-only step + exposed communication, and the measured phases if any."""
-    phases = [
-        c
-        for c in ("forward_ms_p50", "backward_ms_p50", "sync_wait_ms_p50", "optimizer_ms_p50")
-        if df[c].notna().any()
-    ]
-    out = []
-    for _, r in df.iterrows():
-        ok = r["status"] == "ok"
-        step = _num(r["step_time_ms_p50"]) if ok else None
-        exposed = row_exposed_comm(r) if ok else None
-        rec = {
-            k: r[k]
-            for k in (
-                "engine",
-                "model",
-                "model_size",
-                "world_size",
-                "bucket_cap_mb",
-                "precision",
-                "comm_dtype",
-                "grad_accum",
-                "scaling",
-                "global_batch",
-            )
-        }
-        rec.update(
-            status=r["status"],
-            step_time_ms_p50=step,
-            compute_only_ms_p50=_num(r["compute_only_ms_p50"]) if ok else None,
-            exposed_comm_ms=exposed,
-            exposed_comm_share_pct=None if exposed is None or not step else exposed / step * 100.0,
-        )
-        rec.update({p: _num(r[p]) if ok else None for p in phases})
-        rec.update(note=reason(r), cell_id=r["cell_id"])
-        out.append(rec)
-    return (
-        _sorted(
-            pd.DataFrame(out),
-            ["scaling", "precision", "comm_dtype", "grad_accum", "bucket_cap_mb", "world_size", "engine"],
-        )
-        if out
-        else pd.DataFrame(out)
+    if not len(df):
+        return pd.DataFrame()
+    ok = df["status"] == "ok"
+    step, exposed = df["step_time_ms_p50"].where(ok), exposed_comms(df).where(ok)
+    table = df[list(CELL_CONFIG)].assign(
+        status=df["status"],
+        step_time_ms_p50=step,
+        compute_only_ms_p50=df["compute_only_ms_p50"].where(ok),
+        exposed_comm_ms=exposed,
+        exposed_comm_share_pct=(exposed / step * 100.0).where(step != 0),
+        **{p: df[p].where(ok) for p in PHASE_COLUMNS if df[p].notna().any()},
+        note=reasons(df),
+        cell_id=df["cell_id"],
     )
+    order = ["scaling", "precision", "comm_dtype", "grad_accum", "bucket_cap_mb", "world_size", "engine"]
+    return _sorted(table, order)
 
 
 def not_measured(df: pd.DataFrame) -> pd.DataFrame:

@@ -1,6 +1,6 @@
-"""`python -m bench tensorboard results/<run-id> [--port N] [--host 127.0.0.1]`.
+"""Serve a run's traces in TensorBoard (`python -m bench tensorboard`, in bench.report.commands).
 
-Serves the run's `traces/` with the torch-tb-profiler plugin: each `traces/<cell_id>/` folder is a run,
+It serves the run's `traces/` with the torch-tb-profiler plugin: each `traces/<cell_id>/` folder is a run,
 each `rank<r>.*.pt.trace.json.gz` a worker. The plugin (0.4.3, the last release) is deprecated upstream
 but still loads with TensorBoard 2.21; it starts a multiprocessing Manager with the "spawn" method, which
 is why this must run from a module with a `__main__` guard (`python -m bench` has one).
@@ -8,28 +8,16 @@ is why this must run from a module with a `__main__` guard (`python -m bench` ha
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import signal
 import sys
 import threading
 from pathlib import Path
 
+from bench.schema import TRACE_GLOB
+
 PLUGIN_ENTRY_POINT = "torch_profiler"  # torch-tb-profiler's [tensorboard_plugins] entry point
 PLUGIN_ROUTE = "pytorch_profiler"  # its plugin_name: the URL fragment and /data/plugin/<name>/ prefix
-TRACE_GLOB = "*.pt.trace.json*"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", type=Path, help="a results/<run-id>/ folder with traces/")
-    parser.add_argument(
-        "--port", type=int, default=6006, help="port to serve on (default 6006; 0 = any free)"
-    )
-    parser.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)",
-    )
 
 
 def check_traces(run_dir: Path) -> str:
@@ -52,42 +40,30 @@ def plugin_installed() -> bool:
     )
 
 
-def main(args: argparse.Namespace) -> int:
-    problem = check_traces(args.run_dir)
-    if problem:
-        print(f"bench tensorboard: {problem}", file=sys.stderr)
-        return 2
-    if not plugin_installed():
-        print(
-            "bench tensorboard: the torch-tb-profiler plugin is not installed "
-            "(pip install torch-tb-profiler); without it TensorBoard cannot show traces.",
-            file=sys.stderr,
+def cannot_serve(run_dir: Path) -> str:
+    """Why `serve` cannot show this run's traces ('' when it can): no traces, or no plugin to show them."""
+    problem = check_traces(run_dir)
+    if not problem and not plugin_installed():
+        problem = (
+            "the torch-tb-profiler plugin is not installed (pip install torch-tb-profiler); without it "
+            "TensorBoard cannot show traces."
         )
-        return 2
+    return problem
+
+
+def serve(run_dir: Path, port: int, host: str) -> None:
+    """Serve `run_dir`/traces with TensorBoard on host:port, print the address, and block until Ctrl-C or
+    SIGTERM."""
     from tensorboard import program
 
+    traces = run_dir / "traces"
     tb = program.TensorBoard()
     # --load_fast=false: traces need no event-file loading, so skip the Rust data-server subprocess.
-    tb.configure(
-        argv=[
-            None,
-            "--logdir",
-            str((args.run_dir / "traces").resolve()),
-            "--port",
-            str(args.port),
-            "--host",
-            args.host,
-            "--load_fast=false",
-        ]
-    )
+    argv = [None, "--logdir", str(traces.resolve()), "--port", str(port), "--host", host, "--load_fast=false"]
+    tb.configure(argv=argv)
     url = tb.launch()
-    cells = sorted(
-        {
-            p.parent.relative_to(args.run_dir / "traces").as_posix()
-            for p in (args.run_dir / "traces").rglob(TRACE_GLOB)
-        }
-    )
-    print(f"TensorBoard serving {len(cells)} cells of {args.run_dir} at {url}#{PLUGIN_ROUTE}", flush=True)
+    cells = sorted({p.parent.relative_to(traces).as_posix() for p in traces.rglob(TRACE_GLOB)})
+    print(f"TensorBoard serving {len(cells)} cells of {run_dir} at {url}#{PLUGIN_ROUTE}", flush=True)
     print(
         "PyTorch Profiler tab: pick a cell under Runs and a rank under Workers. Ctrl-C stops it.", flush=True
     )
@@ -97,4 +73,3 @@ def main(args: argparse.Namespace) -> int:
         threading.Event().wait()
     except KeyboardInterrupt:
         pass
-    return 0

@@ -1,0 +1,89 @@
+"""The report's commands, `python -m bench report | compare | tensorboard`: for each command a pair
+`<command>_add_arguments(parser)` and `<command>_main(args) -> int` (bench/__main__.py dispatches on the
+prefix).
+
+Bad input (a missing run folder, rows that break the contract, runs that must not be compared, nothing to
+serve) is one line on stderr and exit code 2. Each main imports the page it makes when it runs, so that
+`tensorboard` does not load pandas and matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def report_add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, help="a results/<run-id>/ folder")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: reports/<run-id>)")
+
+
+def report_main(args: argparse.Namespace) -> int:
+    """`python -m bench report results/<run-id> [--out reports/<run-id>]`."""
+    from bench.report.load import RunError
+    from bench.report.run_page import write_run_page
+
+    try:
+        index = write_run_page(args.run_dir, args.out)
+    except RunError as exc:
+        print(f"bench report: {exc}", file=sys.stderr)
+        return 2
+    print(f"report: {index}")
+    print(f"summary: {index.parent / 'summary.md'}")
+    return 0
+
+
+def compare_add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "run_dirs",
+        type=Path,
+        nargs="+",
+        help="two or more results/<run-id>/ folders; the first is the baseline",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output folder (default: reports/compare-<A>-vs-<B>...)"
+    )
+    parser.add_argument(
+        "--allow-mixed-devices",
+        action="store_true",
+        help="compare CPU runs with GPU runs anyway (refused by default)",
+    )
+
+
+def compare_main(args: argparse.Namespace) -> int:
+    """`python -m bench compare results/A results/B [more ...] [--out DIR] [--allow-mixed-devices]`."""
+    from bench.report.compare_page import write_compare_page
+    from bench.report.load import RunError
+
+    try:
+        index = write_compare_page(args.run_dirs, args.out, args.allow_mixed_devices)
+    except RunError as exc:
+        print(f"bench compare: {exc}", file=sys.stderr)
+        return 2
+    print(f"compare: {index}")
+    return 0
+
+
+def tensorboard_add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, help="a results/<run-id>/ folder with traces/")
+    parser.add_argument(
+        "--port", type=int, default=6006, help="port to serve on (default 6006; 0 = any free)"
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)",
+    )
+
+
+def tensorboard_main(args: argparse.Namespace) -> int:
+    """`python -m bench tensorboard results/<run-id> [--port N] [--host 127.0.0.1]`, until Ctrl-C."""
+    from bench.report import tensorboard
+
+    problem = tensorboard.cannot_serve(args.run_dir)
+    if problem:
+        print(f"bench tensorboard: {problem}", file=sys.stderr)
+        return 2
+    tensorboard.serve(args.run_dir, args.port, args.host)
+    return 0

@@ -1,0 +1,125 @@
+"""The comparison of two or more runs: index.html, summary.md, tables/*.csv and plots/*.png.
+
+The first run is the baseline; each other run is joined to it on the configuration keys (compare.py).
+Each section is a function from the comparison's DataFrames to a Section; `write_compare_page` puts them
+in reading order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from bench.report import compare, plots, slices, tables
+from bench.report.environment import gpu_summary
+from bench.report.load import Run, RunError, load_run
+from bench.report.render import Section, write_csv, write_page
+from bench.schema import CONFIG_KEYS
+
+
+def default_out_dir(runs: list[Run]) -> Path:
+    """reports/compare-<A>-vs-<B>[-vs-...] from the run folders' names."""
+    return Path("reports") / ("compare-" + "-vs-".join(r.name for r in runs))
+
+
+def write_compare_page(
+    run_dirs: list[Path], out_dir: Path | None = None, allow_mixed_devices: bool = False
+) -> Path:
+    """Write the comparison page, tables and plots; returns index.html. RunError when refused."""
+    if len(run_dirs) < 2:
+        raise RunError("compare needs at least two run folders")
+    runs = [load_run(d) for d in run_dirs]
+    refusal = compare.mixed_devices(runs)
+    if refusal and not allow_mixed_devices:
+        raise RunError(refusal)
+    labels = compare.run_labels(runs)
+    out_dir = out_dir or default_out_dir(runs)
+    (out_dir / "tables").mkdir(parents=True, exist_ok=True)
+    (out_dir / "plots").mkdir(parents=True, exist_ok=True)
+
+    diff = compare.env_differences(runs)
+    joined = compare.join_cells(runs)
+    only = compare.one_side_only(joined)
+    for table, name in ((diff, "environment_diff"), (joined, "cells"), (only, "one_side_only")):
+        write_csv(table, out_dir / f"tables/{name}.csv")
+
+    sections = [
+        summary_section(labels, diff, joined, len(only), mixed_devices=bool(refusal)),
+        Section("Environment differences", "environment").table(diff, "tables/environment_diff.csv"),
+        cells_section(joined),
+        one_side_section(only),
+        plots_section(runs, labels, out_dir),
+    ]
+    title = "ddpbench compare: " + " vs ".join(labels)
+    subtitle = " · ".join(f"{label}: {gpu_summary(r.env)} ({r.device})" for label, r in zip(labels, runs))
+    return write_page(out_dir, title, subtitle, sections)
+
+
+def summary_section(
+    labels: list[str], diff: pd.DataFrame, joined: pd.DataFrame, n_one_side: int, mixed_devices: bool
+) -> Section:
+    """Warnings (mixed devices, differing software), then each run's median throughput ratio."""
+    sec = Section("Summary", "summary")
+    if mixed_devices:
+        sec.para(
+            "CPU and GPU runs compared on request (--allow-mixed-devices): they measure different "
+            "things (gloo processes against NCCL on GPUs), so read every ratio with that in mind.",
+            "warn",
+        )
+    warning = compare.software_warning(diff)
+    if warning:
+        sec.para(warning, "warn")
+    ratios = compare.throughput_ratios(joined).set_index("run_b")
+    for label in labels[1:]:
+        if label in ratios.index:
+            r = ratios.loc[label]
+            median = r["median"]
+            sec.para(
+                f"{label} against {labels[0]}: median throughput ratio {median:.2f}× over {int(r['cells'])} "
+                f"cells measured on both (range {r['min']:.2f}× to {r['max']:.2f}×): at the median {label} "
+                f"is {abs(median - 1) * 100:.0f} % {'faster' if median >= 1 else 'slower'}."
+            )
+    if not len(ratios):
+        sec.para("No configuration was measured successfully on both sides, so there is no ratio.", "note")
+    return sec.para(f"{n_one_side} configurations were measured on one side only (listed below).")
+
+
+def cells_section(joined: pd.DataFrame) -> Section:
+    """Every configuration side by side, with the formulas of its columns."""
+    sec = Section("Cells side by side", "cells")
+    sec.para(
+        "Joined on " + ", ".join(CONFIG_KEYS) + ". ratio = throughput b / throughput a (> 1: b "
+        "is faster); delta % = (b − a) / a × 100; efficiency per side as in each run's report "
+        "(against its own world-size-1 cell).",
+        "formula",
+    )
+    return sec.table(joined, "tables/cells.csv")
+
+
+def one_side_section(only: pd.DataFrame) -> Section:
+    """The configurations only one run measured."""
+    sec = Section("Measured on one side only", "one-side")
+    if not len(only):
+        return sec.para("Every configuration is on both sides.")
+    return sec.table(only, "tables/one_side_only.csv")
+
+
+def plots_section(runs: list[Run], labels: list[str], out_dir: Path) -> Section:
+    """Per batch rule, every run's scaling at its main setting on the same axes."""
+    sec = Section("Plots", "plots")
+    sec.para(
+        "Each run's main setting (most common bucket, precision, accumulation); every column on the same "
+        "axes."
+    )
+    for scaling in ("strong", "weak"):
+        per_run = {
+            label: tables.scaling_table(slices.main_slice(rows), scaling)
+            for label, rows in zip(labels, (r.results[r.results["scaling"] == scaling] for r in runs))
+            if len(rows)
+        }
+        path = out_dir / "plots" / f"{scaling}_side_by_side.png"
+        drawn = plots.side_by_side(per_run, scaling, path) if per_run else None
+        if drawn:
+            sec.image(drawn.relative_to(out_dir).as_posix(), f"{scaling} scaling side by side")
+    return sec

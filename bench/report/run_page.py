@@ -1,0 +1,179 @@
+"""The report of one run: index.html, summary.md, tables/*.csv and plots/*.png in reports/<run-id>/.
+
+Each section below is a function that takes the run's rows, asks tables.py for its DataFrame and plots.py
+for its figure, writes the table as CSV and says in a sentence what the numbers mean; `write_run_page`
+puts the sections in reading order.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+
+from bench.report import findings, plots, tables, traces
+from bench.report.environment import environment_table
+from bench.report.load import Run, load_run
+from bench.report.render import Section, write_csv, write_page
+from bench.schema import DEFAULT_BUCKET_MB
+
+
+def default_out_dir(run_dir: Path) -> Path:
+    """reports/<run-id> beside results/, as the Makefile and DESIGN.md lay it out."""
+    return Path("reports") / Path(run_dir).resolve().name
+
+
+def write_run_page(run_dir: Path, out_dir: Path | None = None) -> Path:
+    """Render the report of `run_dir` into `out_dir` (default reports/<run-id>); returns index.html."""
+    run = load_run(run_dir)
+    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(run.path)
+    (out_dir / "plots").mkdir(parents=True, exist_ok=True)
+    df = run.results
+    scaling_tables = {
+        s: tables.scaling_table(df, s) for s in ("strong", "weak") if (df["scaling"] == s).any()
+    }
+    files = traces.trace_files(run)
+    sections = [
+        findings_section(run, scaling_tables),
+        environment_section(run, out_dir),
+        not_measured_section(df, out_dir),
+        *(scaling_section(df, s, table, out_dir) for s, table in scaling_tables.items()),
+        engines_section(df, out_dir),
+        *sweep_sections(df, out_dir),
+        phases_section(df, out_dir),
+        cells_section(run, out_dir, files),
+        traces.viewers_section(run, out_dir, files),
+    ]
+    subtitle = (
+        f"Run {run.name} · {len(df)} cells · {run.env.get('device', run.device)} · "
+        f"torch {run.env.get('torch', '?')} · report of {run.path}"
+    )
+    return write_page(out_dir, f"ddpbench report: {run.name}", subtitle, sections)
+
+
+def _csv(df: pd.DataFrame, out_dir: Path, name: str) -> str:
+    """Write `df` to tables/<name>.csv; returns that path relative to the report folder."""
+    rel = f"tables/{name}.csv"
+    write_csv(df, out_dir / rel)
+    return rel
+
+
+def _with_table(
+    sec: Section, df: pd.DataFrame, out_dir: Path, name: str, plot_path: Path | None, empty_reason: str
+) -> Section:
+    """`sec` with the figure at `plot_path` (if drawn) and the table `df` with its CSV, or why it is empty."""
+    if not len(df):
+        return sec.para(empty_reason, "note")
+    if plot_path is not None:
+        sec.image(plot_path.relative_to(out_dir).as_posix(), name)
+    return sec.table(df, _csv(df, out_dir, name))
+
+
+def findings_section(run: Run, scaling_tables: dict[str, pd.DataFrame]) -> Section:
+    """The headline sentences, then whatever the loader noticed about the run folder."""
+    sec = Section("Findings", "findings").bullets(findings.headline(run.results, scaling_tables), "findings")
+    for note in run.notes:
+        sec.para(note, "warn")
+    return sec
+
+
+def environment_section(run: Run, out_dir: Path) -> Section:
+    """The environment fingerprint, the interconnect topology and the preset's description."""
+    sec = Section("Environment", "environment")
+    env = environment_table(run)
+    sec.table(env, _csv(env, out_dir, "environment"))
+    if run.env.get("topology"):
+        sec.raw("<h3>Interconnect topology</h3>", "### Interconnect topology\n")
+        sec.code(str(run.env["topology"]))
+    description = run.config.get("description")
+    if description:
+        sec.para(f"Preset: {description}")
+    return sec
+
+
+def not_measured_section(df: pd.DataFrame, out_dir: Path) -> Section:
+    """Every cell whose status is not ok, with the reason the runner recorded."""
+    bad = tables.not_measured(df)
+    sec = Section("Cells without numbers", "not-measured")
+    if not len(bad):
+        return sec.para("Every cell finished with status ok.")
+    sec.para(
+        "Failed, timed-out, out-of-memory, diverged and skipped cells, with the reason the runner "
+        "recorded. They also appear, marked, in every table below that covers their configuration."
+    )
+    return sec.table(bad, _csv(bad, out_dir, "not_measured"))
+
+
+def scaling_section(df: pd.DataFrame, scaling: str, table: pd.DataFrame, out_dir: Path) -> Section:
+    """One batch rule's scaling table (tables.scaling_table) with its formula and figure."""
+    sec = Section(f"{scaling.capitalize()} scaling", f"{scaling}-scaling")
+    sec.para(tables.STRONG_FORMULA if scaling == "strong" else tables.WEAK_FORMULA, "formula")
+    sec.para("throughput = global batch / p50 step time (samples/s); step time = per step the slowest rank.")
+    why = tables.efficiency_unavailable(df)
+    if why:
+        sec.para(why, "note")
+    plot = plots.scaling(table, scaling, out_dir / "plots" / f"{scaling}_scaling.png")
+    return _with_table(sec, table, out_dir, f"{scaling}_scaling", plot, "")
+
+
+def engines_section(df: pd.DataFrame, out_dir: Path) -> Section:
+    """Each engine against torch DDP on the same configuration."""
+    sec = Section("Engines against torch DDP", "engines")
+    sec.para(
+        "delta % = (engine − torch) / torch × 100 on the same configuration: positive means slower "
+        "(step time) or more memory. naive has no bucket size; it is set against torch at torch's "
+        f"default {DEFAULT_BUCKET_MB:g} MiB buckets or, when the run has none, torch's fastest bucket size "
+        "(torch_bucket_cap_mb says which). Exposed communication = p50 step − p50 compute-only step (ms).",
+        "formula",
+    )
+    plot = plots.engines(df, out_dir / "plots" / "engines.png")
+    empty = "No engine other than torch DDP was run, so there is nothing to compare against it."
+    return _with_table(sec, tables.engines_vs_torch(df), out_dir, "engines_vs_torch", plot, empty)
+
+
+def sweep_sections(df: pd.DataFrame, out_dir: Path) -> list[Section]:
+    """The bucket-size, precision and accumulation sweeps: cells that differ in one setting only."""
+    sweeps = [
+        # naive has no bucket size: the bucket plot draws it, from the run's cells, as a reference line
+        ("Bucket-size sweep", "buckets", tables.bucket_sweep(df), partial(plots.bucket_sweep, cells=df),
+         "No configuration was run at more than one bucket size."),
+        ("Precision", "precision", tables.precision_table(df), plots.precision,
+         "No configuration was run at more than one compute dtype / comm dtype."),
+        ("Gradient accumulation", "accumulation", tables.accumulation_table(df), plots.accumulation,
+         "No configuration was run at more than one accumulation factor."),
+    ]
+    sections = []
+    for title, name, table, draw, empty in sweeps:
+        plot = draw(table, out_dir / "plots" / f"{name}.png") if len(table) else None
+        sections.append(_with_table(Section(title, name), table, out_dir, name, plot, empty))
+    return sections
+
+
+def phases_section(df: pd.DataFrame, out_dir: Path) -> Section:
+    """Each cell's p50 step split into compute-only step and exposed communication."""
+    phase = tables.phase_breakdown(df)
+    sec = Section("Phase breakdown", "phases")
+    sec.para(
+        "p50 step = compute-only step (same cell, gradients not synchronised) + exposed communication. "
+        "The plot shows one slice of the run (named under its title); the table every cell.",
+        "formula",
+    )
+    plot = plots.phases(phase, out_dir / "plots" / "phases.png")
+    return _with_table(sec, phase, out_dir, "phases", plot, "No cells.")
+
+
+# What the all-cells listing shows of each row (the CSV keeps every column).
+CELL_LISTING = (
+    *tables.CELL_COLUMNS, "n_timed_steps", "step_time_ms_p50", "step_time_ms_p90", "samples_per_s",
+    "compute_only_ms_p50", "exposed_comm_ms", "peak_mem_mb", "allreduce_busbw_gbps",
+)
+
+
+def cells_section(run: Run, out_dir: Path, files: dict[str, list[Path]]) -> Section:
+    """Every row of the run, each with links to its trace files."""
+    cols = list(CELL_LISTING)
+    links = traces.trace_links(files, out_dir)
+    return Section("All cells and traces", "cells").table(
+        run.results[cols], _csv(run.results, out_dir, "results"), links=links, md_columns=cols
+    )
