@@ -158,7 +158,7 @@ def dry_run(config: BenchConfig, cells: list[Cell]) -> int:
     return 0
 
 
-def collect(run_dir: Path) -> int:
+def collect_events(run_dir: Path) -> int:
     """Records for the finished (or failed) cells found in run_dir/events/*.jsonl, not yet in cells.jsonl."""
     from bench.launch import EventReader
 
@@ -212,7 +212,7 @@ def main(args: argparse.Namespace) -> int:
             _lock = lock_run_dir(args.collect)  # noqa: F841 (held until exit)
         except (ConfigError, FileNotFoundError) as e:
             return _error(str(e))
-        return collect(args.collect)
+        return collect_events(args.collect)
     if not args.config:
         return _error("--config NAME|PATH is required")
     try:
@@ -270,10 +270,10 @@ def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) ->
               f" (beyond the timed steps only: {beyond_timed / stats.cells:.2f} s;"
               f" launch start-up amortised; {stats.cells} cells)")
     print(f"results: {run_dir / results.CSV_FILE}")
-    return build_report(run_dir) if report else 0
+    return write_report(run_dir) if report else 0
 
 
-def build_report(run_dir: Path) -> int:
+def write_report(run_dir: Path) -> int:
     """bench.report.build_report(run_dir), imported lazily (pandas and matplotlib only when asked for);
     the results stay valid whatever the report does."""
     from bench.report import build_report as build

@@ -25,7 +25,7 @@ def mixed_devices(runs: list[Run]) -> str:
     listing = ", ".join(f"{name} is {dev}" for name, dev in devices.items())
     return (
         f"refusing to compare runs on different devices ({listing}): CPU processes over gloo and GPUs over "
-        f"NCCL measure different things, and DESIGN.md keeps CPU numbers out of GPU comparisons. "
+        f"NCCL measure different things, and docs/design.md keeps CPU numbers out of GPU comparisons. "
         f"Pass --allow-mixed-devices to compare them anyway."
     )
 

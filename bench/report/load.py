@@ -1,4 +1,4 @@
-"""Read one results/<run-id>/ folder (DESIGN.md "Cell, result row and files") into pandas.
+"""Read one results/<run-id>/ folder (docs/design.md "Result row", "Run folder") into pandas.
 
 Strings stay strings ("" when empty); every other column is numeric with NaN for "not measured". A value
 that breaks the contract (an unknown status, text in a number column, an empty comm_dtype) is an error

@@ -20,7 +20,7 @@ from bench.schema import DEFAULT_BUCKET_MB
 
 
 def default_out_dir(run_dir: Path) -> Path:
-    """reports/<run-id> beside results/, as the Makefile and DESIGN.md lay it out."""
+    """reports/<run-id> beside results/, as the Makefile lays it out."""
     return Path("reports") / Path(run_dir).resolve().name
 
 
