@@ -19,8 +19,8 @@ def config_keys_except(*names: str) -> tuple[str, ...]:
     return tuple(k for k in CONFIG_KEYS if k not in names)
 
 
-# What identifies a configuration apart from world size within one batch rule (docs/design.md "Metrics"); the rule
-# adds the batch it keeps: global_batch (strong) or per_rank_batch (weak).
+# What identifies a configuration apart from world size within one batch rule (docs/design.md "Metrics");
+# the rule adds the batch it keeps: global_batch (strong) or per_rank_batch (weak).
 SCALING_GROUP = config_keys_except("world_size", "per_rank_batch", "global_batch", "scaling")
 BATCH_KEY = {"strong": "global_batch", "weak": "per_rank_batch"}
 # The configuration columns of the per-cell tables: per_rank_batch is left out, global_batch, world_size
