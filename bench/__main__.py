@@ -15,6 +15,7 @@ COMMANDS = {
     "report": ("bench.report.cli", "tables, plots and index.html for one run"),
     "compare": ("bench.report.compare_cli", "compare two or more runs (e.g. H100 vs A100)"),
     "tensorboard": ("bench.report.tensorboard", "serve a run's traces in TensorBoard"),
+    "project": ("bench.project.cli", "project a run's configurations to 8..1,024 GPUs, validated on its own"),
 }
 
 
