@@ -1,4 +1,4 @@
-"""projection.png: projected efficiency against world size, one panel per network, one line per
+"""projection.png: projected efficiency against world size, a panel per network and engine, one line per
 configuration, the run's measured efficiencies as points on the same axes (a thin last layer)."""
 
 from __future__ import annotations
@@ -37,41 +37,46 @@ def measured_efficiency(config: Configuration) -> pd.DataFrame:
 
 
 def label(config: Configuration) -> str:
+    """The configuration in a few words, the engine left out (it names the panel)."""
     b = config.base
-    cap = "" if pd.isna(b["bucket_cap_mb"]) else f" {b['bucket_cap_mb']:g}MiB"
-    return f"{b['engine']}{cap} {b['precision']} ga{int(b['grad_accum'])} {b['scaling']}"
+    cap = "" if pd.isna(b["bucket_cap_mb"]) else f"{b['bucket_cap_mb']:g} MiB "
+    return f"{cap}{b['precision']} ga{int(b['grad_accum'])} {b['scaling']}"
 
 
 def efficiency_figure(projection: pd.DataFrame, configs: list[Configuration], path: Path) -> Path | None:
-    """Write the figure; None when no row has an efficiency to draw."""
+    """Write the figure: a row of panels per network, a column per engine; None when nothing to draw."""
     drawn = projection.dropna(subset=["efficiency_pct"])
     if drawn.empty:
         return None
     networks = list(dict.fromkeys(drawn["network"]))
-    fig, axes = plt.subplots(1, len(networks), figsize=(PANEL[0] * len(networks), PANEL[1]), squeeze=False,
-                             sharey=True)
+    engines = list(dict.fromkeys(c.base["engine"] for c in configs))
+    fig, axes = plt.subplots(len(networks), len(engines), squeeze=False, sharex=True, sharey=True,
+                             figsize=(PANEL[0] * len(engines), PANEL[1] * len(networks)))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, network in zip(axes[0], networks):
-        for i, config in enumerate(configs):
-            color = colors[i % len(colors)]
-            line = drawn[(drawn["network"] == network) & (drawn["cell_id"] == config.base["cell_id"])]
-            if not line.empty:
-                ax.plot(line["world_size"], line["efficiency_pct"], "-", color=color, lw=1.2,
-                        label=label(config))
-            points = measured_efficiency(config)
-            if not points.empty:
-                ax.plot(points["world_size"], points["efficiency_pct"], "o", color=color, ms=4)
-        ax.set_xscale("log", base=2)
-        ax.set_title(network, fontsize=9)
-        ax.set_xlabel("world size (ranks)")
-        ax.set_ylim(0, 105)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("scaling efficiency (%)")
-    fig.suptitle("projected efficiency (lines) and measured (points)", fontsize=10)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=7,
-                   bbox_to_anchor=(0.5, -0.02 - 0.04 * ((len(labels) - 1) // 3)))
+    for col, engine in enumerate(engines):
+        mine = [c for c in configs if c.base["engine"] == engine]
+        for row, network in enumerate(networks):
+            ax = axes[row][col]
+            for i, config in enumerate(mine):
+                color = colors[i % len(colors)]
+                line = drawn[(drawn["network"] == network) & (drawn["cell_id"] == config.base["cell_id"])]
+                if not line.empty:
+                    ax.plot(line["world_size"], line["efficiency_pct"], "-", color=color, lw=1.2,
+                            label=label(config))
+                points = measured_efficiency(config)
+                if not points.empty:
+                    ax.plot(points["world_size"], points["efficiency_pct"], "o", color=color, ms=4)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{engine} · {network}", fontsize=9)
+            ax.set_ylim(0, 105)
+            ax.grid(alpha=0.3)
+            if row == len(networks) - 1:
+                ax.set_xlabel("world size (ranks)")
+            if col == 0:
+                ax.set_ylabel("efficiency (%)")
+            if row == 0:
+                ax.legend(fontsize=6, loc="lower left")
+    fig.suptitle("projected scaling efficiency (lines) and measured (points)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
