@@ -109,6 +109,13 @@ def test_bad_arguments_exit_2_naming_key_and_value(tmp_path, capsys, argv, words
     assert not (run / "projection").exists()
 
 
+def test_a_run_without_ok_cells_projects_nothing(tmp_path, capsys):
+    run = write_run(tmp_path / "run", [row("torch", 1, None, status="failed", error="boom", device="cpu")],
+                    env=CPU_ENV)
+    assert bench_project(run) == 0
+    assert "(0 configurations, 0 of 0 rows predicted)" in capsys.readouterr().out
+
+
 def test_missing_run_exits_2(tmp_path, capsys):
     assert bench_project(tmp_path / "nope") == 2
     assert f"run={str(tmp_path / 'nope')!r}" in capsys.readouterr().err

@@ -105,7 +105,7 @@ def buckets_of(rows: pd.DataFrame, base: pd.Series, timeline: pd.DataFrame | Non
     if layout is not None:
         try:
             return uniform_buckets(base["engine"], layout(base), "workload layout")
-        except (ValueError, ImportError, OSError) as exc:
+        except (ValueError, ImportError, OSError, RuntimeError) as exc:  # e.g. an hf: checkpoint not here
             how = f"row's bucket count; layout failed: {exc}"
     else:
         how = "row's bucket count"
@@ -118,7 +118,9 @@ def configurations(results: pd.DataFrame, timeline: pd.DataFrame | None,
                    layout: Callable[[pd.Series], list[int]] | None) -> list[Configuration]:
     """Every configuration with at least one ok cell, each from its smallest ok world size."""
     ok = results[results["status"] == "ok"]
-    out = []
+    out: list[Configuration] = []
+    if ok.empty:
+        return out
     for _, rows in ok.groupby(ok.apply(config_key, axis=1), sort=False):
         rows = rows.sort_values("world_size")
         base = rows.iloc[0]
