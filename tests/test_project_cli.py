@@ -129,6 +129,15 @@ def test_a_broken_timeline_exits_2_naming_file_and_column(tmp_path, capsys):
     assert "bucket_timeline.csv: missing columns" in err and "ready_ms" in err
 
 
+def test_a_timeline_row_without_bytes_exits_2(tmp_path, capsys):
+    run = run_folder(tmp_path)
+    text = (run / "bucket_timeline.csv").read_text().replace(",1000000,", ",0,")
+    (run / "bucket_timeline.csv").write_text(text)
+    assert bench_project(run) == 2
+    assert "bucket_timeline.csv: cell bucketed-mlp-tiny-ws1" in capsys.readouterr().err
+    assert not (run / "projection").exists()
+
+
 def test_a_doubling_range_expands():
     from bench.project.cli import parse_world_sizes
 

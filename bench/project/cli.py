@@ -117,6 +117,7 @@ def main(args: argparse.Namespace) -> int:
         presets = _networks(args, world_sizes)
         run = load_run(args.run_dir)
         timeline, sweep = read_timeline(args.run_dir), read_sweep(args.run_dir)
+        configs = configurations(run.results, timeline, _layout(run.config.get("workload", {})))
     except (UsageError, InputError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
         return 2
@@ -134,7 +135,6 @@ def main(args: argparse.Namespace) -> int:
     if timeline is None:
         notes.append("no bucket_timeline.csv (run `bench analyze` on a profiled run): buckets are assumed "
                      "ready uniformly over backward")
-    configs = configurations(run.results, timeline, _layout(run.config.get("workload", {})))
     projection = projection_table(configs, networks, world_sizes, args.algorithm)
     validation = validation_table(configs, measured, run.env.get("cpu_cores"))
 

@@ -16,7 +16,7 @@ from itertools import accumulate
 import pandas as pd
 
 from bench import metrics
-from bench.project.inputs import COMM_DTYPE_WIRE, timeline_buckets
+from bench.project.inputs import COMM_DTYPE_WIRE, InputError, timeline_buckets
 from bench.project.measured import Measured
 from bench.project.network import Network
 from bench.project.simulate import Buckets, Compute, simulate_step
@@ -126,6 +126,8 @@ def configurations(results: pd.DataFrame, timeline: pd.DataFrame | None,
         base = rows.iloc[0]
         try:
             out.append(Configuration(base, rows, compute_of(base), buckets_of(rows, base, timeline, layout)))
+        except InputError:  # a broken file is the run's error, not this configuration's
+            raise
         except ValueError as exc:
             out.append(Configuration(base, rows, None, None, reason=str(exc)))
     return out
