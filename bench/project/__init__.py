@@ -10,5 +10,6 @@ simulate     one step: bucket all-reduces on one communication stream against ba
 project      configurations of a run, their projection over world sizes and the validation
 plot, summary, cli   the efficiency figure, the Markdown section and `python -m bench project`
 
-Nothing here imports torch.distributed; `layout` imports torch only to build a model on the meta device.
+Only `layout` imports torch (through bench.workloads and bench.engines, to build a model on the meta
+device), and only when a configuration has no bucket timeline; nothing here uses torch.distributed.
 """
