@@ -1,0 +1,188 @@
+"""`python -m bench project RUN [--network P[,P...] | --bw-gbps X --latency-us Y] [--world-sizes LIST]
+[--gpus-per-node 8] [--inter-network ib-ndr400] [--algorithm auto] [--out DIR]`.
+
+Writes DIR (default RUN/projection/): projection.csv, validation.csv, network_fit.csv, projection.png,
+projection.md. Exit 2 on bad input (one line naming the key and value), before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench.project.collectives import ALGORITHMS
+from bench.project.inputs import InputError, read_sweep, read_timeline
+from bench.project.measured import Measured, fits_table, measured_fits
+from bench.project.network import FABRICS, INTER_NODE, custom_network, preset_network
+from bench.project.project import configurations, median_abs_error, projection_table, validation_table
+from bench.report.load import RunError, load_run
+
+MEASURED = "measured"
+DEFAULT_WORLD_SIZES = "1,2,4,8,16,32,64,128,256,512,1024"
+
+
+class UsageError(ValueError):
+    """A bad argument: the message names the key and the value."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, help="a results/<run-id>/ folder")
+    parser.add_argument("--network", default=None,
+                        help=f"preset(s), comma-separated: {', '.join([*FABRICS, MEASURED])} "
+                             f"(default: {MEASURED}, the run's own probe)")
+    parser.add_argument("--bw-gbps", type=float, default=None,
+                        help="custom network: bus bandwidth in GB/s at every size (with --latency-us)")
+    parser.add_argument("--latency-us", type=float, default=None,
+                        help="custom network: latency per ring step in µs (with --bw-gbps)")
+    parser.add_argument("--world-sizes", default=DEFAULT_WORLD_SIZES,
+                        help=f"comma-separated, or a doubling range like 8,16,...,1024 "
+                             f"(default: {DEFAULT_WORLD_SIZES})")
+    parser.add_argument("--gpus-per-node", type=int, default=8,
+                        help="ranks sharing an NVLink preset's node (default: 8)")
+    parser.add_argument("--inter-network", default="ib-ndr400",
+                        help=f"fabric between nodes for NVLink presets: {', '.join(INTER_NODE)} "
+                             f"(default: ib-ndr400)")
+    parser.add_argument("--algorithm", default="auto",
+                        help=f"all-reduce algorithm: {', '.join(ALGORITHMS)} (default: auto, the cheapest "
+                             f"per message; the measured network is ring only)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: RUN/projection)")
+
+
+def parse_world_sizes(text: str) -> list[int]:
+    """'1,2,4' or a range '8,16,...,1024' (first two give the ratio; the last must be reached exactly)."""
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        if "..." in parts:
+            if len(parts) != 4 or parts[2] != "...":
+                raise ValueError
+            a, b, last = int(parts[0]), int(parts[1]), int(parts[3])
+            if a < 1 or b <= a or b % a:
+                raise ValueError
+            sizes = [a]
+            while sizes[-1] < last:
+                sizes.append(sizes[-1] * (b // a))
+            if sizes[-1] != last:
+                raise ValueError
+        else:
+            sizes = [int(p) for p in parts]
+    except ValueError:
+        raise UsageError(f"--world-sizes={text!r}: expected positive integers like 1,2,4 or a range like "
+                         f"8,16,...,1024") from None
+    if any(n < 1 for n in sizes):
+        raise UsageError(f"--world-sizes={text!r}: world sizes must be >= 1")
+    return sorted(set(sizes))
+
+
+def _networks(args, world_sizes: list[int]) -> dict:
+    """Name → Network for every preset asked for (the measured one is added by main)."""
+    custom = args.bw_gbps is not None or args.latency_us is not None
+    if custom and args.network is not None:
+        raise UsageError(f"--network={args.network!r} and --bw-gbps/--latency-us: give one or the other")
+    if custom:
+        if args.bw_gbps is None or args.latency_us is None:
+            raise UsageError(f"--bw-gbps={args.bw_gbps} --latency-us={args.latency_us}: give both")
+        try:
+            return {"custom": custom_network(args.bw_gbps, args.latency_us)}
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    if args.gpus_per_node < 1:
+        raise UsageError(f"--gpus-per-node={args.gpus_per_node} must be >= 1")
+    if args.inter_network not in INTER_NODE:
+        raise UsageError(f"--inter-network={args.inter_network!r} is not one of {list(INTER_NODE)}")
+    out = {}
+    for name in (args.network or MEASURED).split(","):
+        name = name.strip()
+        if name == MEASURED:
+            out[name] = None
+            continue
+        if name not in FABRICS:
+            raise UsageError(f"--network={name!r} is not a preset; choose from {[*FABRICS, MEASURED]}")
+        net = preset_network(name, args.gpus_per_node, args.inter_network)
+        for n in world_sizes:
+            try:
+                net.nodes(n)
+            except ValueError:
+                raise UsageError(f"--world-sizes: {n} is not a multiple of "
+                                 f"--gpus-per-node={args.gpus_per_node} (network {name})") from None
+        out[name] = net
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        if args.algorithm not in ALGORITHMS:
+            raise UsageError(f"--algorithm={args.algorithm!r} is not one of {list(ALGORITHMS)}")
+        world_sizes = parse_world_sizes(args.world_sizes)
+        presets = _networks(args, world_sizes)
+        run = load_run(args.run_dir)
+        timeline, sweep = read_timeline(args.run_dir), read_sweep(args.run_dir)
+        configs = configurations(run.results, timeline, _layout(run.config.get("workload", {})))
+    except (UsageError, InputError) as exc:
+        print(f"bench project: {exc}", file=sys.stderr)
+        return 2
+    except RunError as exc:
+        print(f"bench project: run={str(args.run_dir)!r}: {exc}", file=sys.stderr)
+        return 2
+
+    fits, notes = measured_fits(run.results, sweep)
+    measured = Measured(fits)
+    networks = {name: measured.network_at if net is None else (lambda n, dtype, net=net: (net, net.label))
+                for name, net in presets.items()}
+    if run.device == "cpu" and any(n in FABRICS for n in presets):
+        notes.append("compute measured on CPU, network of GPUs: a what-if, not a prediction for a GPU "
+                     "cluster")
+    if timeline is None:
+        notes.append("no bucket_timeline.csv (run `bench analyze` on a profiled run): buckets are assumed "
+                     "ready uniformly over backward")
+    projection = projection_table(configs, networks, world_sizes, args.algorithm)
+    validation = validation_table(configs, measured, run.env.get("cpu_cores"))
+
+    from bench.project.plot import efficiency_figure
+    from bench.project.summary import section
+
+    out = args.out or args.run_dir / "projection"
+    out.mkdir(parents=True, exist_ok=True)
+    projection.to_csv(out / "projection.csv", index=False)
+    validation.to_csv(out / "validation.csv", index=False)
+    fits_df = fits_table(fits)
+    fits_df.to_csv(out / "network_fit.csv", index=False)
+    figure = efficiency_figure(projection, configs, out / "projection.png")
+    (out / "projection.md").write_text(section(projection, validation, fits_df, notes,
+                                               figure.name if figure else None))
+
+    predicted = projection["predicted_step_ms"].notna().sum()
+    print(f"projection: {out / 'projection.csv'} ({len(configs)} configurations, {predicted} of "
+          f"{len(projection)} rows predicted)")
+    med = median_abs_error(validation)
+    if med is None:
+        print(f"validation: {out / 'validation.csv'}: nothing to validate (needs two measured world sizes "
+              f"and a probe)")
+    else:
+        signed = validation["error_pct"].dropna().median()
+        print(f"validation: {out / 'validation.csv'}: median |error| {med:.1f} % over "
+              f"{validation['error_pct'].notna().sum()} cells (signed median {signed:+.1f} %)")
+    print(f"network fit: {out / 'network_fit.csv'} ({len(fits)} fits)")
+    if figure:
+        print(f"figure: {figure}")
+    print(f"section: {out / 'projection.md'}")
+    for note in notes:
+        print(f"note: {note}")
+    return 0
+
+
+def _layout(workload_table: dict):
+    """Bucket sizes rebuilt from the workload (bench.project.layout, imported only when a configuration
+    has no trace), cached per configuration."""
+    cache: dict = {}
+
+    def sizes(base) -> list[int]:
+        from bench.project.layout import engine_bucket_sizes, workload_options
+
+        cap = None if base["bucket_cap_mb"] != base["bucket_cap_mb"] else float(base["bucket_cap_mb"])
+        key = (base["engine"], base["model"], base["model_size"], cap, base["comm_dtype"])
+        if key not in cache:
+            cache[key] = engine_bucket_sizes(*key, workload_options(workload_table))
+        return cache[key]
+
+    return sizes

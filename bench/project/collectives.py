@@ -1,0 +1,111 @@
+"""Alpha-beta cost of one all-reduce of S bytes on n ranks of a Network (docs/sections/project.md).
+
+With g ranks per node, N nodes, B_i = intra B(S), B_n = inter B(S), α = per-step latency, base = fixed:
+
+    ring          base + (2(n−1) − 2(N−1))·α_i + 2(N−1)·α_n  +  2(n−1)/n · S / B,   B = B_i if N = 1
+                                                                                  else min(B_i, g·B_n)
+    tree          base + 2·((g−1)·α_i + log2(N)·α_n)        +  2·S / (0.92·B)      (N = 1: 2(n−1)·α_i)
+    hierarchical  reduce-scatter in the node, ring all-reduce of S/g between nodes, all-gather in the node:
+                  2·(base_i + (g−1)·α_i) + base_n + 2(N−1)·α_n + 2(g−1)/g · S/B_i + 2(N−1)/N · (S/g)/B_n
+
+The ring's bandwidth term is nccl-tests' all-reduce bound (PERFORMANCE.md: t = S/B · 2(n−1)/n); its latency
+and the tree's are NCCL's (tuning.cc: ring `(nsteps − nInterSteps)·intraLat + nInterSteps·interLat`, tree
+`2·((nRanks/nNodes − 1)·intraLat + log2i(nNodes)·interLat)`, tree algbw = busbw·0.92·0.5). `auto` takes the
+cheapest of the three per message, as NCCL's tuner takes the fastest algorithm per size.
+One rank has nothing to reduce: cost 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bench.project.network import Network
+
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
+TREE_BW_FACTOR = 0.92  # tuning.cc: `if (a == NCCL_ALGO_TREE && coll == ncclFuncAllReduce) busBw *= .92`
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One all-reduce: its latency part and its bandwidth part (µs), and the algorithm that gave them."""
+
+    latency_us: float
+    bandwidth_us: float
+    algorithm: str
+
+    @property
+    def total_us(self) -> float:
+        return self.latency_us + self.bandwidth_us
+
+
+NONE = Cost(0.0, 0.0, "none")
+
+
+def _bus_gbps(net: Network, size: float, nodes: int) -> float:
+    """The busbw the slowest hop allows: the node's fabric, or its NICs together once nodes are involved."""
+    intra = net.intra.bandwidth_gbps(size)
+    if nodes == 1:
+        return intra
+    return min(intra, net.gpus_per_node * net.inter.bandwidth_gbps(size))
+
+
+def _us(size: float, gbps: float) -> float:
+    return size / (gbps * 1e3)  # bytes / (GB/s) → µs
+
+
+def ring(net: Network, size: float, n: int) -> Cost:
+    """Ring all-reduce (see module docstring)."""
+    nodes = net.nodes(n)
+    fabric = net.intra if nodes == 1 else net.inter
+    inter_steps = 2 * (nodes - 1)
+    latency = fabric.base_us + (2 * (n - 1) - inter_steps) * net.intra.hop_us + inter_steps * net.inter.hop_us
+    return Cost(latency, 2 * (n - 1) / n * _us(size, _bus_gbps(net, size, nodes)), "ring")
+
+
+def tree(net: Network, size: float, n: int) -> Cost:
+    """NCCL's tree all-reduce: a chain inside each node, a (double binary) tree between nodes."""
+    nodes = net.nodes(n)
+    if nodes == 1:
+        latency = net.intra.tree_base_us + 2 * (n - 1) * net.intra.tree_hop_us
+    else:
+        per_node = n // nodes
+        latency = net.inter.tree_base_us + 2 * ((per_node - 1) * net.intra.tree_hop_us
+                                                + math.floor(math.log2(nodes)) * net.inter.tree_hop_us)
+    return Cost(latency, 2 * _us(size, TREE_BW_FACTOR * _bus_gbps(net, size, nodes)), "tree")
+
+
+def hierarchical(net: Network, size: float, n: int) -> Cost:
+    """Reduce-scatter inside the node, ring all-reduce of each GPU's S/g shard between nodes over its own
+    NIC, all-gather inside the node. One node: the ring."""
+    nodes = net.nodes(n)
+    if nodes == 1:
+        return Cost(*_parts(ring(net, size, n)), "hierarchical")
+    g = n // nodes
+    shard = size / g
+    latency = (2 * (net.intra.base_us + (g - 1) * net.intra.hop_us)
+               + net.inter.base_us + 2 * (nodes - 1) * net.inter.hop_us)
+    bandwidth = (2 * (g - 1) / g * _us(size, net.intra.bandwidth_gbps(size))
+                 + 2 * (nodes - 1) / nodes * _us(shard, net.inter.bandwidth_gbps(shard)))
+    return Cost(latency, bandwidth, "hierarchical")
+
+
+def _parts(cost: Cost) -> tuple[float, float]:
+    return cost.latency_us, cost.bandwidth_us
+
+
+def allreduce_cost(net: Network, size: float, n: int, algorithm: str = "auto") -> Cost:
+    """Cost of one all-reduce of `size` bytes on `n` ranks with `algorithm` (ALGORITHMS)."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm={algorithm!r} is not one of {ALGORITHMS}")
+    if n < 1:
+        raise ValueError(f"world size {n} must be >= 1")
+    if n == 1:
+        return NONE
+    if net.ring_only or algorithm == "ring":
+        return ring(net, size, n)
+    if algorithm == "tree":
+        return tree(net, size, n)
+    if algorithm == "hierarchical":
+        return hierarchical(net, size, n)
+    return min((ring(net, size, n), tree(net, size, n), hierarchical(net, size, n)), key=lambda c: c.total_us)

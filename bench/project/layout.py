@@ -1,0 +1,46 @@
+"""Bucket sizes of a configuration rebuilt from its workload, for runs without a bucket timeline.
+
+The model is built on the meta device (shapes only, no memory, nothing initialised for real), and the
+engine's rule is applied to its trainable parameters in reverse registration order: one message per
+parameter for `naive`; ddp_core's `assign_buckets` at `bucket_cap_mb` for the others (torch DDP's rule,
+bench.engines.bucket_sizes_bytes). Parameters are fp32 in every workload (precision is autocast), so a
+compressed comm dtype halves the bytes on the wire.
+"""
+
+from __future__ import annotations
+
+from bench.engines import DEFAULT_BUCKET_MB, bucket_sizes_bytes
+from bench.workloads import WorkloadOptions, get_workload
+
+WIRE_FACTOR = {"none": 1.0, "fp16": 0.5, "bf16": 0.5}  # fp32 gradients → bytes on the wire
+
+
+def workload_options(workload_table: dict) -> WorkloadOptions:
+    """WorkloadOptions from a run's config.toml [workload] table (keys it does not know are ignored)."""
+    fields = WorkloadOptions.__dataclass_fields__
+    return WorkloadOptions(**{k: v for k, v in workload_table.items() if k in fields})
+
+
+def parameter_sizes(model: str, model_size: str, options: WorkloadOptions) -> list[int]:
+    """Bytes of each trainable parameter in reverse registration order (the order backward fills them)."""
+    import torch
+
+    with torch.device("meta"):
+        module = get_workload(model, model_size, options).build_model()
+    params = [p for p in module.parameters() if p.requires_grad]
+    return [p.numel() * p.element_size() for p in reversed(params)]
+
+
+def engine_bucket_sizes(engine: str, model: str, model_size: str, bucket_cap_mb: float | None,
+                        comm_dtype: str, options: WorkloadOptions) -> list[int]:
+    """Wire bytes of each all-reduce the engine issues per synced backward, in issue order."""
+    import torch
+
+    if engine == "naive":
+        sizes = parameter_sizes(model, model_size, options)
+    else:
+        with torch.device("meta"):
+            module = get_workload(model, model_size, options).build_model()
+        cap = DEFAULT_BUCKET_MB if bucket_cap_mb is None else bucket_cap_mb
+        sizes = bucket_sizes_bytes("torch", module, cap)
+    return [max(1, int(s * WIRE_FACTOR[comm_dtype])) for s in sizes]

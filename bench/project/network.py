@@ -1,0 +1,187 @@
+"""Fabrics (one kind of link, its bandwidth per message size and its latencies) and networks (the fabric
+inside a node plus the fabric between nodes), with the sources of every number.
+
+Bandwidths are nccl-tests *bus* bandwidths (NVIDIA/nccl-tests doc/PERFORMANCE.md: busbw = algbw · 2(n−1)/n
+for all-reduce), in GB/s (1e9 bytes/s). Latencies are NCCL's own tuning constants (NVIDIA/nccl
+src/graph/tuning.cc, `ncclTunerConstantsDefaults`, read at commit 5067397c, June 2026), in µs:
+
+    baseLatencies  Ring: LL 6.6, LL128 14.0, Simple 8.4   Tree: LL 6.8, LL128 14.0, Simple 8.4
+    hwLatencies    NVLINK Ring: LL 0.6, LL128 1.9, Simple 3.4   Tree: LL 0.6, LL128 1.25, Simple 4.0
+                   NET    Ring: LL 2.7, LL128 4.0, Simple 14.0  Tree: LL 5.0, LL128 8.5,  Simple 14.0
+
+NCCL's ring all-reduce latency is base + (2(n−1) − 2(nodes−1))·intra hop + 2(nodes−1)·network hop; its tree
+adds 2·((ranks per node − 1)·intra hop + log2(nodes)·network hop) (same file, `ncclTopoTuneModel`).
+Which protocol's constants a fabric uses is said at each preset.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+MiB = 2**20
+GiB = 2**30
+
+# NCCL tuning.cc constants used below (µs), named by (hardware, algorithm, protocol).
+NCCL_BASE_RING_LL, NCCL_BASE_TREE_LL = 6.6, 6.8
+NCCL_BASE_SIMPLE = 8.4                      # ring and tree
+NCCL_NVLINK_RING_LL, NCCL_NVLINK_TREE_LL = 0.6, 0.6
+NCCL_NET_RING_SIMPLE, NCCL_NET_TREE_SIMPLE = 14.0, 14.0
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """One kind of link. `points`: (message bytes, busbw GB/s) as published, sorted by size.
+
+    When `ref_ranks` is set, the points are end-to-end nccl-tests measurements at that many ranks, so their
+    busbw already contains the latency; the fabric's pure bandwidth B(S) at each point is what is left once
+    the ring latency at `ref_ranks` is taken out, so that the model returns the published time exactly at
+    the published sizes and rank count. Without `ref_ranks` the points are pure bandwidths. Between points
+    B is interpolated linearly in log2(size); beyond them it is held at the end point.
+    """
+
+    name: str
+    points: tuple[tuple[float, float], ...]
+    hop_us: float          # ring: latency per step (a ring all-reduce takes 2(n−1) steps)
+    base_us: float         # ring: fixed latency per collective
+    tree_hop_us: float
+    tree_base_us: float
+    source: str
+    ref_ranks: int | None = None
+
+    def __post_init__(self):
+        if not self.points:
+            raise ValueError(f"fabric {self.name!r} has no bandwidth points")
+        sizes = [s for s, _ in self.points]
+        if sizes != sorted(sizes) or any(s <= 0 or b <= 0 for s, b in self.points):
+            raise ValueError(f"fabric {self.name!r}: points must be positive and sorted by size: "
+                             f"{self.points}")
+        if min(self.hop_us, self.base_us, self.tree_hop_us, self.tree_base_us) < 0:
+            raise ValueError(f"fabric {self.name!r}: latencies must be >= 0")
+        object.__setattr__(self, "_pure", tuple(self._pure_point(s, b) for s, b in self.points))
+
+    def _pure_point(self, size: float, busbw_gbps: float) -> tuple[float, float]:
+        """(log2 size, pure bandwidth GB/s) for one published point."""
+        if self.ref_ranks is None:
+            return math.log2(size), busbw_gbps
+        r = self.ref_ranks
+        factor = 2 * (r - 1) / r
+        measured_us = factor * size / (busbw_gbps * 1e3)  # bytes / (GB/s · 1e3) = µs
+        latency_us = self.base_us + 2 * (r - 1) * self.hop_us
+        if measured_us <= latency_us:
+            raise ValueError(f"fabric {self.name!r}: {busbw_gbps} GB/s at {size:.0f} B on {r} ranks is "
+                             f"{measured_us:.1f} µs, not more than the ring latency {latency_us:.1f} µs")
+        return math.log2(size), factor * size / ((measured_us - latency_us) * 1e3)
+
+    def bandwidth_gbps(self, size_bytes: float) -> float:
+        """Pure bus bandwidth B(S) in GB/s for a message of `size_bytes` (log-size interpolation)."""
+        pure = self._pure  # type: ignore[attr-defined]
+        x = math.log2(max(size_bytes, 1.0))
+        if x <= pure[0][0]:
+            return pure[0][1]
+        for (x0, b0), (x1, b1) in zip(pure, pure[1:]):
+            if x <= x1:
+                return b0 + (b1 - b0) * (x - x0) / (x1 - x0)
+        return pure[-1][1]
+
+
+def flat_fabric(name: str, busbw_gbps: float, latency_us: float, source: str) -> Fabric:
+    """A fabric of one bandwidth and one per-step latency (ring and tree alike), no fixed latency."""
+    return Fabric(name, ((1.0, busbw_gbps),), hop_us=latency_us, base_us=0.0, tree_hop_us=latency_us,
+                  tree_base_us=0.0, source=source)
+
+
+# NVLink presets: the intra-node busbw per message size quoted in issue 13 from nccl-tests all_reduce_perf on
+# 8-GPU NVSwitch systems. H100's large-message end is NVLink SHARP (NVLS): NCCL's maintainer gives "a peak
+# busBw of ~480GB/s (algbw ~275GB/s)" on 8 H100 (NVIDIA/nccl-tests#212). Latencies: NCCL's LL protocol
+# constants, the protocol NCCL runs small messages with; the published 1 MiB points (46 µs on H100, 102 µs
+# on A100 at 8 ranks) leave room for LL's 15 µs ring latency, but not for Simple's 56 µs.
+_NVLINK_LATENCIES = dict(hop_us=NCCL_NVLINK_RING_LL, base_us=NCCL_BASE_RING_LL,
+                         tree_hop_us=NCCL_NVLINK_TREE_LL, tree_base_us=NCCL_BASE_TREE_LL)
+H100_NVLINK = Fabric(
+    "h100-nvlink", ((MiB, 40.0), (16 * MiB, 220.0), (GiB, 460.0)), ref_ranks=8, **_NVLINK_LATENCIES,
+    source="8×H100/H200 NVLink 4 (NVSwitch), nccl-tests all_reduce busbw ≈40 GB/s at 1 MiB, ≈220 at 16 MiB, "
+           "≈460 at 1 GiB (issue 13; NVIDIA/nccl-tests#212); latencies: NCCL tuning.cc NVLink LL",
+)
+A100_NVLINK = Fabric(
+    "a100-nvlink", ((MiB, 18.0), (16 * MiB, 106.0), (GiB, 229.0)), ref_ranks=8, **_NVLINK_LATENCIES,
+    source="8×A100 NVLink 3 (NVSwitch), nccl-tests all_reduce busbw ≈18 GB/s at 1 MiB, ≈106 at 16 MiB, "
+           "≈229 at 1 GiB (issue 13); latencies: NCCL tuning.cc NVLink LL",
+)
+# Network presets: one busbw for every size (no per-size source), NCCL's NET Simple-protocol latencies (the
+# protocol for the MiB-sized buckets DDP sends; NCCL's LL figure, 2.7 µs per ring step, is lower but is
+# only used for small messages). NCCL sets no extra latency for IB or sockets (`props->latency = 0`).
+_NET_LATENCIES = dict(hop_us=NCCL_NET_RING_SIMPLE, base_us=NCCL_BASE_SIMPLE,
+                      tree_hop_us=NCCL_NET_TREE_SIMPLE, tree_base_us=NCCL_BASE_SIMPLE)
+IB_NDR400 = Fabric(
+    "ib-ndr400", ((1.0, 47.0),), **_NET_LATENCIES,
+    source="InfiniBand NDR 400 Gb/s (50 GB/s line rate), nccl-tests busbw ≈46–48 GB/s per NIC (issue 13); "
+           "latencies: NCCL tuning.cc NET Simple",
+)
+# 100 GbE: 12.5 GB/s line rate × 0.94, the fraction of line rate NDR's published busbw reaches (47 / 50).
+# An assumption, not a measurement: TCP sockets usually reach less; prefer `measured` or --bw-gbps.
+IB_TO_LINE = 47.0 / 50.0
+ETH_100G = Fabric(
+    "eth-100g", ((1.0, 12.5 * IB_TO_LINE),), **_NET_LATENCIES,
+    source="100 Gb Ethernet: 12.5 GB/s line rate × 0.94 (NDR's busbw/line ratio; an assumption); "
+           "latencies: NCCL tuning.cc NET Simple",
+)
+FABRICS = {f.name: f for f in (H100_NVLINK, A100_NVLINK, IB_NDR400, ETH_100G)}
+INTER_NODE = ("ib-ndr400", "eth-100g")   # fabrics that can connect nodes (--inter-network)
+
+
+@dataclass(frozen=True)
+class Network:
+    """Where ranks sit and what connects them.
+
+    Ranks fill nodes of `gpus_per_node`; inside a node they share `intra`, between nodes each GPU has its own
+    `inter` NIC (rail-optimised nodes such as DGX: one NIC per GPU), so a node moves gpus_per_node × B_inter.
+    A flat network (`gpus_per_node` = 1) puts every rank behind its own link of one fabric.
+    `ring_only`: the fabric was fitted to one algorithm's measured times (the run's probe), so only the ring
+    form is defined.
+    """
+
+    name: str
+    intra: Fabric
+    inter: Fabric
+    gpus_per_node: int
+    ring_only: bool = False
+
+    def __post_init__(self):
+        if self.gpus_per_node < 1:
+            raise ValueError(f"gpus_per_node={self.gpus_per_node} must be >= 1")
+
+    def nodes(self, n: int) -> int:
+        """Nodes that n ranks fill; n above a node must fill whole nodes."""
+        g = self.gpus_per_node
+        if n <= g:
+            return 1
+        if n % g:
+            raise ValueError(f"world size {n} is not a multiple of gpus_per_node={g}")
+        return n // g
+
+    @property
+    def label(self) -> str:
+        return self.name if self.gpus_per_node == 1 else f"{self.name} (+{self.inter.name} between nodes)"
+
+
+def preset_network(name: str, gpus_per_node: int = 8, inter_name: str = "ib-ndr400") -> Network:
+    """The network of a preset: an NVLink preset inside nodes of `gpus_per_node` with `inter_name` between
+    them; a network preset flat (every rank on its own NIC). KeyError names an unknown preset."""
+    if name not in FABRICS:
+        raise KeyError(name)
+    fabric = FABRICS[name]
+    if name in INTER_NODE:
+        return Network(name, fabric, fabric, gpus_per_node=1)
+    return Network(name, fabric, FABRICS[inter_name], gpus_per_node=gpus_per_node)
+
+
+def custom_network(bw_gbps: float, latency_us: float) -> Network:
+    """--bw-gbps/--latency-us: a flat network, busbw `bw_gbps` at every size, `latency_us` per ring step."""
+    if not bw_gbps > 0:
+        raise ValueError(f"--bw-gbps={bw_gbps} must be > 0")
+    if not latency_us >= 0:
+        raise ValueError(f"--latency-us={latency_us} must be >= 0")
+    fabric = flat_fabric("custom", bw_gbps, latency_us,
+                         f"--bw-gbps {bw_gbps:g} --latency-us {latency_us:g} (latency per ring step)")
+    return Network("custom", fabric, fabric, gpus_per_node=1)

@@ -1,0 +1,83 @@
+"""projection.png: projected efficiency against world size, a panel per network and engine, one line per
+configuration, the run's measured efficiencies as points on the same axes (a thin last layer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from bench import metrics  # noqa: E402
+from bench.project.project import Configuration  # noqa: E402
+
+DPI = 110
+PANEL = (4.2, 3.2)
+
+
+def measured_efficiency(config: Configuration) -> pd.DataFrame:
+    """(world_size, efficiency_pct) of the configuration's measured cells against its measured world-size-1
+    step (the report's definition); empty without a world-size-1 cell."""
+    rows = config.rows
+    one = rows[rows["world_size"] == 1]
+    if one.empty:
+        return pd.DataFrame(columns=["world_size", "efficiency_pct"])
+    t1 = float(one.iloc[0]["step_time_ms_p50"])
+    out = []
+    for _, r in rows.iterrows():
+        n = int(r["world_size"])
+        e = (metrics.strong_scaling_efficiency(t1, r["step_time_ms_p50"], n) if r["scaling"] == "strong"
+             else metrics.weak_scaling_efficiency(t1, r["step_time_ms_p50"]))
+        if e is not None:
+            out.append({"world_size": n, "efficiency_pct": 100 * e})
+    return pd.DataFrame(out, columns=["world_size", "efficiency_pct"])
+
+
+def label(config: Configuration) -> str:
+    """The configuration in a few words, the engine left out (it names the panel)."""
+    b = config.base
+    cap = "" if pd.isna(b["bucket_cap_mb"]) else f"{b['bucket_cap_mb']:g} MiB "
+    return f"{cap}{b['precision']} ga{int(b['grad_accum'])} {b['scaling']}"
+
+
+def efficiency_figure(projection: pd.DataFrame, configs: list[Configuration], path: Path) -> Path | None:
+    """Write the figure: a row of panels per network, a column per engine; None when nothing to draw."""
+    drawn = projection.dropna(subset=["efficiency_pct"])
+    if drawn.empty:
+        return None
+    networks = list(dict.fromkeys(drawn["network"]))
+    engines = list(dict.fromkeys(c.base["engine"] for c in configs))
+    fig, axes = plt.subplots(len(networks), len(engines), squeeze=False, sharex=True, sharey=True,
+                             figsize=(PANEL[0] * len(engines), PANEL[1] * len(networks)))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for col, engine in enumerate(engines):
+        mine = [c for c in configs if c.base["engine"] == engine]
+        for row, network in enumerate(networks):
+            ax = axes[row][col]
+            for i, config in enumerate(mine):
+                color = colors[i % len(colors)]
+                line = drawn[(drawn["network"] == network) & (drawn["cell_id"] == config.base["cell_id"])]
+                if not line.empty:
+                    ax.plot(line["world_size"], line["efficiency_pct"], "-", color=color, lw=1.2,
+                            label=label(config))
+                points = measured_efficiency(config)
+                if not points.empty:
+                    ax.plot(points["world_size"], points["efficiency_pct"], "o", color=color, ms=4)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{engine} · {network}", fontsize=9)
+            ax.set_ylim(0, 105)
+            ax.grid(alpha=0.3)
+            if row == len(networks) - 1:
+                ax.set_xlabel("world size (ranks)")
+            if col == 0:
+                ax.set_ylabel("efficiency (%)")
+            if row == 0:
+                ax.legend(fontsize=6, loc="lower left")
+    fig.suptitle("projected scaling efficiency (lines) and measured (points)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return path
