@@ -13,6 +13,7 @@ import pandas as pd  # noqa: E402
 
 from bench import metrics  # noqa: E402
 from bench.project.project import Configuration  # noqa: E402
+from bench.schema import DEFAULT_BUCKET_MB  # noqa: E402
 
 DPI = 110
 PANEL = (4.2, 3.2)
@@ -37,17 +38,37 @@ def measured_efficiency(config: Configuration) -> pd.DataFrame:
 
 
 def label(config: Configuration) -> str:
-    """The configuration in a few words, the engine left out (it names the panel)."""
+    """The configuration's batch rule in a few words (the engine names the panel, the slice the title)."""
     b = config.base
-    cap = "" if pd.isna(b["bucket_cap_mb"]) else f"{b['bucket_cap_mb']:g} MiB "
-    return f"{cap}{b['precision']} ga{int(b['grad_accum'])} {b['scaling']}"
+    batch = f"global batch {int(b['global_batch'])}" if b["scaling"] == "strong" else (
+        f"{int(b['per_rank_batch'])} per rank")
+    return f"{b['scaling']} ({batch})"
+
+
+def reference_slice(configs: list[Configuration]) -> tuple[list[Configuration], str]:
+    """The configurations a figure can show legibly: one bucket size (torch's default 25 MiB when
+    measured), one precision (fp32 when measured) and the smallest accumulation, strong and weak alike;
+    with the words naming that slice. projection.csv keeps every configuration."""
+    bases = pd.DataFrame([c.base for c in configs])
+    buckets = bases["bucket_cap_mb"].dropna()
+    bucket = DEFAULT_BUCKET_MB if (buckets == DEFAULT_BUCKET_MB).any() else (
+        buckets.mode().iloc[0] if len(buckets) else None)
+    precision = "fp32" if (bases["precision"] == "fp32").any() else bases["precision"].mode().iloc[0]
+    accum = int(bases["grad_accum"].min())
+    kept = [c for c in configs if (pd.isna(c.base["bucket_cap_mb"]) or c.base["bucket_cap_mb"] == bucket)
+            and c.base["precision"] == precision and int(c.base["grad_accum"]) == accum]
+    words = (f"{'' if bucket is None else f'{bucket:g} MiB buckets (naive: none), '}{precision}, "
+             f"grad_accum {accum}")
+    return kept, words
 
 
 def efficiency_figure(projection: pd.DataFrame, configs: list[Configuration], path: Path) -> Path | None:
-    """Write the figure: a row of panels per network, a column per engine; None when nothing to draw."""
+    """Write the figure: a row of panels per network, a column per engine, the reference slice's
+    configurations only (reference_slice); None when nothing to draw."""
     drawn = projection.dropna(subset=["efficiency_pct"])
-    if drawn.empty:
+    if drawn.empty or not configs:
         return None
+    configs, slice_words = reference_slice(configs)
     networks = list(dict.fromkeys(drawn["network"]))
     engines = list(dict.fromkeys(c.base["engine"] for c in configs))
     fig, axes = plt.subplots(len(networks), len(engines), squeeze=False, sharex=True, sharey=True,
@@ -74,9 +95,9 @@ def efficiency_figure(projection: pd.DataFrame, configs: list[Configuration], pa
                 ax.set_xlabel("world size (ranks)")
             if col == 0:
                 ax.set_ylabel("efficiency (%)")
-            if row == 0:
-                ax.legend(fontsize=6, loc="lower left")
-    fig.suptitle("projected scaling efficiency (lines) and measured (points)", fontsize=10)
+            if row == 0 and col == len(engines) - 1:
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.suptitle(f"projected scaling efficiency (lines) and measured (points) · {slice_words}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)

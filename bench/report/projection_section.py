@@ -1,0 +1,69 @@
+"""The run page's "Projection" section, from what `bench project` left in RUN/projection/.
+
+The report never runs the projection itself (it is its own command, with its own network choices): it
+shows the projected efficiency curves with the measured points on them, the validation against the run's
+own larger world sizes, and the fitted network, or says how to get them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from bench.report.render import Section, write_csv
+
+FOLDER = "projection"  # RUN/projection/, bench project's default --out
+
+
+def _read(path: Path) -> pd.DataFrame | None:
+    try:
+        return pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        return None
+
+
+def efficiency_by_world_size(projection: pd.DataFrame) -> pd.DataFrame:
+    """Per network and configuration (its base cell), predicted efficiency (%) per world size and the
+    bottleneck at the largest predicted world size."""
+    rows = []
+    for (network, cell_id), group in projection.groupby(["network", "cell_id"], sort=False):
+        predicted = group.dropna(subset=["efficiency_pct"])
+        row = {"network": network, "cell_id": cell_id}
+        row |= {f"eff_pct_ws{int(ws)}": eff for ws, eff in zip(group["world_size"], group["efficiency_pct"])}
+        row["bottleneck"] = predicted["bottleneck"].iloc[-1] if len(predicted) else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def projection_section(run_dir: Path, out_dir: Path) -> Section:
+    """The section; a note on how to make it when `bench project` has not been run on this run."""
+    sec = Section("Projection", "projection")
+    folder = Path(run_dir) / FOLDER
+    projection = _read(folder / "projection.csv")
+    if projection is None:
+        return sec.para(f"No projection yet: `python -m bench project {run_dir}` predicts this run's "
+                        "configurations on 8 to 1,024 GPUs from its own cells (docs/design.md, Projection).",
+                        "note")
+    figure = folder / "projection.png"
+    if figure.is_file():
+        (out_dir / "plots").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(figure, out_dir / "plots" / "projection.png")
+        sec.image("plots/projection.png", "projected scaling efficiency, measured points on the curves")
+    table = efficiency_by_world_size(projection)
+    write_csv(table, out_dir / "tables" / "projection_efficiency.csv")
+    sec.para("Predicted efficiency per world size, from each configuration's smallest measured world size "
+             "and the chosen network (alpha-beta all-reduce model, buckets queued on one communication "
+             "stream as they become ready). Not a measurement.", "formula")
+    sec.table(table, "tables/projection_efficiency.csv")
+    validation = _read(folder / "validation.csv")
+    if validation is not None and validation["error_pct"].notna().any():
+        errors = validation["error_pct"].dropna()
+        sec.para(f"Validation against this run's own larger world sizes: median |error| "
+                 f"{errors.abs().median():.1f} % over {len(errors)} cells "
+                 f"(signed median {errors.median():+.1f} %).")
+        write_csv(validation, out_dir / "tables" / "projection_validation.csv")
+        shown = ["cell_id", "world_size", "measured_step_ms", "predicted_step_ms", "error_pct"]
+        sec.table(validation[shown], "tables/projection_validation.csv")
+    return sec

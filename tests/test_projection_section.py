@@ -1,0 +1,37 @@
+"""The run page's Projection section reads what `bench project` wrote into RUN/projection/."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bench.report.projection_section import efficiency_by_world_size, projection_section
+
+
+def _projection() -> pd.DataFrame:
+    return pd.DataFrame({
+        "network": ["measured"] * 3, "cell_id": ["a"] * 3, "world_size": [1, 2, 4],
+        "efficiency_pct": [100.0, 80.0, None], "bottleneck": ["compute", "bandwidth", None],
+        "predicted_step_ms": [10.0, 6.25, None], "reason": [None, None, "global batch does not divide"],
+    })
+
+
+def test_efficiency_table_keeps_the_last_predicted_bottleneck():
+    table = efficiency_by_world_size(_projection())
+    assert table.to_dict("records")[0]["eff_pct_ws2"] == 80.0
+    assert table["bottleneck"].tolist() == ["bandwidth"] and pd.isna(table["eff_pct_ws4"].iloc[0])
+
+
+def test_section_says_how_to_project_when_nothing_was_projected(tmp_path):
+    sec = projection_section(tmp_path / "run", tmp_path / "report")
+    assert "python -m bench project" in "".join(sec.md)
+
+
+def test_section_shows_projection_and_validation(tmp_path):
+    run, out = tmp_path / "run", tmp_path / "report"
+    (run / "projection").mkdir(parents=True)
+    _projection().to_csv(run / "projection" / "projection.csv", index=False)
+    pd.DataFrame({"cell_id": ["b"], "world_size": [2], "measured_step_ms": [7.0], "predicted_step_ms": [6.3],
+                  "error_pct": [-10.0]}).to_csv(run / "projection" / "validation.csv", index=False)
+    md = "".join(projection_section(run, out).md)
+    assert "median |error| 10.0 % over 1 cells" in md and "(signed median -10.0 %)" in md
+    assert (out / "tables" / "projection_efficiency.csv").is_file()
