@@ -273,11 +273,19 @@ def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) ->
     return write_report(run_dir) if report else 0
 
 
+# What --report runs after the sweep, in order: each writes into the run folder what the report shows.
+REPORT_STEPS = ("project",)
+
+
 def write_report(run_dir: Path) -> int:
-    """bench.report.build_report(run_dir), imported lazily (pandas and matplotlib only when asked for);
-    the results stay valid whatever the report does."""
+    """--report: the REPORT_STEPS commands on the run folder, then bench.report.build_report(run_dir),
+    imported lazily (pandas and matplotlib only when asked for); the results stay valid whatever they do."""
+    from bench.__main__ import main as bench_main
     from bench.report import build_report as build
 
+    for step in REPORT_STEPS:
+        if bench_main([step, str(run_dir)]) != 0:
+            print(f"`bench {step} {run_dir}` failed (above); the report goes on without it", file=sys.stderr)
     try:
         index = build(run_dir)
     except Exception as e:  # a report bug must not hide that the sweep's results are complete
