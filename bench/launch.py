@@ -232,11 +232,9 @@ class Launch:
                 self.errors.setdefault(ev["cell_id"], ev)  # the first rank to fail says why
 
     def time_limit_s(self) -> float:
-        """The watchdog's limit for the cell in flight; the first cell of a launch also gets
-        startup_timeout_s (imports, rendezvous, first collectives)."""
-        r = self.config.run
-        first = len(self.remaining) == len(self.pending)
-        return r.cell_timeout_s + (r.startup_timeout_s if first else 0)
+        """The watchdog's limit for the cell in flight (RunConfig.watchdog_limit_s: the first cell of a
+        launch also gets startup_timeout_s)."""
+        return self.config.run.watchdog_limit_s(first_cell=len(self.remaining) == len(self.pending))
 
     def overdue(self) -> bool:
         return time.time() - self.mark > self.time_limit_s()

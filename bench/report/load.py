@@ -13,24 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.schema import CONTRACT_COLUMNS, RESULT_COLUMNS, STATUSES
-
-STRING_COLUMNS = (
-    "cell_id",
-    "status",
-    "error",
-    "engine",
-    "model",
-    "model_size",
-    "precision",
-    "comm_dtype",
-    "scaling",
-    "device",
-    "backend",
-    "trace_dir",
-    "gpu_name",
-    "hostname",
-)
+from bench.schema import CONTRACT_COLUMNS, RESULT_COLUMNS, STATUSES, STRING_COLUMNS
 
 
 class RunError(ValueError):

@@ -52,7 +52,7 @@ def run_cell(cell: Cell, config: BenchConfig, device: torch.device, rank: int, w
     with clock:  # no_sync from here on: ranks' parameters drift apart, which the check above has seen
         compute_only = compute_only_window(trainer, timed_steps, r.compute_only_steps)
     probe = measure.allreduce_probe(trainer, r.probe_iters)
-    trace_dir = f"traces/{cell.cell_id}" if config.profile.enabled else None
+    trace_dir = f"traces/{cell.cell_id}" if config.profile.covers(cell.cell_id) else None
     if trace_dir:
         with clock:
             profiling.profiled_pass(lambda: trainer.step(Labels(device)), config.profile,
@@ -66,17 +66,18 @@ def run_cell(cell: Cell, config: BenchConfig, device: torch.device, rank: int, w
         "peak_mem_mb": measure.peak_memory_mb(device),
         "trace_dir": trace_dir,
         "steps_wall_s": clock.seconds,
-    }
+    } | trainer.precision.flags
     return ("ok", None, measured) if identical else ("diverged", DIVERGED, measured)
 
 
 def phase_pass(trainer: Trainer) -> dict[str, float | None]:
     """One step with device syncs between phases → forward/backward/optimizer ms, and the engine's own
-    end-of-backward wait (ddp_core only)."""
+    end-of-backward wait (ddp_core on CPU only: see engines.sync_wait_ms)."""
     clock = PhaseClock(trainer.device)
     trainer.step(clock)
     return {"forward": clock.ms["forward"], "backward": clock.ms["backward"],
-            "sync_wait": engines.sync_wait_ms(trainer.model), "optimizer": clock.ms["opt_step"]}
+            "sync_wait": engines.sync_wait_ms(trainer.model, trainer.device),
+            "optimizer": clock.ms["opt_step"]}
 
 
 def compute_only_window(trainer: Trainer, timed_steps: list, n: int) -> float | None:
@@ -132,9 +133,16 @@ def work_values(trainer: Trainer, samples: list[float], tokens: float | None, fl
     }
 
 
-def probe_values(probe: tuple[int, float | None, int], world_size: int) -> dict:
-    """The all-reduce probe's columns (nccl-tests algbw and busbw)."""
-    nbytes, seconds, n_buckets = probe
-    algbw = metrics.algbw_gbps(nbytes, seconds)
-    return {"allreduce_bytes": nbytes, "allreduce_algbw_gbps": algbw,
-            "allreduce_busbw_gbps": metrics.busbw_gbps(algbw, world_size), "n_buckets": n_buckets}
+def probe_values(probe: measure.Probe, world_size: int) -> dict:
+    """The all-reduce probe's columns (nccl-tests algbw and busbw; algbw empty at world size 1, where
+    nothing crosses a link) and its size sweep, one entry per message size (`allreduce_sweep`)."""
+    algbw = metrics.algbw_gbps(probe.nbytes, probe.seconds)
+    dtype = str(probe.dtype).removeprefix("torch.")
+    sweep = []
+    for size, seconds in probe.sweep:
+        bw = metrics.algbw_gbps(size, seconds)
+        sweep.append({"size_bytes": size, "dtype": dtype, "time_us": seconds * 1e6, "algbw_gbps": bw,
+                      "busbw_gbps": metrics.busbw_gbps(bw, world_size)})
+    return {"allreduce_bytes": probe.nbytes, "allreduce_algbw_gbps": algbw,
+            "allreduce_busbw_gbps": metrics.busbw_gbps(algbw, world_size), "n_buckets": probe.n_buckets,
+            "allreduce_sweep": sweep}
