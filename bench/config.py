@@ -11,6 +11,7 @@ message names the key and the value; the CLI turns it into exit code 2 before an
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import os
 import tomllib
@@ -24,6 +25,10 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 DEVICES = ("auto", "cpu", "cuda")
 FAULT_KINDS = ("hang", "crash")
 DEVICE_SECTIONS = ("on_cpu", "on_cuda")
+# run.pg_timeout_s="auto": this much beyond the watchdog's limit. The launcher polls every 50 ms and then
+# needs a few seconds to kill a launch (SIGTERM, a 5 s grace, SIGKILL); a minute leaves room for a loaded
+# launcher host too, and costs nothing but the time a genuinely hung collective waits before it is killed.
+PG_TIMEOUT_MARGIN_S = 60.0
 
 
 class ConfigError(ValueError):
@@ -123,7 +128,9 @@ class RunConfig:
     threads_per_rank: int = 0       # 0: the node's CPU cores // its ranks (at least 1)
     cell_timeout_s: float = 600.0   # watchdog: a cell running longer is killed and recorded `timeout`
     startup_timeout_s: float = 120.0  # extra allowance for the first cell of a launch (imports, rendezvous)
-    pg_timeout_s: float = 300.0     # torch.distributed process-group timeout (always set)
+    # torch.distributed process-group timeout: "auto" (process_group_timeout_s) or seconds above the
+    # watchdog's longest limit, so that a hung collective is the watchdog's `timeout`, never a rank's crash
+    pg_timeout_s: float | str = "auto"
     skip_world_sizes_above_gpus: bool = False  # true: such cells are `skipped`; false: a config error
     interleave: bool = True         # cells differing only in engine are stepped side by side, round-robin
 
@@ -134,8 +141,30 @@ class RunConfig:
         _check_min("run.repeats", [self.repeats], 1)
         for key in ("compute_only_steps", "phase_steps", "probe_iters", "threads_per_rank"):
             _check_min(f"run.{key}", [getattr(self, key)], 0)
-        for key in ("cell_timeout_s", "startup_timeout_s", "pg_timeout_s"):
+        for key in ("cell_timeout_s", "startup_timeout_s"):
             _check_min(f"run.{key}", [getattr(self, key)], 0, strict=True)
+        if isinstance(self.pg_timeout_s, str):
+            if self.pg_timeout_s != "auto":
+                _fail("run.pg_timeout_s", self.pg_timeout_s, "must be \"auto\" or a number of seconds")
+        elif self.pg_timeout_s <= self.watchdog_limit_s(first_cell=True):
+            _fail("run.pg_timeout_s", self.pg_timeout_s,
+                  f"must exceed the watchdog's limit run.cell_timeout_s={self.cell_timeout_s:g} + "
+                  f"run.startup_timeout_s={self.startup_timeout_s:g}, or a hung collective kills its rank "
+                  "(recorded `failed`) before the watchdog records `timeout`; or use \"auto\"")
+
+    def watchdog_limit_s(self, first_cell: bool) -> float:
+        """The launcher's time limit for a cell: cell_timeout_s, plus startup_timeout_s for the first cell
+        of a launch (imports, rendezvous, first collectives)."""
+        return self.cell_timeout_s + (self.startup_timeout_s if first_cell else 0.0)
+
+    @property
+    def process_group_timeout_s(self) -> float:
+        """The process-group timeout the ranks use: pg_timeout_s, or for "auto" the watchdog's longest
+        limit plus PG_TIMEOUT_MARGIN_S. A collective starts after its cell's clock does, so with this
+        timeout a hung collective outlasts the watchdog, which kills the launch and records `timeout`."""
+        if self.pg_timeout_s == "auto":
+            return self.watchdog_limit_s(first_cell=True) + PG_TIMEOUT_MARGIN_S
+        return float(self.pg_timeout_s)
 
     def threads_for(self, ranks_on_node: int) -> int:
         """Threads per rank: threads_per_rank, or the node's CPU cores shared evenly by its ranks."""
@@ -144,9 +173,12 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class ProfileConfig:
-    """torch.profiler pass after the timed steps (never timed); schedule as torch.profiler.schedule."""
+    """torch.profiler pass after the timed steps (never timed); schedule as torch.profiler.schedule.
+    `cells`: glob patterns (fnmatch, case-sensitive) over cell ids; a cell is profiled when enabled and one
+    of them matches its id (default "*": every cell)."""
 
     enabled: bool = True
+    cells: tuple[str, ...] = ("*",)
     skip_first: int = 1
     wait: int = 0
     warmup: int = 1
@@ -162,6 +194,15 @@ class ProfileConfig:
             _check_min(f"profile.{key}", [getattr(self, key)], 0)
         _check_min("profile.active", [self.active], 1)
         _check_min("profile.repeat", [self.repeat], 1)
+        if not self.cells:
+            _fail("profile.cells", [], "must list at least one pattern (\"*\": every cell)")
+        for pattern in self.cells:
+            if not isinstance(pattern, str) or not pattern.strip():
+                _fail("profile.cells", pattern, "must be a glob pattern over cell ids, e.g. \"*-ws8-*\"")
+
+    def covers(self, cell_id: str) -> bool:
+        """Whether the cell `cell_id` gets a profiled pass."""
+        return self.enabled and any(fnmatch.fnmatchcase(cell_id, p) for p in self.cells)
 
     @property
     def steps(self) -> int:
@@ -171,7 +212,8 @@ class ProfileConfig:
 
 @dataclass(frozen=True)
 class DebugConfig:
-    """Test-only fault injection: "hang@<substring>" or "crash@<substring>" of a cell_id; "" for none."""
+    """Test-only fault injection: "hang@<substring>" or "crash@<substring>" of a cell_id; "" for none.
+    The fault hits the last rank: a hang leaves the others waiting in a collective; a crash raises."""
 
     fault: str = ""
 
@@ -242,6 +284,14 @@ def _convert(key: str, hint, value, from_cli: bool):
             return None
         (inner,) = [a for a in args if a is not type(None)]
         return _convert(key, inner, value, from_cli)
+    if args and str in args:  # a number or a keyword (pg_timeout_s: "auto"); the section checks the word
+        (inner,) = [a for a in args if a is not str]
+        try:
+            return _convert(key, inner, value, from_cli)
+        except ConfigError:
+            if isinstance(value, str):
+                return value.strip().strip('"').strip("'")
+            raise
     if from_cli:
         value = value.strip().strip('"').strip("'")
         try:

@@ -56,6 +56,16 @@ def bucket_sizes_bytes(engine: str, model: nn.Module, bucket_cap_mb: float | Non
     return [sum(sizes[i] for i in group) for group in groups]
 
 
-def sync_wait_ms(model: nn.Module) -> float | None:
-    """Host time the last backward spent reducing/waiting at its end (ddp_core only); None otherwise."""
+def sync_wait_ms(model: nn.Module, device: torch.device) -> float | None:
+    """The time the last backward spent reducing/waiting for its gradients at its end: ddp_core's
+    `last_sync_wait_ms` on CPU; None for torch DDP (it does not say) and on CUDA.
+
+    ddp_core measures host time. With gloo a collective's `wait()` blocks the host until the reduction is
+    done, so host time is the wait. With NCCL `wait()` only makes the current stream wait for the NCCL
+    stream and returns at once: the host time is the time to enqueue, not the time the GPU waited. Device
+    time would need CUDA events recorded inside the engine's end-of-backward callback, which ddp_core does
+    not expose; the profiled pass's `sync_grads` range and `exposed_comm_ms` show the wait on CUDA.
+    """
+    if device.type == "cuda":
+        return None
     return getattr(model, "last_sync_wait_ms", None)

@@ -1,4 +1,8 @@
-"""env.json: the fingerprint of the machine and software a run measured (keys read by the report)."""
+"""env.json: the fingerprint of the machine and software a run measured (keys read by the report).
+
+No TF32 flags here: the launcher never runs a cell, so its flags are not the cells'. Each cell sets them
+for its precision and records them in its row (matmul_fp32_precision, cudnn_fp32_precision).
+"""
 
 from __future__ import annotations
 
@@ -83,7 +87,6 @@ def collect(device: str, backend: str, command: list[str], extra: dict | None = 
         "cpu_model": cpu_model(),
         "cpu_cores": os.cpu_count(),
         "env_vars": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
-        "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32},
         "git_sha": _run(["git", "-C", str(repo), "rev-parse", "HEAD"]),
         "hostname": socket.gethostname(),
         "command": " ".join(command),

@@ -172,7 +172,7 @@ class Sweep:
 
     def profile_list(self, cells: list[Cell]) -> list[Cell]:
         """The cells whose profiled pass a launch runs after its timed steps."""
-        return [c for c in cells if self.config.profile.enabled]
+        return [c for c in cells if self.config.profile.covers(c.cell_id)]
 
 
 class Launch:
@@ -271,11 +271,10 @@ class Launch:
         self.sweep.record(results.record_from_event(cell, self.config, ev))
 
     def time_limit_s(self) -> float:
-        """The watchdog's limit on silence: run.cell_timeout_s since the last sign of progress; the
-        launch's first cell also gets startup_timeout_s (imports, rendezvous, first collectives)."""
-        r = self.config.run
+        """The watchdog's limit on silence (RunConfig.watchdog_limit_s): run.cell_timeout_s since the last
+        sign of progress; the launch's first cell also gets startup_timeout_s."""
         first = not self.started_any or len(self.remaining) == len(self.pending)
-        return r.cell_timeout_s + (r.startup_timeout_s if first else 0)
+        return self.config.run.watchdog_limit_s(first_cell=first)
 
     def overdue(self) -> bool:
         return time.time() - self.heard > self.time_limit_s()

@@ -121,11 +121,10 @@ def estimate_seconds(config: BenchConfig, cells: list[Cell]) -> float:
     flops = workload.train_flops_per_sample() or 0.0
     r, p = config.run, config.profile
     steps = r.warmup_steps + r.timed_steps * r.repeats + r.compute_only_steps + r.phase_steps
-    steps += p.steps if p.enabled else 0
     runnable = [c for c in cells if not c.skip_reason]
     total = est["launch_s"] * len(groups(runnable))
     for cell in runnable:
         step_s = flops * cell.global_batch / (cell.world_size * est["flops"])
         step_s = max(step_s, 0.005) + (0.01 if cell.world_size > 1 else 0.0)
-        total += est["cell_s"] + steps * step_s
+        total += est["cell_s"] + (steps + (p.steps if p.covers(cell.cell_id) else 0)) * step_s
     return total

@@ -65,7 +65,10 @@ def algbw_gbps(size_bytes: float | None, time_s: float | None) -> float | None:
 
 
 def busbw_gbps(algbw: float | None, n: int) -> float | None:
-    """nccl-tests all-reduce bus bandwidth: algbw · 2(n−1)/n (0 traffic at n = 1)."""
+    """nccl-tests all-reduce bus bandwidth: algbw · 2(n−1)/n; 0 at n = 1, where nothing crosses a link
+    (and algbw, with no link to measure, is empty)."""
+    if n == 1:
+        return 0.0
     if _missing(algbw):
         return None
     return algbw * 2 * (n - 1) / n

@@ -1,8 +1,9 @@
 """The run folder's result files: cells.jsonl (append-only, the source of truth) and results.csv (derived).
 
 A cells.jsonl line holds every RESULT_COLUMNS key (None for what was not measured), `step_times_ms`
-(per-step max-over-ranks samples) and `cell` (the cell's full config). results.csv is rewritten from
-cells.jsonl after each cell: exactly RESULT_COLUMNS, in order, empty for None.
+(per-step max-over-ranks samples), `cell` (the cell's full config) and the worker's other keys
+(`allreduce_sweep`: the probe's size sweep). results.csv is rewritten from cells.jsonl after each cell:
+exactly RESULT_COLUMNS, in order, empty for None; allreduce_sweep.csv (SWEEP_COLUMNS) with it.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import os
 from pathlib import Path
 
 from bench.matrix import Cell
-from bench.schema import CONFIG_KEYS, RESULT_COLUMNS, backend_for
+from bench.schema import CONFIG_KEYS, RESULT_COLUMNS, SWEEP_COLUMNS, backend_for
 
 # The row's keys the cell, the launcher's config and the event own: a worker's row never overrides them.
 RECORD_OWNED = frozenset({"cell_id", "status", "error", "device", "backend", *CONFIG_KEYS})
 
-CELLS_FILE, CSV_FILE = "cells.jsonl", "results.csv"
+CELLS_FILE, CSV_FILE, SWEEP_FILE = "cells.jsonl", "results.csv", "allreduce_sweep.csv"
 
 
 def cell_config(cell: Cell, config) -> dict:
@@ -100,18 +101,29 @@ def append_record(run_dir: Path, record: dict) -> None:
 
 
 def write_csv(run_dir: Path) -> None:
-    """results.csv from cells.jsonl: RESULT_COLUMNS in order, None → empty; atomically replaced."""
-    tmp = run_dir / (CSV_FILE + ".tmp")
+    """results.csv (RESULT_COLUMNS) and allreduce_sweep.csv (SWEEP_COLUMNS: one line per entry of a
+    record's `allreduce_sweep`) from cells.jsonl, None → empty; each atomically replaced."""
+    records = read_records(run_dir)
+    _write_atomically(run_dir / CSV_FILE, RESULT_COLUMNS, (
+        [record.get(c) for c in RESULT_COLUMNS] for record in records))
+    _write_atomically(run_dir / SWEEP_FILE, SWEEP_COLUMNS, (
+        [(record | point).get(c) for c in SWEEP_COLUMNS]
+        for record in records for point in record.get("allreduce_sweep") or []))
+
+
+def _write_atomically(path: Path, header, rows) -> None:
+    """A CSV written beside `path` and renamed over it: a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(RESULT_COLUMNS)
-        for record in read_records(run_dir):
-            writer.writerow([csv_text(record.get(c)) for c in RESULT_COLUMNS])
-    os.replace(tmp, run_dir / CSV_FILE)
+        writer.writerow(header)
+        for row in rows:
+            writer.writerow([csv_text(value) for value in row])
+    os.replace(tmp, path)
 
 
 def csv_text(value) -> str | object:
-    """A record's value as results.csv writes it: empty for None, true/false for booleans."""
+    """A record's value as a CSV writes it: empty for None, true/false for booleans."""
     if value is None:
         return ""
     if isinstance(value, bool):

@@ -31,7 +31,7 @@ from bench.config import (
     to_toml,
 )
 from bench.matrix import Cell, estimate_seconds, expand, groups
-from bench.schema import backend_for
+from bench.schema import TRACE_GLOB, MiB, backend_for
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,7 +64,8 @@ def _machine(config: BenchConfig) -> tuple[int, bool]:
 
     if config.run.device != "cuda" or not torch.cuda.is_available():
         return 0, True
-    return torch.cuda.device_count(), torch.cuda.is_bf16_supported()
+    # including_emulation=False: a V100 "supports" bf16 only by emulation, far below its fp16 rate
+    return torch.cuda.device_count(), torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 def _comparable(config: BenchConfig) -> dict:
@@ -148,11 +149,13 @@ def record_skipped(run_dir: Path, config: BenchConfig, cells: list[Cell], done: 
 
 def dry_run(config: BenchConfig, cells: list[Cell]) -> int:
     runnable = [c for c in cells if not c.skip_reason]
+    profiled = {c.cell_id for c in runnable if config.profile.covers(c.cell_id)}
     for cell in cells:
         print(f"{'skip' if cell.skip_reason else 'run ':4}  {cell.cell_id}"
-              + (f"  ({cell.skip_reason})" if cell.skip_reason else ""))
+              + (f"  ({cell.skip_reason})" if cell.skip_reason else "")
+              + ("  [profiled]" if cell.cell_id in profiled else ""))
     est = estimate_seconds(config, cells)
-    print(f"{len(runnable)} cells to run, {len(cells) - len(runnable)} skipped, "
+    print(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} skipped, "
           f"{len(groups(runnable))} launches; estimated wall time ~{est / 60:.1f} min "
           f"(rough: assumed device speed, see bench.matrix._EST)")
     return 0
@@ -198,7 +201,7 @@ def plan_only(run_dir: Path, config: BenchConfig, cells: list[Cell]) -> int:
     runnable = [c for c in cells if not c.skip_reason]
     plan = run_dir / "plan.json"
     write_plan(plan, config, run_dir, runnable, launcher_pid=None,
-               profile=[c for c in runnable if config.profile.enabled])
+               profile=[c for c in runnable if config.profile.covers(c.cell_id)])
     print(f"wrote {plan} ({len(runnable)} cells). On every node, per world size N = nodes × GPUs per node:")
     print(f"  torchrun --nnodes $NNODES --nproc-per-node $GPUS --rdzv-backend c10d "
           f"--rdzv-endpoint $HEAD:29500 -m bench.worker --plan {plan}")
@@ -270,6 +273,10 @@ def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) ->
               f" (beyond the timed steps only: {beyond_timed / stats.cells:.2f} s;"
               f" launch start-up amortised; {stats.cells} cells)")
     print(f"results: {run_dir / results.CSV_FILE}")
+    if config.profile.enabled:
+        traces = list((run_dir / "traces").glob(f"*/{TRACE_GLOB}"))
+        print(f"traces: {len(traces)} files, {sum(t.stat().st_size for t in traces) / MiB:.1f} MiB "
+              f"in {run_dir / 'traces'}")
     return write_report(run_dir) if report else 0
 
 

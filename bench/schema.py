@@ -64,6 +64,8 @@ EXTRA_COLUMNS = (
     "final_loss",
     "model_tflops_per_s",
     "mfu",
+    "matmul_fp32_precision",  # the cell's torch.backends.cuda.matmul.fp32_precision: ieee | tf32; CPU: empty
+    "cudnn_fp32_precision",   # the cell's torch.backends.cudnn.conv.fp32_precision: ieee | tf32; CPU: empty
     "threads_per_rank",
     "gpu_name",
     "hostname",
@@ -72,10 +74,18 @@ EXTRA_COLUMNS = (
 
 RESULT_COLUMNS = CONTRACT_COLUMNS + EXTRA_COLUMNS
 
+# allreduce_sweep.csv in the run folder: the probe's size sweep, one line per (cell, message size), from
+# the `allreduce_sweep` list of each cells.jsonl record. dtype: what the wire carried (float32, bfloat16,
+# ...); time_us: microseconds per all-reduce, the mean over iterations and over ranks (nccl-tests' time).
+SWEEP_COLUMNS = (
+    "cell_id", "world_size", "backend", "dtype", "size_bytes", "time_us", "algbw_gbps", "busbw_gbps",
+)
+
 # Columns holding text; every other column is a number (empty when not measured).
 STRING_COLUMNS = (
     "cell_id", "status", "error", "engine", "model", "model_size", "precision", "comm_dtype", "scaling",
     "device", "backend", "trace_dir", "gpu_name", "hostname", "verdict_vs_torch", "interleaved",
+    "matmul_fp32_precision", "cudnn_fp32_precision",
 )
 
 # The keys that identify a configuration (what compare joins on, what T1 is matched by).

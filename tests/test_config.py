@@ -8,6 +8,7 @@ import pytest
 
 from bench.__main__ import main as bench_main
 from bench.config import (
+    PG_TIMEOUT_MARGIN_S,
     BenchConfig,
     ConfigError,
     check_device,
@@ -15,6 +16,7 @@ from bench.config import (
     load_config,
     to_toml,
 )
+from bench.matrix import expand
 
 
 def run_cli(*argv: str) -> int:
@@ -135,3 +137,59 @@ def test_existing_folder_refused_and_resume_checks_config(tmp_path, capsys):
     assert run_cli("--config", "cpu-smoke", "--set", "run.timed_steps=9", "--out", str(out), "--resume") == 2
     assert "differs" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["config.toml", "keep.txt"]
+
+
+def test_pg_timeout_is_derived_from_the_watchdog():
+    # A collective that outlives the process-group timeout kills its rank with no error event (`failed`):
+    # the timeout must exceed the longest limit the watchdog gives a cell, so the watchdog says `timeout`.
+    config = load_config("cpu-smoke", ["run.cell_timeout_s=30", "run.startup_timeout_s=20"])
+    assert config.run.pg_timeout_s == "auto"
+    assert config.run.watchdog_limit_s(first_cell=False) == 30 and config.run.watchdog_limit_s(True) == 50
+    assert config.run.process_group_timeout_s == 50 + PG_TIMEOUT_MARGIN_S
+    explicit = load_config("cpu-smoke", ["run.cell_timeout_s=30", "run.startup_timeout_s=20",
+                                         "run.pg_timeout_s=51"])
+    assert explicit.run.process_group_timeout_s == 51.0
+    for value in ("50", "10"):
+        with pytest.raises(ConfigError, match=rf"run.pg_timeout_s={value}\.0: .*run.cell_timeout_s=30 \+ "
+                                              r"run.startup_timeout_s=20"):
+            load_config("cpu-smoke", ["run.cell_timeout_s=30", "run.startup_timeout_s=20",
+                                      f"run.pg_timeout_s={value}"])
+    with pytest.raises(ConfigError, match="run.pg_timeout_s='soon'"):
+        load_config("cpu-smoke", ["run.pg_timeout_s=soon"])
+    gpu = load_config("gpu-node", cuda_available=True)  # its watchdog: 600 + 120 s
+    assert gpu.run.process_group_timeout_s > gpu.run.watchdog_limit_s(first_cell=True)
+
+
+def test_pg_timeout_below_the_watchdog_exits_2(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli("--config", "cpu-smoke", "--set", "run.pg_timeout_s=3", "--out", str(out)) == 2
+    err = capsys.readouterr().err
+    assert "run.pg_timeout_s=3.0" in err and "run.cell_timeout_s=" in err and "run.startup_timeout_s=" in err
+    assert not out.exists()
+
+
+def test_profile_cells_selects_cells_by_pattern(capsys):
+    config = load_config("cpu-smoke", ["matrix.engine=torch,naive", "matrix.grad_accum=1,2",
+                                       "profile.cells=*-ga1-*,naive-*"])
+    assert config.profile.cells == ("*-ga1-*", "naive-*")
+    profiled = {(c.engine, c.grad_accum) for c in expand(config) if config.profile.covers(c.cell_id)}
+    assert profiled == {("torch", 1), ("naive", 1), ("naive", 2)}
+    assert load_config("cpu-smoke").profile.cells == ("*",)  # default: every cell
+    off = load_config("cpu-smoke", ["profile.enabled=false"])
+    assert not any(off.profile.covers(c.cell_id) for c in expand(off))
+    gpu = load_config("gpu-node", cuda_available=True)
+    cells = [c for c in expand(gpu) if gpu.profile.covers(c.cell_id)]
+    # 4 engines × 4 world sizes × strong and weak
+    assert len(cells) == 32 and {c.engine for c in cells} == set(gpu.matrix.engine)
+    assert {c.world_size for c in cells} == {1, 2, 4, 8}
+    sets = ["matrix.scaling=strong", "profile.cells=*-ga1-*", "matrix.grad_accum=1,2", "matrix.engine=torch",
+            "matrix.world_size=2"]
+    assert run_cli("--config", "cpu-smoke", *[a for s in sets for a in ("--set", s)], "--dry-run") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [("[profiled]" in line) for line in lines if "-ga" in line] == [True, False]
+    assert "(1 profiled)" in lines[-1]
+
+
+def test_profile_cells_must_name_patterns():
+    with pytest.raises(ConfigError, match=r"profile.cells=\[\]: must list at least one pattern"):
+        load_config("cpu-smoke", ["profile.cells=[]"])

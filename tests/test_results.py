@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 
 from bench.config import load_config
 from bench.matrix import expand
-from bench.results import record_from_event
-from bench.schema import RESULT_COLUMNS
+from bench.results import SWEEP_FILE, append_record, make_record, record_from_event
+from bench.schema import RESULT_COLUMNS, SWEEP_COLUMNS
 
 
 def test_record_of_a_diverged_cell_keeps_its_numbers():
-    config = load_config("cpu-smoke", ["matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1"])
+    config = load_config("cpu-smoke", ["matrix.scaling=strong",
+                                       "matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1"])
     (cell,) = expand(config)
     # status travels in the event only: a stray "status" or cell key inside the row cannot override it
     row = {"status": "ok", "engine": "naive", "step_time_ms_p50": 2.0, "exposed_comm_ms": float("nan"),
@@ -26,10 +29,32 @@ def test_record_of_a_diverged_cell_keeps_its_numbers():
 
 
 def test_record_of_an_error_event_carries_its_status():
-    config = load_config("cpu-smoke", ["matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1"])
+    config = load_config("cpu-smoke", ["matrix.scaling=strong",
+                                       "matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1"])
     (cell,) = expand(config)
     event = {"event": "error", "cell_id": cell.cell_id, "rank": 1, "status": "oom", "error": "OutOfMemory"}
     record = record_from_event(cell, config, event)
     assert (record["status"], record["error"], record["step_time_ms_p50"]) == ("oom", "OutOfMemory", None)
     with pytest.raises(ValueError, match="no outcome"):
         record_from_event(cell, config, {"event": "start", "cell_id": cell.cell_id})
+
+
+def test_allreduce_sweep_csv_is_written_with_results_csv(tmp_path):
+    config = load_config("cpu-smoke", ["matrix.scaling=strong",
+                                       "matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1,2"])
+    one, two = expand(config)
+    sweep = [{"size_bytes": 4096, "dtype": "float32", "time_us": 50.0, "algbw_gbps": 0.08192,
+              "busbw_gbps": 0.08192},
+             {"size_bytes": 8192, "dtype": "float32", "time_us": 64.0, "algbw_gbps": 0.128,
+              "busbw_gbps": None}]
+    append_record(tmp_path, make_record(one, config, "ok", measured={"allreduce_sweep": sweep}))
+    append_record(tmp_path, make_record(two, config, "failed", "boom"))  # no measurement, no sweep lines
+    with open(tmp_path / SWEEP_FILE, newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames) == SWEEP_COLUMNS
+        lines = list(reader)
+    assert [(r["cell_id"], r["world_size"], r["backend"], r["dtype"], r["size_bytes"], r["time_us"])
+            for r in lines] == [(one.cell_id, "2", "gloo", "float32", "4096", "50.0"),
+                                (one.cell_id, "2", "gloo", "float32", "8192", "64.0")]
+    assert lines[1]["busbw_gbps"] == "" and (tmp_path / "results.csv").is_file()
+    assert not list(tmp_path.glob("*.tmp"))

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow  # real sweeps through torchrun: seconds to a minu
 
 REPO = Path(__file__).resolve().parent.parent
 ENV_KEYS = ("torch", "cuda", "cudnn", "nccl", "gpus", "gpu_count", "driver", "topology", "cpu_model",
-            "cpu_cores", "env_vars", "tf32", "git_sha", "hostname", "command", "time", "python", "device",
+            "cpu_cores", "env_vars", "git_sha", "hostname", "command", "time", "python", "device",
             "backend", "torch_source", "user_model")
 # Tiny and short: 2 timed steps, the smallest profiler schedule.
 FAST = ["workload.model=mlp", "workload.model_size=tiny", "workload.global_batch=4", "run.warmup_steps=2",
@@ -96,9 +96,10 @@ def test_sweep_world_sizes_1_and_2(tmp_path):
     for row in by_status["ok"]:
         assert row["n_timed_steps"] == "2" and row["error"] == ""
         for col in ("step_time_ms_p50", "step_time_ms_p90", "samples_per_s", "compute_only_ms_p50",
-                    "exposed_comm_ms", "peak_mem_mb", "allreduce_algbw_gbps", "allreduce_busbw_gbps",
-                    "final_loss"):
+                    "exposed_comm_ms", "peak_mem_mb", "allreduce_busbw_gbps", "final_loss"):
             float(row[col])  # a number, not empty
+        # the probe times nothing at world size 1: no link to measure
+        assert (row["allreduce_algbw_gbps"] == "") == (row["world_size"] == "1")
         assert float(row["samples_per_s"]) == pytest.approx(
             int(row["global_batch"]) / float(row["step_time_ms_p50"]) * 1e3)
         assert int(row["global_batch"]) == int(row["per_rank_batch"]) * int(row["world_size"]) * int(
@@ -115,6 +116,17 @@ def test_sweep_world_sizes_1_and_2(tmp_path):
     if n_engines > 1:
         sync_waits = [r["sync_wait_ms_p50"] for r in by_status["ok"] if r["engine"] != "torch"]
         assert all(v != "" for v in sync_waits)
+    with open(out / "allreduce_sweep.csv", newline="") as f:
+        sweep = list(csv.DictReader(f))
+    ws2 = [r for r in by_status["ok"] if r["world_size"] == "2"]
+    assert {p["cell_id"] for p in sweep} == {r["cell_id"] for r in ws2}  # none at world size 1
+    for row in ws2:  # sizes double from 4 KiB to the largest bucket (the row's probe), fp16 on the wire
+        points = [p for p in sweep if p["cell_id"] == row["cell_id"]]
+        assert int(points[0]["size_bytes"]) == 4096 and points[-1]["size_bytes"] == row["allreduce_bytes"]
+        assert float(points[-1]["busbw_gbps"]) == float(row["allreduce_busbw_gbps"])
+        assert {p["dtype"] for p in points} == {"float16" if row["comm_dtype"] == "fp16" else "float32"}
+        assert all(float(p["time_us"]) > 0 and p["backend"] == "gloo" for p in points)
+    assert "traces: " in proc.stdout
     from bench.results import read_records
 
     records = read_records(out)  # a profiled cell's record is completed by a later line: the latest wins
@@ -140,6 +152,8 @@ def test_hang_and_crash_are_recorded_and_the_sweep_goes_on(tmp_path):
     _, rows = read_csv(out)
     status = {r["grad_accum"]: r["status"] for r in rows}
     assert status == {"1": "ok", "2": "timeout", "3": "ok", "4": "ok"}
+    # the last rank hangs, the other waits for it in a collective: the watchdog, not the process-group
+    # timeout (run.pg_timeout_s="auto": above the watchdog's limit), ends the cell
     assert "cell_timeout_s=6" in rows[1]["error"] and rows[1]["step_time_ms_p50"] == ""
     assert len(list((out / "logs").glob("launch-*.pid"))) == 2  # relaunched once for ga3, ga4
     assert_no_orphans(out)

@@ -209,7 +209,8 @@ def test_cell_ids_are_safe_stable_and_tell_same_named_classes_apart(tmp_path):
     ids = []
     for spec in specs:
         config = load_config("cpu-smoke", [f"workload.model={spec}", "matrix.engine=torch",
-                                           "matrix.world_size=2", "matrix.grad_accum=1"])
+                                           "matrix.world_size=2", "matrix.grad_accum=1",
+                                           "matrix.scaling=strong"])
         (cell,) = expand(config)
         assert cell.model == spec
         assert re.fullmatch(r"torch-PlainNet-[0-9a-f]{8}\.tiny-ws2-b0\.05-fp32-cnone-ga1-strong-gb8",
@@ -225,7 +226,7 @@ def test_dry_run_lists_the_cells_and_estimates(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     assert run_cli("--config", "cpu-smoke", "--set", f"workload.model={EXAMPLE_SPEC}", "--dry-run") == 0
     printed = capsys.readouterr().out
-    assert printed.count("GRUClassifier-") == 16 and "16 cells to run" in printed
+    assert printed.count("GRUClassifier-") == 32 and "32 cells to run" in printed  # strong and weak
 
 
 def test_describe_and_resume_check_follow_the_file_content(tmp_path, monkeypatch):

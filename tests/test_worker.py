@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import gzip
 import json
+from contextlib import contextmanager
 
 import pytest
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from bench import engines
 from bench.config import load_config
 from bench.matrix import expand
 from bench.schema import RESULT_COLUMNS
+from bench.worker import process
 from bench.worker.cell import compute_only_rounds, run_group, steps_needed
 from bench.worker.profiling import profile_cell
-from bench.worker.trainer import Trainer
+from bench.worker.trainer import Instrument, Precision, Trainer
+from bench.workloads import get_workload
+from bench.workloads.mrpc import StagedPairs
+
+
+def smoke_config(overrides: list[str]):
+    """cpu-smoke at strong scaling only (the preset sweeps both), with `overrides`."""
+    return load_config("cpu-smoke", ["matrix.scaling=strong", *overrides])
 
 
 @pytest.fixture
@@ -27,17 +38,20 @@ def one_rank_group(tmp_path):
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_run_group_measures_a_cell(tmp_path, one_rank_group, precision):
-    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=2",
+    config = smoke_config(["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=2",
                                        f"matrix.precision={precision}", "run.timed_steps=3", "run.repeats=2"])
     (cell,) = expand(config)
     ((status, error, row),) = run_group([cell], config, torch.device("cpu"), 0, 1)
     assert (status, error) == ("ok", None) and "status" not in row
-    assert set(row) - set(RESULT_COLUMNS) == {"step_times_ms", "steps_wall_s"}
+    assert set(row) - set(RESULT_COLUMNS) == {"step_times_ms", "steps_wall_s", "allreduce_sweep"}
     assert row["n_timed_steps"] == len(row["step_times_ms"]) == 6  # timed_steps × repeats
     assert row["step_time_ms_p50"] > 0 and row["compute_only_ms_p50"] > 0
     assert row["step_time_ms_ci95_low"] <= row["step_time_ms_p50"] <= row["step_time_ms_ci95_high"]
     assert row["samples_per_s"] == pytest.approx(cell.global_batch / row["step_time_ms_p50"] * 1e3)
-    assert row["allreduce_bytes"] > 0 and row["allreduce_busbw_gbps"] == 0.0  # one rank: no bus traffic
+    # one rank: nothing crosses a link, so nothing is timed (algbw empty, no sweep) and busbw is 0
+    assert row["allreduce_bytes"] > 0 and row["allreduce_algbw_gbps"] is None
+    assert row["allreduce_busbw_gbps"] == 0.0 and row["allreduce_sweep"] == []
+    assert row["matmul_fp32_precision"] is None and row["cudnn_fp32_precision"] is None  # CUDA flags only
     assert row["forward_ms_p50"] > 0 and row["optimizer_ms_p50"] > 0 and row["sync_wait_ms_p50"] is None
     assert row["final_loss"] == row["final_loss"]  # finite, not NaN
     assert row["interleaved"] is False and row["speed_vs_torch"] is None and row["rank_skew_ms_p50"] is None
@@ -47,7 +61,7 @@ def test_run_group_measures_a_cell(tmp_path, one_rank_group, precision):
 
 
 def test_engines_of_a_group_run_side_by_side_and_compare_to_torch(tmp_path, one_rank_group):
-    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.engine=torch,naive,overlap",
+    config = smoke_config(["matrix.world_size=1", "matrix.engine=torch,naive,overlap",
                                        "matrix.grad_accum=1", "matrix.bucket_cap_mb=25",
                                        "run.timed_steps=6", "profile.enabled=false"])
     cells = expand(config)
@@ -65,16 +79,20 @@ def test_engines_of_a_group_run_side_by_side_and_compare_to_torch(tmp_path, one_
 
 
 def test_profiled_pass_of_a_fresh_trainer_writes_labelled_traces(tmp_path, one_rank_group):
-    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.engine=overlap", "matrix.grad_accum=1"])
+    config = smoke_config(["matrix.world_size=1", "matrix.engine=overlap", "matrix.grad_accum=1"])
     (cell,) = expand(config)
+    stale = tmp_path / "traces" / cell.cell_id / "rank0.123.pt.trace.json.gz"  # an earlier run's trace
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"")
     rel = profile_cell(cell, config, torch.device("cpu"), 0, 1, tmp_path)
-    (trace,) = (tmp_path / rel).glob("rank0.*.pt.trace.json.gz")
+    (trace,) = (tmp_path / rel).glob("rank0.*.pt.trace.json.gz")  # the stale one is gone
+    assert trace != stale
     events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
     assert {"forward", "backward", "sync_grads", "opt_step"} <= {e.get("name") for e in events}
 
 
 def test_index_schedule_covers_grad_accum_micro_batches(tmp_path, one_rank_group):
-    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=3",
+    config = smoke_config(["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=3",
                                        "profile.enabled=false"])
     (cell,) = expand(config)
     trainer = Trainer(cell, config, torch.device("cpu"), 0, 1, steps_needed(config))
@@ -86,7 +104,7 @@ def test_index_schedule_covers_grad_accum_micro_batches(tmp_path, one_rank_group
 def test_compute_only_window_replays_the_timed_batches(tmp_path, one_rank_group):
     # Exposed communication = step − compute-only step: both must see the same batches (variable-length
     # data pads each batch to its own width, so other batches would cost other compute).
-    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=1",
+    config = smoke_config(["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=1",
                                        "run.timed_steps=2", "run.compute_only_steps=3",
                                        "profile.enabled=false"])
     (cell,) = expand(config)
@@ -104,7 +122,7 @@ def test_compute_only_window_replays_the_timed_batches(tmp_path, one_rank_group)
 
 
 def _torch_trainers(n: int):
-    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=1",
+    config = smoke_config(["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=1",
                                        "workload.model_size=small", "profile.enabled=false"])
     (cell,) = expand(config)
     return [Trainer(cell, config, torch.device("cpu"), 0, 1, 80) for _ in range(n)]
@@ -148,3 +166,113 @@ def test_an_engine_20_percent_slower_is_found_slower(one_rank_group):
 
     ratio, low, high, verdict = _ratio_and_verdict([a.step, slow_step])
     assert verdict == "slower" and 0.7 < ratio < 0.95, (ratio, low, high)
+
+
+def test_pick_device_wraps_local_rank_over_the_visible_gpus(monkeypatch):
+    # srun --gpus-per-task=1: every task sees one GPU, cuda:0, whatever its SLURM_LOCALID.
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert process.pick_device("cuda", 3) == torch.device("cuda", 0) and chosen == [torch.device("cuda", 0)]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)  # torchrun: every rank sees the node's GPUs
+    assert process.pick_device("cuda", 5) == torch.device("cuda", 5)
+    assert process.pick_device("cpu", 5) == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(RuntimeError, match="sees no CUDA device"):
+        process.pick_device("cuda", 0)
+
+
+def test_sync_wait_is_empty_on_cuda():
+    # ddp_core's last_sync_wait_ms is host time: on CUDA that is the time to enqueue the wait, not the wait.
+    model = torch.nn.Linear(2, 2)
+    model.last_sync_wait_ms = 1.5
+    assert engines.sync_wait_ms(model, torch.device("cpu")) == 1.5
+    assert engines.sync_wait_ms(model, torch.device("cuda", 0)) is None
+    assert engines.sync_wait_ms(torch.nn.Linear(2, 2), torch.device("cpu")) is None  # torch DDP: not said
+
+
+class HostReads(TorchDispatchMode):
+    """Records the ops that read a tensor's value on the host (.item(), int(), bool(), the value of a
+    Python scalar): on CUDA each is a device→host copy that waits for the GPU, a CPU-GPU sync point."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.reads.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+class WatchDataAndForward(Instrument):
+    """An instrument that watches the step's data_movement and forward phases for host reads."""
+
+    def __init__(self):
+        self.mode = HostReads()
+
+    @contextmanager
+    def phase(self, name):
+        if name not in ("data_movement", "forward"):
+            yield
+            return
+        with self.mode:
+            yield
+
+
+def test_the_step_reads_its_batch_without_a_host_sync(tmp_path, one_rank_group):
+    # MRPC-like data pads each batch to its own width; the width comes from the samples' lengths. Read in
+    # the step from device indices, it is a device→host copy every micro-step: the schedule is staged on
+    # the device with the width computed on the host beforehand, so the step reads no value back.
+    config = smoke_config(["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=2",
+                                       "workload.model=transformer", "workload.model_size=tiny",
+                                       "workload.seq_len=128", "workload.fixed_length=false",
+                                       "profile.enabled=false"])
+    (cell,) = expand(config)
+    device = torch.device("cpu")
+    trainer = Trainer(cell, config, device, 0, 1, steps_needed(config))
+    staged = [idx for micro in trainer.schedule for idx in micro]
+    assert all(isinstance(s, StagedPairs) and s.rows.device == device and isinstance(s.width, int)
+               for s in staged)
+    assert len({s.width for s in staged}) > 1  # variable widths: the case that needs the host lengths
+    watch = WatchDataAndForward()
+    trainer.step(watch)
+    assert watch.mode.reads == []
+    # the same batch cut from unstaged device indices reads the lengths back: what staging avoids
+    with HostReads() as mode:
+        trainer.dataset.batch(staged[0].rows)
+    assert mode.reads
+
+
+def test_staging_moves_indices_to_the_device():
+    config = smoke_config(["workload.model=mlp"])
+    dataset = get_workload("mlp", "tiny", config.workload.options()).make_dataset(8, torch.device("cpu"), 0)
+    staged = dataset.stage(torch.arange(4), torch.device("meta"))
+    assert staged.device == torch.device("meta") and staged.shape == (4,)
+
+
+@pytest.fixture
+def restore_fp32_precision():
+    leaves = (torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn)
+    saved = [leaf.fp32_precision for leaf in leaves]
+    yield
+    for leaf, value in zip(leaves, saved, strict=True):
+        leaf.fp32_precision = value
+
+
+@pytest.mark.filterwarnings("ignore:.*GradScaler is enabled, but CUDA is not available")  # fp16 on no GPU
+def test_precision_sets_and_records_the_tf32_flags_on_cuda(restore_fp32_precision):
+    # torch's flags are process-wide and settable without a GPU; the CUDA device object needs none either.
+    # Only the fp32_precision API is used: once it is set, torch 2.13 raises on a read of the legacy
+    # allow_tf32 getter ("mix of the legacy and new APIs"), so the legacy flags are neither set nor read.
+    cuda = torch.device("cuda", 0)
+    assert Precision("tf32", cuda).flags == {"matmul_fp32_precision": "tf32", "cudnn_fp32_precision": "tf32"}
+    assert torch.backends.cudnn.rnn.fp32_precision == "tf32"
+    for precision in ("fp32", "bf16", "fp16"):  # fp32 means fp32 (cuDNN convolutions default to TF32)
+        assert Precision(precision, cuda).flags == {"matmul_fp32_precision": "ieee",
+                                                    "cudnn_fp32_precision": "ieee"}
+        assert torch.backends.cudnn.rnn.fp32_precision == "ieee"
+    before = torch.backends.cuda.matmul.fp32_precision
+    assert Precision("fp32", torch.device("cpu")).flags == {"matmul_fp32_precision": None,
+                                                            "cudnn_fp32_precision": None}
+    assert torch.backends.cuda.matmul.fp32_precision == before  # CPU cells leave the CUDA flags alone

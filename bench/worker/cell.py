@@ -63,7 +63,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
             phases = [phase_pass(trainer) for _ in range(r.phase_steps)]
         rows.append(timed_values(ranks, trainer.cell.global_batch) | phase_values(phases) | {
             "final_loss": measure.mean_over_ranks(float(trainer.last_loss.float()), device),
-            "identical": measure.params_identical(trainer.model, device)})
+            "identical": measure.params_identical(trainer.model, device)} | trainer.precision.flags)
     progress("compute-only")
     with clock:  # no_sync from here on: ranks' parameters drift apart, which the check above has seen
         compute_only = compute_only_rounds(trainers, timed_steps, r.compute_only_steps)
@@ -96,11 +96,12 @@ def release(device: torch.device) -> None:
 
 def phase_pass(trainer: Trainer) -> dict[str, float | None]:
     """One step with device syncs between phases → forward/backward/optimizer ms, and the engine's own
-    end-of-backward wait (ddp_core only)."""
+    end-of-backward wait (ddp_core on CPU only: see engines.sync_wait_ms)."""
     clock = PhaseClock(trainer.device)
     trainer.step(clock)
     return {"forward": clock.ms["forward"], "backward": clock.ms["backward"],
-            "sync_wait": engines.sync_wait_ms(trainer.model), "optimizer": clock.ms["opt_step"]}
+            "sync_wait": engines.sync_wait_ms(trainer.model, trainer.device),
+            "optimizer": clock.ms["opt_step"]}
 
 
 def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int) -> list[list[float]]:
@@ -193,12 +194,19 @@ def work_values(trainer: Trainer, row: dict, tokens: float | None, flops: float 
     }
 
 
-def probe_values(probe: tuple[int, float | None, int], world_size: int) -> dict:
-    """The all-reduce probe's columns (nccl-tests algbw and busbw)."""
-    nbytes, seconds, n_buckets = probe
-    algbw = metrics.algbw_gbps(nbytes, seconds)
-    return {"allreduce_bytes": nbytes, "allreduce_algbw_gbps": algbw,
-            "allreduce_busbw_gbps": metrics.busbw_gbps(algbw, world_size), "n_buckets": n_buckets}
+def probe_values(probe: measure.Probe, world_size: int) -> dict:
+    """The all-reduce probe's columns (nccl-tests algbw and busbw; algbw empty at world size 1, where
+    nothing crosses a link) and its size sweep, one entry per message size (`allreduce_sweep`)."""
+    algbw = metrics.algbw_gbps(probe.nbytes, probe.seconds)
+    dtype = str(probe.dtype).removeprefix("torch.")
+    sweep = []
+    for size, seconds in probe.sweep:
+        bw = metrics.algbw_gbps(size, seconds)
+        sweep.append({"size_bytes": size, "dtype": dtype, "time_us": seconds * 1e6, "algbw_gbps": bw,
+                      "busbw_gbps": metrics.busbw_gbps(bw, world_size)})
+    return {"allreduce_bytes": probe.nbytes, "allreduce_algbw_gbps": algbw,
+            "allreduce_busbw_gbps": metrics.busbw_gbps(algbw, world_size), "n_buckets": probe.n_buckets,
+            "allreduce_sweep": sweep}
 
 
 def add_speed_vs_torch(cells: list[Cell], rows: list[dict]) -> None:

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = config.run.threads_for(int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
     torch.set_num_threads(threads)
     device = process.pick_device(config.run.device, int(os.environ.get("LOCAL_RANK", 0)))
-    process.init_process_group(device, config.run.pg_timeout_s)
+    process.init_process_group(device, config.run.process_group_timeout_s)
     # Facts of this rank's process that go into every row it finishes.
     facts = {"threads_per_rank": threads, "hostname": host,
              "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
@@ -120,8 +120,9 @@ def report_error(events: Events, cell_ids: list[str], error: Exception, phase: s
 
 
 def inject_fault(fault: str | None, cell: Cell, rank: int, ws: int) -> None:
-    """Test-only faults (debug.fault): hang every rank, or crash the last rank."""
-    if fault == "hang":
+    """Test-only faults (debug.fault) on the last rank: hang (the other ranks then wait in their next
+    collective, as behind a hung collective) or crash."""
+    if fault == "hang" and rank == ws - 1:
         while True:
             time.sleep(1)
     if fault == "crash" and rank == ws - 1:

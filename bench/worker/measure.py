@@ -9,6 +9,7 @@ import re
 import resource
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -97,29 +98,83 @@ def params_identical(model: torch.nn.Module, device: torch.device) -> bool:
     return bool(flag.item())
 
 
-def allreduce_probe(trainer: Trainer, iters: int) -> tuple[int, float | None, int]:
-    """Collective. Time all-reduces of the engine's largest bucket in the comm dtype.
+# The all-reduce probe follows nccl-tests (NVIDIA/nccl-tests, src/common.cu, TimeTest and BenchTime):
+# untimed warm-up collectives; a barrier; `iters` in-place all-reduces launched back to back between two
+# host clock reads, the second after the device has finished (completeColl's stream sync); time per
+# all-reduce = elapsed / iters, then averaged over ranks (its default `-a 1`); algbw = S / t with S = count
+# × the element size of the dtype sent; busbw = algbw · 2(n−1)/n (src/all_reduce.cu AllReduceGetBw).
+# Warm-up: nccl-tests ran 5 (`-w`, default 5) until its commit f2015cb (Aug 2025), which made it 1 per size
+# at every size of the sweep plus BenchTime's one untimed synced collective; 5 per size is at least as warm.
+PROBE_WARMUP_ITERS = 5
+SWEEP_MIN_BYTES = 4 * 1024  # the size sweep's smallest message; sizes double up to the largest bucket
+# Sweep points already timed in this process (one launch, so one world size): (world size, dtype, device
+# type) → {bytes: seconds}. A launch's cells share them: the fabric, not the cell, sets these times, and
+# timing the whole sweep again for every cell would multiply the probe's cost by the cells of a launch.
+_SWEEP_TIMES: dict[tuple[int, torch.dtype, str], dict[int, float]] = {}
 
-    Returns (message bytes, seconds per all-reduce as the slowest rank saw it or None, number of buckets).
-    """
-    cell, device = trainer.cell, trainer.device
-    sizes = engines.bucket_sizes_bytes(cell.engine, trainer.model, cell.bucket_cap_mb)
-    dtype = engines.COMM_TORCH_DTYPES[cell.comm_dtype] or torch.float32
-    numel = max(1, max(sizes) // 4)  # gradients are fp32: bytes / 4 elements
-    buf = torch.ones(numel, dtype=dtype, device=device)
-    nbytes = numel * buf.element_size()
-    if iters == 0:
-        return nbytes, None, len(sizes)
-    for _ in range(2):  # warm-up: first collectives set up connections and buffers
+
+@dataclass(frozen=True)
+class Probe:
+    """The all-reduce probe of one cell: the largest bucket as the wire carries it (bytes in `dtype`),
+    seconds per all-reduce (None when not timed), the engine's bucket count, and the size sweep
+    [(bytes, seconds)] from SWEEP_MIN_BYTES up to and including the largest bucket."""
+
+    nbytes: int
+    seconds: float | None
+    n_buckets: int
+    dtype: torch.dtype
+    sweep: list[tuple[int, float]]
+
+
+def allreduce_seconds(numel: int, dtype: torch.dtype, device: torch.device, iters: int) -> float:
+    """Collective. Seconds per in-place all-reduce (SUM) of `numel` elements of `dtype`, timed as nccl-tests
+    times it (see above): the mean over ranks of each rank's elapsed time / iters."""
+    buf = torch.zeros(numel, dtype=dtype, device=device)  # zeros: sums stay finite however many iterations
+    for _ in range(PROBE_WARMUP_ITERS):  # first collectives set up connections, buffers and algorithms
         dist.all_reduce(buf)
-    dist.barrier()
     sync_device(device)
+    dist.barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
         dist.all_reduce(buf)
     sync_device(device)
-    seconds = max_over_ranks((time.perf_counter() - t0) / iters, device)
-    return nbytes, seconds, len(sizes)
+    return mean_over_ranks((time.perf_counter() - t0) / iters, device)
+
+
+def gradient_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype of the trainable parameters (of most of their elements, if they mix dtypes): what an
+    uncompressed all-reduce sends."""
+    numel: dict[torch.dtype, int] = {}
+    for p in model.parameters():
+        if p.requires_grad:
+            numel[p.dtype] = numel.get(p.dtype, 0) + p.numel()
+    return max(numel, key=numel.get)
+
+
+def allreduce_probe(trainer: Trainer, iters: int) -> Probe:
+    """Collective. Time all-reduces of the engine's largest bucket in the comm dtype, and the size sweep.
+
+    Nothing is timed at world size 1 (nothing crosses a link) or with iters 0. Sweep points below the
+    largest bucket are timed once per launch (`_SWEEP_TIMES`); the largest bucket is timed for every cell.
+    """
+    cell, device, ws = trainer.cell, trainer.device, dist.get_world_size()
+    sizes = engines.bucket_sizes_bytes(cell.engine, trainer.model, cell.bucket_cap_mb)
+    grads = gradient_dtype(trainer.model)
+    dtype = engines.COMM_TORCH_DTYPES[cell.comm_dtype] or grads
+    numel = max(1, max(sizes) // grads.itemsize)  # bucket sizes are in the gradients' dtype
+    nbytes = numel * dtype.itemsize
+    if iters == 0 or ws == 1:
+        return Probe(nbytes, None, len(sizes), dtype, [])
+    seconds = allreduce_seconds(numel, dtype, device, iters)
+    timed = _SWEEP_TIMES.setdefault((ws, dtype, device.type), {})
+    sweep = []
+    size = SWEEP_MIN_BYTES
+    while size < nbytes:
+        if size not in timed:
+            timed[size] = allreduce_seconds(size // dtype.itemsize, dtype, device, iters)
+        sweep.append((size, timed[size]))
+        size *= 2
+    return Probe(nbytes, seconds, len(sizes), dtype, sweep + [(nbytes, seconds)])
 
 
 def reset_peak_memory(device: torch.device) -> None:
@@ -146,9 +201,9 @@ def peak_memory_mb(device: torch.device) -> float:
     return max_over_ranks(local, device)
 
 
-def work_per_step(trainer: Trainer, steps: list[list[torch.Tensor]]) -> tuple[float | None, float | None]:
+def work_per_step(trainer: Trainer, steps: list[list]) -> tuple[float | None, float | None]:
     """Collective. (tokens, model FLOPs) per optimizer step summed over ranks, averaged over `steps`
-    (each a list of micro-batch index tensors); None when the workload does not say. Never timed."""
+    (each a list of the micro-batches' staged indices); None when the workload does not say. Never timed."""
     device, workload = trainer.device, trainer.workload
     tokens, flops = 0.0, 0.0
     for micro in steps:
@@ -157,7 +212,7 @@ def work_per_step(trainer: Trainer, steps: list[list[torch.Tensor]]) -> tuple[fl
             t = workload.tokens_in_batch(batch)
             f = workload.train_flops_per_sample(batch)
             tokens = None if t is None or tokens is None else tokens + t
-            flops = None if f is None or flops is None else flops + f * len(idx)
+            flops = None if f is None or flops is None else flops + f * trainer.cell.per_rank_batch
     out = []
     ws = dist.get_world_size()
     for value in (tokens, flops):

@@ -23,10 +23,17 @@ def ranks_from_slurm() -> None:
 
 
 def pick_device(device_type: str, local_rank: int) -> torch.device:
-    """This rank's device: its local rank's GPU, or the CPU."""
+    """This rank's device: the GPU `local_rank` modulo the GPUs this process sees, or the CPU.
+
+    torchrun shows every rank all of the node's GPUs (cuda:LOCAL_RANK); `srun --gpus-per-task=1` shows each
+    task only its own, as cuda:0, where cuda:SLURM_LOCALID would be an invalid ordinal for local ranks >= 1.
+    """
     if device_type != "cuda":
         return torch.device("cpu")
-    device = torch.device("cuda", local_rank)
+    visible = torch.cuda.device_count()
+    if visible < 1:
+        raise RuntimeError(f"run.device='cuda' but this rank (local rank {local_rank}) sees no CUDA device")
+    device = torch.device("cuda", local_rank % visible)
     torch.cuda.set_device(device)
     return device
 

@@ -7,6 +7,8 @@ timed step may follow one.
 
 Phases are marked with record_function in the step (data_movement, forward, backward, sync_grads,
 opt_step); traces go through tensorboard_trace_handler to traces/<cell_id>/rank<r>.<ts>.pt.trace.json.gz.
+A cell run again (--resume after a kill, a relaunch) first removes the rank's earlier files there: HTA and
+TensorBoard read every file of the folder and expect one per rank.
 """
 
 from __future__ import annotations
@@ -19,12 +21,17 @@ from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trac
 
 from bench.config import BenchConfig, ProfileConfig
 from bench.matrix import Cell
+from bench.schema import TRACE_GLOB
 from bench.worker.trainer import Labels, Trainer, sync_device
 
 
 def profiled_pass(step: Callable[[], object], p: ProfileConfig, trace_dir: Path, rank: int,
                   cuda: bool) -> None:
-    """Run `p.steps` steps (every cycle of the schedule) under the profiler, a barrier before each."""
+    """Run `p.steps` steps (every cycle of the schedule) under the profiler, a barrier before each.
+    Each rank first deletes its own earlier traces in `trace_dir` (so it works whether or not the ranks'
+    nodes share the run folder)."""
+    for stale in trace_dir.glob(f"rank{rank}.{TRACE_GLOB}"):
+        stale.unlink()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     handler = tensorboard_trace_handler(str(trace_dir), worker_name=f"rank{rank}", use_gzip=True)
     with profile(activities=activities,

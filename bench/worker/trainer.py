@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from contextlib import contextmanager, nullcontext
+from functools import partial
 
 import torch
 from torch.profiler import record_function
@@ -21,6 +22,7 @@ from bench import engines
 from bench.config import BenchConfig
 from bench.matrix import Cell
 from bench.workloads import get_workload
+from bench.workloads.base import SyntheticDataset
 
 ADAMW_LR = 1e-4  # the optimizer's work per step does not depend on lr; small keeps the loss finite
 PHASES = ("data_movement", "forward", "backward", "sync_grads", "opt_step")  # the step's phase labels
@@ -33,12 +35,24 @@ def sync_device(device: torch.device) -> None:
 
 
 class Precision:
-    """autocast, GradScaler and tf32 flags for one precision."""
+    """autocast, GradScaler and the TF32 flags for one precision.
+
+    On CUDA, fp32 means fp32: TF32 is off ("ieee") unless the precision is tf32 (cuDNN convolutions
+    default to TF32). The flags are set through torch's `fp32_precision` API on every leaf that uses
+    them (cuBLAS matmul, cuDNN conv and rnn). The legacy `allow_tf32` flags are deprecated from torch 2.9
+    and must not be mixed with it: once it is set, torch 2.13 raises on a read of them. `flags` is what
+    the cell ran with, read back from torch (empty on CPU: these flags drive cuBLAS and cuDNN only).
+    """
 
     def __init__(self, precision: str, device: torch.device):
-        if device.type == "cuda":  # fp32 means fp32: tf32 off unless asked (cuDNN's default is on)
-            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-            torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        self.flags: dict[str, str | None] = {"matmul_fp32_precision": None, "cudnn_fp32_precision": None}
+        if device.type == "cuda":
+            mode = "tf32" if precision == "tf32" else "ieee"
+            torch.backends.cuda.matmul.fp32_precision = mode
+            torch.backends.cudnn.conv.fp32_precision = mode
+            torch.backends.cudnn.rnn.fp32_precision = mode
+            self.flags = {"matmul_fp32_precision": torch.backends.cuda.matmul.fp32_precision,
+                          "cudnn_fp32_precision": torch.backends.cudnn.conv.fp32_precision}
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         self.autocast = lambda: torch.autocast(device.type, dtype=dtype) if dtype else nullcontext()
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
@@ -92,7 +106,9 @@ class PhaseClock(Instrument):
 
 class Trainer:
     """The wrapped model, its optimizer and precision, the data, and the schedule of sample indices that
-    each optimizer step consumes (drawn from a DistributedSampler, as a training job's would be)."""
+    each optimizer step consumes (drawn from a DistributedSampler, as a training job's would be, and staged
+    on the device by the dataset before any step runs: `schedule[step][micro]` is what `dataset.batch`
+    takes)."""
 
     def __init__(self, cell: Cell, config: BenchConfig, device: torch.device, rank: int, world_size: int,
                  n_steps: int):
@@ -115,12 +131,17 @@ class Trainer:
         self.dataset = self.workload.make_dataset(n_samples, device, seed)
         sampler = DistributedSampler(self.dataset, num_replicas=world_size, rank=rank, shuffle=True,
                                      seed=seed, drop_last=True)
-        self.schedule = index_schedule(sampler, n_steps, cell.grad_accum, cell.per_rank_batch)
+        # Staged on the device once, here: a step then reads only device memory. A CPU index tensor copied
+        # to the GPU inside a step is a blocking copy, i.e. a CPU-GPU sync point in every micro-step. A
+        # dataset that does not derive from SyntheticDataset gets the base class's staging (to the device).
+        stage = getattr(self.dataset, "stage", partial(SyntheticDataset.stage, self.dataset))
+        self.schedule = [[stage(idx, device) for idx in micro] for micro in index_schedule(
+            sampler, n_steps, cell.grad_accum, cell.per_rank_batch)]
         self.cursor = 0
         self.last_loss: torch.Tensor | None = None  # the last step's loss, on the device (no sync to keep it)
 
-    def next_micro_batches(self) -> list[torch.Tensor]:
-        """The index tensors of the next step's micro-steps (the schedule advances by one step)."""
+    def next_micro_batches(self) -> list:
+        """The staged indices of the next step's micro-steps (the schedule advances by one step)."""
         micro = self.schedule[self.cursor]
         self.cursor += 1
         return micro
@@ -148,7 +169,7 @@ class Trainer:
 
 def index_schedule(sampler: DistributedSampler, n_steps: int, grad_accum: int,
                    batch: int) -> list[list[torch.Tensor]]:
-    """Per step, grad_accum index tensors of `batch` samples, walking the sampler's epochs in turn."""
+    """Per step, grad_accum CPU index tensors of `batch` samples, walking the sampler's epochs in turn."""
     flat, epoch = [], 0
     while len(flat) < n_steps * grad_accum * batch:
         sampler.set_epoch(epoch)

@@ -35,8 +35,19 @@ class SyntheticDataset(abc.ABC):
     def __len__(self) -> int: ...
 
     @abc.abstractmethod
-    def batch(self, indices: torch.Tensor) -> Batch:
-        """Return the batch for these sample indices (a 1-D int64 tensor on CPU), on the dataset's device."""
+    def batch(self, indices) -> Batch:
+        """Return the batch for these sample indices, on the dataset's device: a 1-D int64 tensor (on the
+        CPU or the dataset's device), or what `stage` returned for them."""
+
+    def stage(self, indices: torch.Tensor, device: torch.device):
+        """`indices` (a 1-D int64 CPU tensor) made ready for `batch` once, before any step runs.
+
+        The runner stages its whole index schedule up front so that a step reads only device memory: a
+        CPU index tensor copied to the GPU inside a step is a blocking host→device copy, i.e. a CPU-GPU
+        sync point in every micro-step. This default moves the indices to `device`; a dataset that needs
+        values on the host to cut a batch (a padded width) computes them here instead of in `batch`.
+        """
+        return indices.to(device)
 
 
 @dataclass(frozen=True)

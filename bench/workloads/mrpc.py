@@ -19,6 +19,7 @@ import math
 import re
 import zlib
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -53,11 +54,19 @@ def round_up(n: int, multiple: int = PAD_MULTIPLE) -> int:
     return -(-n // multiple) * multiple
 
 
+class StagedPairs(NamedTuple):
+    """A batch's indices as `PairDataset.stage` prepares them: rows on the device, width on the host."""
+
+    rows: torch.Tensor
+    width: int
+
+
 class PairDataset(SyntheticDataset):
     """Right-padded sequences on the device; `batch` trims each batch to its own padded width.
 
     `tokens` is [N, W] int64 (PAD_ID after each sample's length), `lengths` [N] the real lengths.
-    The lengths also stay on the CPU so that a batch's width is found without a device sync.
+    The lengths also stay on the CPU so that a batch's width is found without a device sync: `stage`
+    computes it from the CPU indices before any step runs, so a staged batch is cut with no sync at all.
     `full_width=True` serves every batch at the full width W instead (fixed-length timing).
     """
 
@@ -80,9 +89,14 @@ class PairDataset(SyntheticDataset):
         longest = int(self.lengths[indices.cpu()].max())
         return min(round_up(longest), self.input_ids.shape[1])
 
-    def batch(self, indices: torch.Tensor) -> Batch:
-        width = self.width(indices)
-        rows = indices.to(self.input_ids.device)
+    def stage(self, indices: torch.Tensor, device: torch.device) -> StagedPairs:
+        return StagedPairs(indices.to(device), self.width(indices))
+
+    def batch(self, indices: torch.Tensor | StagedPairs) -> Batch:
+        if isinstance(indices, StagedPairs):
+            rows, width = indices
+        else:  # note: device indices make width() a device→host copy, a CPU-GPU sync point
+            rows, width = indices.to(self.input_ids.device), self.width(indices)
         return {
             "input_ids": self.input_ids.index_select(0, rows)[:, :width],
             "attention_mask": self.attention_mask.index_select(0, rows)[:, :width],

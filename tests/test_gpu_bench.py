@@ -1,0 +1,139 @@
+"""The suite on CUDA/NCCL (skipped without CUDA): every world size the machine has (1, 2, 4, 8), comm dtypes,
+accumulation, autocast with GradScaler, the TF32 flags each cell ran with, memory released between cells,
+positive bus bandwidth, and traces holding GPU and NCCL kernels. Written to pass on 1 GPU and on 8."""
+
+from __future__ import annotations
+
+import csv
+import gc
+import gzip
+import json
+
+import pytest
+import torch
+import torch.distributed as dist
+from test_runner import read_csv, run_bench
+
+from bench.config import load_config
+from bench.matrix import expand
+from bench.schema import RESULT_COLUMNS, MiB
+from bench.worker import process
+from bench.worker.cell import run_group
+from bench.workloads import get_workload
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (NCCL backend)"),
+]
+
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+WORLD_SIZES = [ws for ws in (1, 2, 4, 8) if ws <= GPUS]
+ENGINES = "torch,naive,bucketed,overlap"
+LEAK_TOLERANCE_BYTES = MiB  # see test_memory_is_released_between_cells
+
+
+def smoke_config(overrides: list[str]):
+    """cpu-smoke at strong scaling only (the preset sweeps both), with `overrides`."""
+    return load_config("cpu-smoke", ["matrix.scaling=strong", *overrides])
+
+
+def kernels(trace: dict) -> list[str]:
+    """Names of the GPU kernels in a Kineto trace (complete events of category "kernel")."""
+    return [e["name"] for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+
+
+@pytest.mark.timeout(1500)
+def test_gpu_sweep_every_world_size(tmp_path):
+    out = tmp_path / "run"
+    # global batch 8 divides every world size up to 8; fp16 runs autocast with a GradScaler, tf32 the
+    # TF32 flags; traces for one slice (fp16, no compression, no accumulation) keep the run short.
+    proc = run_bench(out, "run.device=cuda", "run.threads_per_rank=0", "workload.global_batch=8",
+                     f"matrix.engine={ENGINES}", f"matrix.world_size={','.join(map(str, WORLD_SIZES))}",
+                     "matrix.precision=fp16,tf32", "matrix.comm_dtype=none,fp16,bf16",
+                     "matrix.grad_accum=1,2", "profile.cells=*-fp16-cnone-ga1-*", timeout=1400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    columns, rows = read_csv(out)
+    assert tuple(columns) == RESULT_COLUMNS
+    assert {r["status"] for r in rows} <= {"ok", "skipped"}
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert {int(r["world_size"]) for r in ok} == set(WORLD_SIZES)
+    n_engines = len(ENGINES.split(","))
+    # every cell runs but the compressed ones at world size 1 (nothing to compress)
+    assert len(ok) == n_engines * 2 * 2 * (1 + 3 * (len(WORLD_SIZES) - 1))
+    for r in ok:
+        assert r["device"] == "cuda" and r["backend"] == "nccl" and r["gpu_name"]
+        flag = "tf32" if r["precision"] == "tf32" else "ieee"
+        assert r["matmul_fp32_precision"] == flag and r["cudnn_fp32_precision"] == flag
+        assert r["sync_wait_ms_p50"] == ""  # host time is enqueue time on CUDA: not reported
+        assert float(r["step_time_ms_p50"]) > 0 and float(r["peak_mem_mb"]) > 0
+        if r["world_size"] == "1":
+            assert r["allreduce_algbw_gbps"] == "" and float(r["allreduce_busbw_gbps"]) == 0
+        else:
+            assert float(r["allreduce_busbw_gbps"]) > 0
+    with open(out / "allreduce_sweep.csv", newline="") as f:
+        sweep = list(csv.DictReader(f))
+    wire = {"none": "float32", "fp16": "float16", "bf16": "bfloat16"}
+    by_cell = {r["cell_id"]: r for r in ok}
+    assert {p["cell_id"] for p in sweep} == {r["cell_id"] for r in ok if r["world_size"] != "1"}
+    for p in sweep:
+        assert float(p["busbw_gbps"]) > 0 and p["backend"] == "nccl"
+        assert p["dtype"] == wire[by_cell[p["cell_id"]]["comm_dtype"]]
+    profiled = [r for r in ok if r["trace_dir"]]
+    assert {(r["engine"], int(r["world_size"])) for r in profiled} == {
+        (e, ws) for e in ENGINES.split(",") for ws in WORLD_SIZES}
+    for r in profiled:
+        files = sorted((out / r["trace_dir"]).glob("*.pt.trace.json.gz"))
+        ranks = sorted(f"rank{i}" for i in range(int(r["world_size"])))
+        assert [f.name.split(".")[0] for f in files] == ranks  # one file per rank
+        names = kernels(json.loads(gzip.decompress(files[0].read_bytes())))
+        assert names, f"{r['cell_id']}: no GPU kernel in the trace"
+        if r["world_size"] != "1":  # NCCL kernels: ncclDevKernel_* (NCCL >= 2.19), ncclKernel_* before
+            assert any(n.startswith(("ncclDevKernel", "ncclKernel")) for n in names), r["cell_id"]
+    env = json.loads((out / "env.json").read_text())
+    assert env["gpu_count"] == GPUS and env["nccl"] and "tf32" not in env
+    assert "traces: " in proc.stdout
+
+
+@pytest.mark.timeout(600)
+def test_memory_is_released_between_cells(tmp_path):
+    """After a cell and a garbage collection, the CUDA memory allocated is back where it was.
+
+    The first round lets the process's own caches settle (cuBLAS workspaces come from the caching allocator
+    and stay for the process's life); after every cell of the second round, memory_allocated is back at
+    that level. NCCL's own buffers are not from the caching allocator and do not count. Tolerance: the
+    WorkNCCL entries of the watchdog's list share a finished collective's output tensors until the watchdog
+    drops them (ProcessGroupNCCL.hpp, `outputs_`, `workMetaList_`), a few 512-byte blocks for a moment; a
+    cell left behind is its whole model, far above it (checked below).
+    """
+    device = process.pick_device("cuda", 0)
+    dist.init_process_group("nccl", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1,
+                            device_id=device)
+    try:
+        config = smoke_config([
+            "run.device=cuda", f"matrix.engine={ENGINES}", "matrix.world_size=1", "matrix.precision=fp16",
+            "matrix.grad_accum=2", "profile.enabled=false", "workload.model_size=small"], cuda_available=True)
+        cells = expand(config)
+
+        def run_all() -> list[int]:
+            after = []
+            for group in [[c] for c in cells] + [cells]:  # each cell alone, then all side by side
+                for status, error, _ in run_group(group, config, device, 0, 1):
+                    assert (status, error) == ("ok", None)
+                gc.collect()
+                after.append(torch.cuda.memory_allocated(device))
+            return after
+
+        run_all()
+        baseline = torch.cuda.memory_allocated(device)
+        after = run_all()
+        # weights, gradients and AdamW's two moments of the MLP: what a cell that stays alive keeps
+        model_bytes = 4 * 4 * sum(p.numel() for p in get_workload("mlp", "small").build_model().parameters())
+        assert LEAK_TOLERANCE_BYTES < model_bytes / 10
+        assert all(abs(a - baseline) <= LEAK_TOLERANCE_BYTES for a in after), (baseline, after)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_pick_device_on_this_machine():
+    assert process.pick_device("cuda", GPUS) == torch.device("cuda", 0)  # wraps, as under srun
+    assert process.pick_device("cuda", GPUS - 1) == torch.device("cuda", GPUS - 1)
