@@ -23,9 +23,10 @@ ENV_KEYS = ("torch", "cuda", "cudnn", "nccl", "gpus", "gpu_count", "driver", "to
             "cpu_cores", "env_vars", "git_sha", "hostname", "command", "time", "python", "device",
             "backend", "torch_source", "user_model")
 # Tiny and short: 2 timed steps, the smallest profiler schedule.
-FAST = ["workload.model=mlp", "workload.model_size=tiny", "workload.global_batch=4", "run.warmup_steps=2",
-        "run.timed_steps=2", "run.compute_only_steps=2", "run.phase_steps=1", "run.probe_iters=2",
-        "profile.skip_first=0", "profile.warmup=0", "profile.active=1", "run.cell_timeout_s=60"]
+FAST = ["matrix.scaling=strong", "workload.model=mlp", "workload.model_size=tiny", "workload.global_batch=4",
+        "run.warmup_steps=2", "run.timed_steps=2", "run.compute_only_steps=2", "run.phase_steps=1",
+        "run.probe_iters=2", "profile.skip_first=0", "profile.warmup=0", "profile.active=1",
+        "run.cell_timeout_s=60"]
 ENGINES = "torch,naive,bucketed,overlap"
 
 
