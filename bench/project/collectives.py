@@ -1,4 +1,4 @@
-"""Alpha-beta cost of one all-reduce of S bytes on n ranks of a Network (docs/sections/project.md).
+"""Alpha-beta cost of one all-reduce of S bytes on n ranks of a Network (docs/design.md "Projection").
 
 With g ranks per node, N nodes, B_i = intra B(S), B_n = inter B(S), α = per-step latency, base = fixed:
 

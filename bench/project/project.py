@@ -1,5 +1,5 @@
 """A run's configurations, projected over world sizes (projection.csv) and checked against the world sizes
-the run measured (validation.csv). Definitions: docs/sections/project.md.
+the run measured (validation.csv). Definitions: docs/design.md "Projection".
 
 A configuration is every result row that shares the keys below except the world size. Its base cell is its
 smallest world size with status ok: the compute side (forward, backward, optimizer) comes from there only,
