@@ -1,4 +1,4 @@
-"""`bench project`: what a measured DDP configuration would do on 8 to 1,024 GPUs (docs/design.md "Projection").
+"""`bench project`: what a measured DDP configuration would do on 8 to 1,024 GPUs (docs/design.md).
 
 network      fabrics and networks: published presets, custom, and the run's own fitted probe
 collectives  alpha-beta all-reduce costs: ring, tree, hierarchical (NCCL's tuning model for latencies)

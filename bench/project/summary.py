@@ -28,7 +28,7 @@ def section(projection: pd.DataFrame, validation: pd.DataFrame, fits: pd.DataFra
     out = ["## Projection", "",
            "Predicted scaling efficiency (%) per configuration (its base cell) and world size; the "
            "bottleneck of the largest predicted world size after it. Model and sources: "
-           "docs/design.md "Projection".", ""]
+           "docs/design.md, section Projection.", ""]
     if figure:
         out += [f"![projected efficiency]({figure})", ""]
     for network, rows in projection.groupby("network", sort=False):
