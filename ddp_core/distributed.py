@@ -14,6 +14,7 @@ The loop is torch's: `loss.backward()` returns with gradients averaged over the 
 from __future__ import annotations
 
 import time
+import weakref
 from contextlib import contextmanager
 
 import torch
@@ -31,7 +32,7 @@ MiB = 1024 * 1024
 
 
 class DistributedDataParallel(nn.Module):
-    """Data parallelism over `process_group` (default: WORLD); see DESIGN.md for the contract.
+    """Data parallelism over `process_group` (default: WORLD); see docs/design.md for the contract.
 
     strategy: "naive" | "bucketed" | "overlap" (module docstring). bucket_cap_mb / first_bucket_mb:
     bucket caps in MiB (`assign_buckets`). gradient_as_bucket_view: `.grad` is a view into its bucket
@@ -72,6 +73,9 @@ class DistributedDataParallel(nn.Module):
         self.process_group = process_group if process_group is not None else dist.group.WORLD
         self.world_size = dist.get_world_size(self.process_group)
         self.require_backward_grad_sync = True
+        # torch's rule: buffers are broadcast before a forward only when the previous forward was one
+        # whose backward synchronises (set after each forward, as torch's _post_forward does)
+        self.require_forward_param_sync = True
         self.last_sync_wait_ms: float | None = None
 
         # Registration order, a shared parameter once (named_parameters de-duplicates); frozen
@@ -92,10 +96,20 @@ class DistributedDataParallel(nn.Module):
         self._callback_queued = False
         self._unused: list[int] = []
         self._next_bucket = 0
+        # The hooks hold a weak reference: a strong one would make a cycle through autograd's C++ hook
+        # registry (parameter → hook → wrapper → module → parameter) that Python's collector cannot see,
+        # so a dropped wrapper would never be freed, with its buckets and (on GPU) its memory.
         self._hooks = [
-            p.register_post_accumulate_grad_hook(self._make_hook(i))
+            p.register_post_accumulate_grad_hook(_ready_hook(weakref.ref(self), i))
             for i, (_, p) in enumerate(self._named_params)
         ]
+
+    def close(self) -> None:
+        """Remove the gradient hooks: the wrapped module trains on without DDP (the wrapper is freed when
+        dropped even without close(); hooks left behind by a dropped wrapper do nothing)."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
 
     # ---- construction -------------------------------------------------------------------------------
 
@@ -137,12 +151,15 @@ class DistributedDataParallel(nn.Module):
     # ---- forward ------------------------------------------------------------------------------------
 
     def forward(self, *args, **kwargs):
-        """Sync buffers from rank 0, run the module, and prepare the next backward to reduce gradients."""
-        if self.broadcast_buffers and self.world_size > 1 and self._buffers_list:
+        """Sync buffers from rank 0 (unless the previous forward ran under no_sync or without grad, as
+        torch DDP), run the module, and prepare the next backward to reduce gradients."""
+        if (self.broadcast_buffers and self.require_forward_param_sync and self.world_size > 1
+                and self._buffers_list):
             broadcast_from_rank0(self._buffers_list, self.process_group)
         with record_function("ddp_core.forward"):
             output = self.module(*args, **kwargs)
         self._sync_this_backward = torch.is_grad_enabled() and self.require_backward_grad_sync
+        self.require_forward_param_sync = self._sync_this_backward
         if self._sync_this_backward:
             self._prepare_for_backward(output)
         return output
@@ -168,13 +185,6 @@ class DistributedDataParallel(nn.Module):
             self.require_backward_grad_sync = old
 
     # ---- backward: hooks ----------------------------------------------------------------------------
-
-    def _make_hook(self, i):
-        def hook(param):
-            if self._sync_this_backward:
-                self._mark_ready(i)
-
-        return hook
 
     def _mark_ready(self, i):
         """Gradient i is final: put it in its bucket; launch complete buckets in order (overlap)."""
@@ -264,3 +274,15 @@ class DistributedDataParallel(nn.Module):
             f"never be reduced. Pass find_unused_parameters=True to DistributedDataParallel, or make "
             f"every forward output that depends on them take part in the loss."
         )
+
+
+def _ready_hook(wrapper_ref: weakref.ref, i: int):
+    """The post-accumulate-grad hook of parameter i: marks it ready when this backward synchronises.
+    It holds the wrapper weakly (see DistributedDataParallel.__init__) and does nothing once it is gone."""
+
+    def hook(param):
+        wrapper = wrapper_ref()
+        if wrapper is not None and wrapper._sync_this_backward:
+            wrapper._mark_ready(i)
+
+    return hook

@@ -14,6 +14,7 @@ steps of lr 0.1 keep that well under 1e-5 relative.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 
@@ -99,5 +100,47 @@ def all_combinations(rank, world_size) -> list[str]:
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_parity_with_single_process_and_torch_ddp(world_size):
     per_rank = run_distributed(all_combinations, world_size)
+    errors = [f"rank {r}: {e}" for r, errs in enumerate(per_rank) for e in errs]
+    assert not errors, "\n".join(errors)
+
+
+def bn_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def buffers_after_accumulation(rank, world_size, accum=3, steps=3) -> list[str]:
+    """BatchNorm running statistics and parameters after K-step accumulation (no_sync on all but the last
+    micro-step) equal torch DDP's: torch skips the buffer broadcast on the forward that follows a forward
+    under no_sync (require_forward_param_sync), so ranks keep their own statistics until the synced one."""
+    errors = []
+    for strategy, as_view in itertools.product(("naive", "bucketed", "overlap"), (False, True)):
+        ours = DistributedDataParallel(bn_model(), strategy=strategy, bucket_cap_mb=0.001,
+                                       gradient_as_bucket_view=as_view)
+        theirs = nn.parallel.DistributedDataParallel(bn_model(), bucket_cap_mb=0.001,
+                                                     gradient_as_bucket_view=as_view)
+        opts = [torch.optim.SGD(m.parameters(), lr=LR) for m in (ours, theirs)]
+        gen = torch.Generator().manual_seed(10 + rank)  # every rank its own data: statistics differ
+        for step in range(steps):
+            batches = [(torch.randn(PER_RANK_BATCH, 8, generator=gen),
+                        torch.randn(PER_RANK_BATCH, 3, generator=gen)) for _ in range(accum)]
+            for model, opt in zip((ours, theirs), opts):
+                for k, (x, y) in enumerate(batches):
+                    with model.no_sync() if k < accum - 1 else contextlib.nullcontext():
+                        nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+            tag = f"world={world_size} strategy={strategy} view={as_view} step={step}"
+            for (name, a), b in zip(ours.module.named_buffers(), theirs.module.buffers()):
+                if not torch.allclose(a.float(), b.float(), rtol=RTOL, atol=ATOL):
+                    errors.append(f"{tag}: buffer {name} max|diff|={(a.float() - b.float()).abs().max():.3g}")
+            errors += mismatches(tag, ours.module, theirs.module)
+    dist.barrier()
+    return errors
+
+
+@pytest.mark.timeout(180)
+def test_buffers_after_accumulation_equal_torch_ddp():
+    per_rank = run_distributed(buffers_after_accumulation, 2)
     errors = [f"rank {r}: {e}" for r, errs in enumerate(per_rank) for e in errs]
     assert not errors, "\n".join(errors)

@@ -276,3 +276,28 @@ def test_precision_sets_and_records_the_tf32_flags_on_cuda(restore_fp32_precisio
     assert Precision("fp32", torch.device("cpu")).flags == {"matmul_fp32_precision": None,
                                                             "cudnn_fp32_precision": None}
     assert torch.backends.cuda.matmul.fp32_precision == before  # CPU cells leave the CUDA flags alone
+
+
+def test_a_group_releases_every_model_it_built(tmp_path, one_rank_group, monkeypatch):
+    # On a GPU the next group's cells must not share the device with this one's leftovers (and their peak
+    # memory must not include them): every trainer's model is gone once run_group returns.
+    import gc
+    import weakref
+
+    from bench.worker import cell as cell_module
+
+    built = []
+
+    class Recorded(Trainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(weakref.ref(self.model))
+
+    monkeypatch.setattr(cell_module, "Trainer", Recorded)
+    config = smoke_config(["matrix.world_size=1", "matrix.grad_accum=1", "profile.enabled=false",
+                           "run.timed_steps=2"])
+    outcomes = run_group(expand(config), config, torch.device("cpu"), 0, 1)
+    assert all(status == "ok" for status, _, _ in outcomes)
+    gc.collect()
+    assert len(built) == 2 * len(outcomes)  # side by side, then each alone for its peak memory
+    assert [ref() for ref in built] == [None] * len(built)
