@@ -203,10 +203,9 @@ def test_report_shows_every_status_with_its_reason(report):
 
 def test_findings_are_written_from_the_numbers(report):
     md = (report.parent / "summary.md").read_text()
-    assert (
-        "At 4 ranks, overlap is fastest: 2,133 samples/s (p50 step 30.00 ms), 33.3 % more than torch DDP"
-        in md
-    )
+    # this fixture run has no intervals (an older result file): no "fastest" claim, and it says so
+    assert ("At 4 ranks, overlap has the highest median throughput, 2,133 samples/s (p50 step 30.00 ms); "
+            "no interval was measured, so this may be noise" in md)
     assert "torch (strong, fp32, 25 MiB buckets) falls to 62.5 % efficiency at 4 ranks" in md
     assert "exposed communication (15.00 ms, 38 % of the step) dominates the 15.00 ms lost" in md
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench import stats
 from bench.report import slices, tables
 
 
@@ -18,8 +19,37 @@ def _setting(r) -> str:
     return ", ".join(parts)
 
 
-def best_engine_per_world_size(df: pd.DataFrame) -> list[str]:
-    """At each world size of the main setting, the engine with the highest throughput, against torch DDP."""
+def _has(df: pd.DataFrame, *columns: str) -> bool:
+    return all(c in df.columns and df[c].notna().any() for c in columns)
+
+
+def against_torch_words(r) -> str:
+    """One engine against torch DDP in words that respect the verdict: "faster by x % (95 % CI a–b %)"
+    only when the whole interval of speed_vs_torch is above 1, "slower …" only when below, else
+    "within noise (±x %)" (bench.stats.verdict)."""
+    ratio, low, high = r["speed_vs_torch"], r["speed_vs_torch_ci95_low"], r["speed_vs_torch_ci95_high"]
+    verdict = stats.verdict(low, high)
+    if verdict == "faster":
+        return f"faster by {(ratio - 1) * 100:.1f} % (95 % CI {(low - 1) * 100:.1f}–{(high - 1) * 100:.1f} %)"
+    if verdict == "slower":
+        return f"slower by {(1 - ratio) * 100:.1f} % (95 % CI {(1 - high) * 100:.1f}–{(1 - low) * 100:.1f} %)"
+    return f"within noise (±{max(abs(low - 1), abs(high - 1)) * 100:.1f} %)"
+
+
+def separable_fastest(at_n: pd.DataFrame):
+    """The engine whose step-time interval lies wholly below every other engine's, or None: "fastest"
+    is said only when the intervals separate it from the rest."""
+    if len(at_n) < 2 or not _has(at_n, "step_time_ms_ci95_low", "step_time_ms_ci95_high"):
+        return None
+    best = at_n.loc[at_n["step_time_ms_p50"].idxmin()]
+    others = at_n.drop(index=best.name)
+    return best if (best["step_time_ms_ci95_high"] < others["step_time_ms_ci95_low"]).all() else None
+
+
+def engines_per_world_size(df: pd.DataFrame) -> list[str]:
+    """At each world size of the main setting, every engine against torch DDP measured side by side
+    (speed_vs_torch with its interval), and the fastest engine only when the intervals separate it.
+    Runs without intervals (older result files) get the medians, said to carry no interval."""
     main = slices.main_slice(df)
     ok = main[main["status"] == "ok"].copy()
     if not len(ok):
@@ -30,34 +60,45 @@ def best_engine_per_world_size(df: pd.DataFrame) -> list[str]:
         at_n = ok[ok["world_size"] == n].dropna(subset=["_thr"])
         if not len(at_n):
             continue
-        best = at_n.loc[at_n["_thr"].idxmax()]
         rank_word = "rank" if n == 1 else "ranks"
-        verb = "is fastest:" if at_n["engine"].nunique() > 1 else "(the only engine measured) runs"
-        sentence = (
-            f"At {n} {rank_word}, {best['engine']} {verb} {best['_thr']:,.0f} samples/s "
-            f"(p50 step {best['step_time_ms_p50']:.2f} ms)"
-        )
-        torch_rows = at_n[at_n["engine"] == "torch"]
-        if best["engine"] != "torch" and len(torch_rows):
-            t = torch_rows.loc[torch_rows["_thr"].idxmax()]
-            sentence += (
-                f", {(best['_thr'] / t['_thr'] - 1) * 100:.1f} % more than torch DDP "
-                f"({t['step_time_ms_p50']:.2f} ms)"
-            )
-        elif len(at_n) > 1:
-            second = at_n.drop(index=best.name).sort_values("_thr").iloc[-1]
-            if best["_thr"] == second["_thr"]:
-                sentence = sentence.replace(
-                    f"{best['engine']} is fastest:", f"{best['engine']} and {second['engine']} tie:"
-                )
-                out.append(sentence + f" [{_setting(best)}].")
-                continue
-            sentence += (
-                f", {(best['_thr'] / second['_thr'] - 1) * 100:.1f} % ahead of {second['engine']} "
-                f"({second['step_time_ms_p50']:.2f} ms)"
-            )
-        out.append(sentence + f" [{_setting(best)}].")
+        if at_n["engine"].nunique() == 1:
+            r = at_n.iloc[0]
+            out.append(f"At {n} {rank_word}, {r['engine']} (the only engine measured) runs {r['_thr']:,.0f} "
+                       f"samples/s (p50 step {r['step_time_ms_p50']:.2f} ms) [{_setting(r)}].")
+            continue
+        paired = at_n[at_n["engine"] != "torch"]
+        if "speed_vs_torch_ci95_low" in paired:
+            paired = paired[paired["speed_vs_torch_ci95_low"].notna()]
+        if len(paired) and "speed_vs_torch_ci95_low" in paired:
+            words = "; ".join(f"{r['engine']} {against_torch_words(r)}" for _, r in paired.iterrows())
+            best = separable_fastest(at_n)
+            lead = (f"{best['engine']} is fastest ({best['_thr']:,.0f} samples/s, its step-time interval "
+                    f"below every other engine's)" if best is not None else
+                    "no engine is fastest beyond the noise (step-time intervals overlap)")
+            out.append(f"At {n} {rank_word}, {lead}. Against torch DDP, measured side by side: {words} "
+                       f"[{_setting(paired.iloc[0])}].")
+            continue
+        best = at_n.loc[at_n["_thr"].idxmax()]
+        out.append(f"At {n} {rank_word}, {best['engine']} has the highest median throughput, "
+                   f"{best['_thr']:,.0f} samples/s (p50 step {best['step_time_ms_p50']:.2f} ms); no interval "
+                   f"was measured, so this may be noise [{_setting(best)}].")
     return out
+
+
+def unstable_cells(df: pd.DataFrame) -> list[str]:
+    """Cells whose step-time interval is wider than ±UNSTABLE_HALF_WIDTH_PCT of the median: shown, but
+    their comparisons are not to be trusted until rerun with more steps."""
+    if not _has(df, "step_time_ms_ci95_low", "step_time_ms_ci95_high"):
+        return []
+    ok = df[df["status"] == "ok"]
+    width = tables.half_width_pct(ok)
+    bad = ok[width > stats.UNSTABLE_HALF_WIDTH_PCT]
+    if not len(bad):
+        return []
+    named = ", ".join(bad["cell_id"].head(5)) + (", …" if len(bad) > 5 else "")
+    return [f"{len(bad)} of {len(ok)} cells are unstable (95 % interval of the median step time wider than "
+            f"±{stats.UNSTABLE_HALF_WIDTH_PCT:g} %): {named}. Rerun them with more run.timed_steps before "
+            f"trusting a comparison that involves them."]
 
 
 def efficiency_drops(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) -> list[str]:
@@ -142,6 +183,6 @@ def headline(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) -> list[
         return [
             "The run has no cells yet: results.csv has no rows (did the runner stop before the first cell?)."
         ]
-    sentences = best_engine_per_world_size(df) + efficiency_drops(df, scaling_tables)
+    sentences = engines_per_world_size(df) + efficiency_drops(df, scaling_tables) + unstable_cells(df)
     why = tables.efficiency_unavailable(df)
     return sentences + ([why] if why else []) + status_summary(df)

@@ -129,6 +129,13 @@ def engines_section(df: pd.DataFrame, out_dir: Path) -> Section:
         "(torch_bucket_cap_mb says which). Exposed communication = p50 step − p50 compute-only step (ms).",
         "formula",
     )
+    sec.para(
+        "Read speed_vs_torch first: measured side by side with torch DDP in the same rounds, it is the "
+        "median over rounds of torch step / engine step (> 1: faster) with its 95 % interval, and "
+        "verdict_vs_torch says faster or slower only when the whole interval is on one side of 1 (else "
+        "within noise). The deltas of medians beside it compare numbers read separately, without interval.",
+        "formula",
+    )
     plot = plots.engines(df, out_dir / "plots" / "engines.png")
     empty = "No engine other than torch DDP was run, so there is nothing to compare against it."
     return _with_table(sec, tables.engines_vs_torch(df), out_dir, "engines_vs_torch", plot, empty)

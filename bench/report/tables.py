@@ -101,6 +101,13 @@ def reasons(df: pd.DataFrame) -> pd.Series:
     return _outcome(df).where(df["status"] != "ok", "")
 
 
+def half_width_pct(df: pd.DataFrame) -> pd.Series:
+    """Half the width of each row's 95 % step-time interval, in % of its median (NaN without one)."""
+    if "step_time_ms_ci95_low" not in df or "step_time_ms_ci95_high" not in df:
+        return pd.Series(float("nan"), index=df.index)
+    return (df["step_time_ms_ci95_high"] - df["step_time_ms_ci95_low"]) / 2 / df["step_time_ms_p50"] * 100
+
+
 def world_sizes(df: pd.DataFrame) -> list[int]:
     return sorted({int(w) for w in df["world_size"].dropna()})
 
@@ -265,6 +272,10 @@ def engines_vs_torch(df: pd.DataFrame) -> pd.DataFrame:
         table[name], table[f"torch_{name}"] = ours[name], theirs[name]
         diff = ours[name] - theirs[name] if delta.endswith("_ms") else delta_pct(ours[name], theirs[name])
         table[delta] = diff
+    # Measured side by side in one group (paired over rounds, with an interval): preferred over the deltas of
+    # separately read medians above; empty for cells that did not run beside their torch cell.
+    for col in ("speed_vs_torch", "speed_vs_torch_ci95_low", "speed_vs_torch_ci95_high", "verdict_vs_torch"):
+        table[col] = cells[col] if col in cells else (None if col == "verdict_vs_torch" else float("nan"))
     note = reasons(cells)
     note = note.mask((note == "") & torch_cells["status"].isna(), "no torch DDP cell with this configuration")
     note = note.mask((note == "") & (torch_cells["status"] != "ok"), "torch cell " + _outcome(torch_cells))

@@ -1,0 +1,53 @@
+"""Findings respect the intervals: a winner is named only when the intervals separate it (issue: a report
+must never present noise as a difference). Hand-built rows, expected sentences worked out by hand."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bench.report import findings
+
+
+def rows(speed: dict[str, tuple[float, float, float]], steps: dict[str, tuple[float, float, float]]):
+    """One world size (2), one setting; per engine its (p50, ci low, ci high) step time and, for non-torch
+    engines, (speed_vs_torch, low, high)."""
+    out = []
+    for engine, (p50, low, high) in steps.items():
+        ratio = speed.get(engine, (None, None, None))
+        out.append({
+            "cell_id": f"{engine}-x", "status": "ok", "error": "", "engine": engine, "model": "mlp",
+            "model_size": "tiny", "world_size": 2, "bucket_cap_mb": None if engine == "naive" else 25.0,
+            "precision": "fp32", "comm_dtype": "none", "grad_accum": 1, "scaling": "strong",
+            "per_rank_batch": 8, "global_batch": 16, "step_time_ms_p50": p50, "step_time_ms_ci95_low": low,
+            "step_time_ms_ci95_high": high, "samples_per_s": 16 / p50 * 1e3, "speed_vs_torch": ratio[0],
+            "speed_vs_torch_ci95_low": ratio[1], "speed_vs_torch_ci95_high": ratio[2],
+        })
+    return pd.DataFrame(out)
+
+
+def test_overlapping_intervals_name_no_winner_and_say_within_noise():
+    df = rows({"overlap": (1.02, 0.97, 1.06)}, {"torch": (10.0, 9.5, 10.6), "overlap": (9.8, 9.3, 10.4)})
+    (sentence,) = findings.engines_per_world_size(df)
+    assert "no engine is fastest beyond the noise" in sentence
+    assert "overlap within noise (±6.0 %)" in sentence and "faster" not in sentence
+
+
+def test_a_separated_engine_is_named_with_its_interval():
+    # ratio 1.25 (CI 1.20–1.31): faster by 25.0 % (95 % CI 20.0–31.0 %); its step interval 7.8–8.2 ms lies
+    # below torch's 9.8–10.3 ms
+    df = rows({"overlap": (1.25, 1.20, 1.31)}, {"torch": (10.0, 9.8, 10.3), "overlap": (8.0, 7.8, 8.2)})
+    (sentence,) = findings.engines_per_world_size(df)
+    assert sentence.startswith("At 2 ranks, overlap is fastest (2,000 samples/s")
+    assert "overlap faster by 25.0 % (95 % CI 20.0–31.0 %)" in sentence
+
+
+def test_slower_says_by_how_much_with_the_interval():
+    df = rows({"naive": (0.8, 0.75, 0.9)}, {"torch": (10.0, 9.8, 10.3), "naive": (12.5, 12.0, 13.0)})
+    (sentence,) = findings.engines_per_world_size(df)
+    assert "naive slower by 20.0 % (95 % CI 10.0–25.0 %)" in sentence
+
+
+def test_unstable_cells_are_listed():
+    df = rows({}, {"torch": (10.0, 8.0, 12.5)})  # half-width 2.25 ms = 22.5 % of the median
+    (sentence,) = findings.unstable_cells(df)
+    assert sentence.startswith("1 of 1 cells are unstable") and "torch-x" in sentence
