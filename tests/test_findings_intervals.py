@@ -51,3 +51,16 @@ def test_unstable_cells_are_listed():
     df = rows({}, {"torch": (10.0, 8.0, 12.5)})  # half-width 2.25 ms = 22.5 % of the median
     (sentence,) = findings.unstable_cells(df)
     assert sentence.startswith("1 of 1 cells are unstable") and "torch-x" in sentence
+
+
+def test_compare_ratio_interval_from_both_sides():
+    from bench import stats
+    from bench.report.compare import ratio_interval
+
+    # a: 10 ms (9–11), b: 8 ms (7.5–8.5) → ratio b/a = a/b: interval 9/8.5 = 1.059 .. 11/7.5 = 1.467: faster
+    merged = pd.DataFrame({"status_a": ["ok", "ok"], "status_b": ["ok", "failed"],
+                           "step_time_ms_ci95_low_a": [9.0, 9.0], "step_time_ms_ci95_high_a": [11.0, 11.0],
+                           "step_time_ms_ci95_low_b": [7.5, 7.5], "step_time_ms_ci95_high_b": [8.5, 8.5]})
+    low, high = ratio_interval(merged)
+    assert low[0] == 9 / 8.5 and high[0] == 11 / 7.5 and stats.verdict(low[0], high[0]) == "faster"
+    assert pd.isna(low[1]) and pd.isna(high[1])  # a side that is not ok has no interval

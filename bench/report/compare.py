@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench import stats
 from bench.report import tables
 from bench.report.environment import gpu_summary
 from bench.report.load import Run
@@ -117,11 +118,40 @@ def _join_pair(base: pd.DataFrame, other: pd.DataFrame, label_a: str, label_b: s
     thr_a, thr_b = out["throughput_a_samples_per_s"], out["throughput_b_samples_per_s"]
     out["throughput_ratio_b_over_a_x"] = tables.ratio(thr_b, thr_a)
     out["throughput_delta_pct"] = tables.delta_pct(thr_b, thr_a)
+    low, high = ratio_interval(merged)
+    out["throughput_ratio_ci95_low_x"], out["throughput_ratio_ci95_high_x"] = low, high
+    out["verdict_b_vs_a"] = [stats.verdict(lo, hi) if pd.notna(lo) and pd.notna(hi) else ""
+                             for lo, hi in zip(low, high)]
     errors = merged[["error_a", "error_b"]].fillna("")
     out["note"] = [_note(r, e, label_a, label_b) for (_, r), (_, e) in zip(out.iterrows(), errors.iterrows())]
     # Reading order: configuration, presence, the comparison itself, then each side's detail.
-    first = [*CONFIG_KEYS, "presence", "throughput_ratio_b_over_a_x", "throughput_delta_pct"]
+    first = [*CONFIG_KEYS, "presence", "throughput_ratio_b_over_a_x", "throughput_ratio_ci95_low_x",
+             "throughput_ratio_ci95_high_x", "verdict_b_vs_a", "throughput_delta_pct"]
     return out[["run_a", "run_b", *first, *[c for c in out.columns if c not in first][2:]]]
+
+
+def ratio_interval(merged: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """The interval of throughput b / a = step a / step b from both sides' 95 % step-time intervals, at
+    their extremes: (a_low / b_high, a_high / b_low). Combining two intervals this way covers more than
+    95 %, so a verdict drawn from it errs towards "within noise". NaN where a side has no interval."""
+    def col(name, side):
+        key = f"{name}_{side}"
+        ok = merged.get(f"status_{side}") == "ok"
+        values = pd.to_numeric(merged[key], errors="coerce") if key in merged else pd.Series(float("nan"),
+                                                                                            index=merged.index)
+        return values.where(ok)
+
+    a_low, a_high = col("step_time_ms_ci95_low", "a"), col("step_time_ms_ci95_high", "a")
+    b_low, b_high = col("step_time_ms_ci95_low", "b"), col("step_time_ms_ci95_high", "b")
+    return a_low / b_high, a_high / b_low
+
+
+def verdict_counts(joined: pd.DataFrame) -> pd.DataFrame:
+    """Per other run: how many cells measured on both sides are faster, slower, within noise, or have no
+    interval (an older result file on either side)."""
+    both = joined[joined["presence"] == "both"]
+    words = both["verdict_b_vs_a"].replace("", "no interval")
+    return words.groupby(both["run_b"], sort=False).value_counts().unstack(fill_value=0).reset_index()
 
 
 def join_cells(runs: list[Run]) -> pd.DataFrame:

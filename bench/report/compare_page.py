@@ -80,6 +80,15 @@ def summary_section(
                 f"cells measured on both (range {r['min']:.2f}× to {r['max']:.2f}×): at the median {label} "
                 f"is {abs(median - 1) * 100:.0f} % {'faster' if median >= 1 else 'slower'}."
             )
+    counts = compare.verdict_counts(joined).set_index("run_b") if len(joined) else pd.DataFrame()
+    for label in labels[1:]:
+        if label in counts.index:
+            c = counts.loc[label]
+            words = ("faster", "slower", "within noise", "no interval")
+            parts = [f"{int(c[w])} {w}" for w in words if w in c]
+            sec.para(f"{label} against {labels[0]}, cell by cell with both sides' 95 % intervals: "
+                     + ", ".join(parts) + " (faster or slower only when the whole interval of the ratio is "
+                     "on one side of 1).")
     if not len(ratios):
         sec.para("No configuration was measured successfully on both sides, so there is no ratio.", "note")
     return sec.para(f"{n_one_side} configurations were measured on one side only (listed below).")
