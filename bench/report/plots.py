@@ -185,6 +185,12 @@ def _line(ax, g: pd.DataFrame, x: str, y: str, color: str, style, slots: Counter
     numbers as status words."""
     g = g.sort_values(x)
     ax.plot(g[x], g[y].where(g["status"] == "ok"), color=color, ls=style[0], marker=style[1], lw=1.8, ms=5)
+    stem = y.removesuffix("_samples_per_s")
+    low, high = f"{stem}_ci95_low", f"{stem}_ci95_high"
+    if low in g and high in g and g[low].notna().any():  # the 95 % interval as error bars
+        ok = g[g["status"] == "ok"]
+        ax.errorbar(ok[x], ok[y], yerr=[(ok[y] - ok[low]).clip(lower=0), (ok[high] - ok[y]).clip(lower=0)],
+                    fmt="none", ecolor=color, elinewidth=1, capsize=2)
     for _, r in g[g["status"] != "ok"].iterrows():
         _missing(ax, r[x], r["status"], color, slots)
 

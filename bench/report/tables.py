@@ -198,6 +198,9 @@ def scaling_table(df: pd.DataFrame, scaling: str) -> pd.DataFrame:
         status=rows["status"],
         step_time_ms_p50=t_n,
         throughput_samples_per_s=throughputs(rows).where(t_n.notna()),
+        # the step-time interval carried over to throughput (= global batch / step): its bounds swap
+        throughput_ci95_low=_interval_throughput(rows, "step_time_ms_ci95_high").where(t_n.notna()),
+        throughput_ci95_high=_interval_throughput(rows, "step_time_ms_ci95_low").where(t_n.notna()),
         note=reasons(rows),
     )
     if not efficiency_unavailable(df):
@@ -205,6 +208,13 @@ def scaling_table(df: pd.DataFrame, scaling: str) -> pd.DataFrame:
     table = table[[c for c in table.columns if c != "note"] + ["note"]].assign(cell_id=rows["cell_id"])
     other_batch = "per_rank_batch" if scaling == "strong" else "global_batch"
     return _sorted(table, [k for k in config if k != other_batch])
+
+
+def _interval_throughput(rows: pd.DataFrame, step_column: str) -> pd.Series:
+    """samples/s at one bound of the step-time interval (NaN for rows without one)."""
+    if step_column not in rows:
+        return pd.Series(float("nan"), index=rows.index)
+    return rows["global_batch"] / rows[step_column] * 1e3
 
 
 def _torch_match(df: pd.DataFrame) -> list[int]:
