@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
+import math
 import os
 import tomllib
 import typing
@@ -35,8 +36,14 @@ class ConfigError(ValueError):
     """A configuration value that cannot run; the message names the key and the value."""
 
 
+ECHO_CHARS = 80  # a value longer than this is shortened in messages (a 100 KB value is not echoed whole)
+
+
 def _fail(key: str, value, why: str):
-    raise ConfigError(f"{key}={value!r}: {why}")
+    text = repr(value)
+    if len(text) > ECHO_CHARS:
+        text = text[:ECHO_CHARS - 1] + "…"
+    raise ConfigError(f"{key}={text}: {why}")
 
 
 def _check_choices(key: str, values, choices) -> None:
@@ -45,10 +52,27 @@ def _check_choices(key: str, values, choices) -> None:
             _fail(key, v, f"must be one of {list(choices)}")
 
 
-def _check_min(key: str, values, minimum, strict: bool = False) -> None:
+def _check_min(key: str, values, minimum, strict: bool = False, maximum: float | None = None) -> None:
+    """Every value finite, at least (or, strict, above) `minimum` and at most `maximum`: a NaN compares
+    false with everything, so it would pass a plain bound check (and, as a timeout, turn the watchdog off)."""
     for v in values:
+        if isinstance(v, float) and not math.isfinite(v):
+            _fail(key, v, "must be a finite number")
         if (v <= minimum) if strict else (v < minimum):
-            _fail(key, v, f"must be {'>' if strict else '>='} {minimum}")
+            _fail(key, v, f"must be {'>' if strict else '>='} {minimum}"
+                  + (f" and <= {maximum:g}" if maximum is not None else ""))
+        if maximum is not None and v > maximum:
+            _fail(key, v, f"must be <= {maximum:g} ({'>' if strict else '>='} {minimum})")
+
+
+# Upper bounds: far beyond any real run, low enough that a typo (1e30 MiB buckets, 1e300 s) is caught
+# before anything is created rather than by a cell failing later.
+MAX_WORLD_SIZE = 65536
+MAX_BUCKET_MB = 16384.0          # 16 GiB: no gradient bucket is larger
+MAX_STEPS = 1_000_000
+MAX_BATCH = 1 << 24
+MAX_SECONDS = 7 * 24 * 3600.0    # a week
+MAX_THREADS = 4096
 
 
 @dataclass(frozen=True)
@@ -68,11 +92,11 @@ class MatrixConfig:
             if not getattr(self, f.name):
                 _fail(f"matrix.{f.name}", list(getattr(self, f.name)), "must list at least one value")
         _check_choices("matrix.engine", self.engine, ENGINES)
-        _check_min("matrix.world_size", self.world_size, 1)
-        _check_min("matrix.bucket_cap_mb", self.bucket_cap_mb, 0, strict=True)
+        _check_min("matrix.world_size", self.world_size, 1, maximum=MAX_WORLD_SIZE)
+        _check_min("matrix.bucket_cap_mb", self.bucket_cap_mb, 0, strict=True, maximum=MAX_BUCKET_MB)
         _check_choices("matrix.precision", self.precision, PRECISIONS)
         _check_choices("matrix.comm_dtype", self.comm_dtype, COMM_DTYPES + tuple(COMM_DTYPE_ALIASES))
-        _check_min("matrix.grad_accum", self.grad_accum, 1)
+        _check_min("matrix.grad_accum", self.grad_accum, 1, maximum=MAX_STEPS)
         _check_choices("matrix.scaling", self.scaling, SCALINGS)
 
 
@@ -92,12 +116,12 @@ class WorkloadConfig:
     per_rank_batch: int = 8
 
     def __post_init__(self):
-        _check_min("workload.global_batch", [self.global_batch], 1)
-        _check_min("workload.per_rank_batch", [self.per_rank_batch], 1)
+        _check_min("workload.global_batch", [self.global_batch], 1, maximum=MAX_BATCH)
+        _check_min("workload.per_rank_batch", [self.per_rank_batch], 1, maximum=MAX_BATCH)
         if self.seq_len is not None:
-            _check_min("workload.seq_len", [self.seq_len], 1)
+            _check_min("workload.seq_len", [self.seq_len], 1, maximum=MAX_BATCH)
         if self.image_size is not None:
-            _check_min("workload.image_size", [self.image_size], 1)
+            _check_min("workload.image_size", [self.image_size], 1, maximum=65536)
         from bench.workloads import resolve_model_spec
 
         try:  # a user model's relative file path → absolute: every rank, on any node, imports that file
@@ -136,13 +160,16 @@ class RunConfig:
 
     def __post_init__(self):
         _check_choices("run.device", [self.device], DEVICES)
-        _check_min("run.warmup_steps", [self.warmup_steps], 2)
-        _check_min("run.timed_steps", [self.timed_steps], 1)
-        _check_min("run.repeats", [self.repeats], 1)
-        for key in ("compute_only_steps", "phase_steps", "probe_iters", "threads_per_rank"):
-            _check_min(f"run.{key}", [getattr(self, key)], 0)
+        _check_min("run.warmup_steps", [self.warmup_steps], 2, maximum=MAX_STEPS)
+        _check_min("run.timed_steps", [self.timed_steps], 1, maximum=MAX_STEPS)
+        _check_min("run.repeats", [self.repeats], 1, maximum=MAX_STEPS)
+        for key in ("compute_only_steps", "phase_steps", "probe_iters"):
+            _check_min(f"run.{key}", [getattr(self, key)], 0, maximum=MAX_STEPS)
+        _check_min("run.threads_per_rank", [self.threads_per_rank], 0, maximum=MAX_THREADS)
         for key in ("cell_timeout_s", "startup_timeout_s"):
-            _check_min(f"run.{key}", [getattr(self, key)], 0, strict=True)
+            _check_min(f"run.{key}", [getattr(self, key)], 0, strict=True, maximum=MAX_SECONDS)
+        if not isinstance(self.pg_timeout_s, str):
+            _check_min("run.pg_timeout_s", [self.pg_timeout_s], 0, strict=True, maximum=MAX_SECONDS)
         if isinstance(self.pg_timeout_s, str):
             if self.pg_timeout_s != "auto":
                 _fail("run.pg_timeout_s", self.pg_timeout_s, "must be \"auto\" or a number of seconds")
@@ -191,9 +218,9 @@ class ProfileConfig:
 
     def __post_init__(self):
         for key in ("skip_first", "wait", "warmup"):
-            _check_min(f"profile.{key}", [getattr(self, key)], 0)
-        _check_min("profile.active", [self.active], 1)
-        _check_min("profile.repeat", [self.repeat], 1)
+            _check_min(f"profile.{key}", [getattr(self, key)], 0, maximum=MAX_STEPS)
+        _check_min("profile.active", [self.active], 1, maximum=MAX_STEPS)
+        _check_min("profile.repeat", [self.repeat], 1, maximum=MAX_STEPS)
         if not self.cells:
             _fail("profile.cells", [], "must list at least one pattern (\"*\": every cell)")
         for pattern in self.cells:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bench import results
 from bench.config import BenchConfig
+from bench.lifetime import die_with_parent
 from bench.matrix import Cell, groups
 from bench.progress import Progress
 from bench.schema import ERROR_TAIL_LINES
@@ -199,8 +200,8 @@ class Launch:
         write_plan(plan_path, self.config, self.sweep.run_dir, self.pending, launcher_pid=os.getpid(),
                    profile=self.to_profile)
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                str(self.ws), "-m", "bench.worker", "--plan", str(plan_path),
-                "--events", str(self.reader.path)]
+                str(self.ws), "-m", "bench.worker", "--plan", str(plan_path.resolve()),
+                "--events", str(self.reader.path.resolve())]
 
     def run(self) -> list[Cell]:
         """Start the launch and follow it to its end; returns the cells still to run."""
@@ -209,7 +210,8 @@ class Launch:
         (self.logs / f"launch-{self.k}.cmd").write_text(" ".join(cmd) + "\n")
         with open(self.logs / f"launch-{self.k}.out", "w") as out, \
                 open(self.logs / f"launch-{self.k}.err", "w") as err:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)
+            proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True,
+                                    preexec_fn=die_with_parent)  # a SIGKILLed launcher takes torchrun along
             (self.logs / f"launch-{self.k}.pid").write_text(f"{proc.pid}\n")
             try:
                 while proc.poll() is None:

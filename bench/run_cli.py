@@ -230,6 +230,14 @@ def main(args: argparse.Namespace) -> int:
         _lock = lock_run_dir(run_dir)  # noqa: F841 (held until exit)
     except ConfigError as e:
         return _error(str(e))
+    if args.resume:  # an earlier launch's processes must not run beside this one
+        from bench.lifetime import leftovers, stop
+
+        left = leftovers(run_dir)
+        if left:
+            stop(left)
+            print(f"--resume: stopped {len(left)} process(es) an earlier launch into {run_dir} left running "
+                  f"(pids {', '.join(map(str, left))})", file=sys.stderr)
     if not (run_dir / "env.json").exists():
         write_env(run_dir, config)
     done = {r["cell_id"] for r in results.read_records(run_dir)}

@@ -247,3 +247,57 @@ def test_gpu_sweep_nccl(tmp_path):
     assert ok and all(r["device"] == "cuda" and r["backend"] == "nccl" and r["gpu_name"] for r in ok)
     env = json.loads((out / "env.json").read_text())
     assert env["gpu_count"] >= 1 and env["gpus"][0]["name"] and env["nccl"]
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_of_the_launcher_during_a_hung_cell_leaves_no_process(tmp_path):
+    out = tmp_path / "run"
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    cmd = bench_cmd(out, "matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1",
+                    "profile.enabled=false", "run.cell_timeout_s=300", "debug.fault=hang@-ga1-")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 90  # until both ranks said hello and the hung cell started
+    events = out / "logs" / "launch-0.events.jsonl"
+    while time.time() < deadline:
+        lines = events.read_text().splitlines() if events.exists() else []
+        if sum('"hello"' in line for line in lines) == 2 and any('"start"' in line for line in lines):
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)
+    pids = launched_pids(out)
+    assert len(pids) >= 3  # torchrun and two ranks
+    os.kill(proc.pid, signal.SIGKILL)  # no handler runs: only the kernel and the ranks' watchdogs act
+    proc.wait()
+    deadline = time.time() + 5
+    while time.time() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    assert not [p for p in pids if alive(p)], "processes outlived their launcher"
+
+
+@pytest.mark.timeout(120)
+def test_resume_stops_what_an_earlier_launch_left_running(tmp_path):
+    # A launch's ranks left running (as a launcher killed on a system without parent-death signals
+    # would leave them): the resume finds them by the pids the run folder recorded, checks they still
+    # run this folder's plan, and stops them before running anything.
+    from bench.lifetime import leftovers
+
+    out = tmp_path / "run"
+    overrides = ("matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1", "profile.enabled=false")
+    assert run_bench(out, *overrides).returncode == 0
+    logs = out / "logs"
+    fake = subprocess.Popen([sys.executable, "-c", "import time, sys; time.sleep(60)",
+                             "--plan", str((logs / "launch-0.plan.json").resolve())], start_new_session=True)
+    (logs / "launch-9.pid").write_text(f"{fake.pid}\n")
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    (logs / "launch-10.pid").write_text(f"{stranger.pid}\n")  # a pid reused by someone else: left alone
+    try:
+        assert leftovers(out) == [fake.pid]
+        resumed = run_bench(out, *overrides, extra=("--resume",))
+        assert resumed.returncode == 0 and f"pids {fake.pid}" in resumed.stderr
+        fake.wait(timeout=10)
+        assert stranger.poll() is None
+    finally:
+        for p in (fake, stranger):
+            p.kill()
+            p.wait()

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from bench.config import BenchConfig, config_from_dict
+from bench.lifetime import die_with_parent, watch_launcher
 from bench.matrix import Cell
 from bench.schema import ERROR_TAIL_LINES
 from bench.worker import process
@@ -41,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = json.loads(args.plan.read_text())
     config = config_from_dict(plan["config"])
     run_dir = Path(plan["run_dir"])
+    die_with_parent()  # torchrun SIGKILLed (its launcher died): this rank goes too, even inside a collective
+    watch_launcher(plan.get("launcher_pid"))
     process.ranks_from_slurm()
     rank, ws = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     host = socket.gethostname()
