@@ -15,6 +15,7 @@ COMMANDS = {
     "report": ("bench.report.cli", "tables, plots and index.html for one run"),
     "compare": ("bench.report.compare_cli", "compare two or more runs (e.g. H100 vs A100)"),
     "tensorboard": ("bench.report.tensorboard", "serve a run's traces in TensorBoard"),
+    "analyze": ("bench.analyze.cli", "per-step GPU/CPU breakdown and bucket timeline from a run's traces"),
 }
 
 
