@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import math
 
 import numpy as np
@@ -228,3 +229,14 @@ def test_cli_bad_path_exits_2_and_writes_nothing(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert run_cli(tmp_path / "empty", tmp_path / "out") == 2
     assert not (tmp_path / "out").exists()
+
+
+def test_bare_event_array_and_metadata_after_the_events(tmp_path):
+    bare = tmp_path / "rank2.json"
+    bare.write_text(json.dumps(cpu_events()))
+    rows, _ = rows_by_step(bare)
+    assert rows["5"]["rank"] == 2 and rows["5"]["compute_ms"] == approx(420e-3)
+    late = tmp_path / "t.json"
+    late.write_text('{"traceEvents": ' + json.dumps(gpu_events()) + ', "distributedInfo": {"rank": 3}}')
+    rows, _ = rows_by_step(late)
+    assert rows["1"]["rank"] == 3 and rows["1"]["overlap_ms"] == approx(20e-3)

@@ -10,10 +10,12 @@ decorated collective kernel is still communication.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bench.analyze.load import Trace
+if TYPE_CHECKING:
+    from bench.analyze.load import Trace
 
 # --- GPU side -------------------------------------------------------------------------------------------
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})
@@ -54,32 +56,38 @@ DATALOADER = re.compile(r"^enumerate\((DataLoader|DataPipe)\)#")  # TensorBoard'
 # bench/worker.py `step`).
 DDP_CORE_ALLREDUCE = re.compile(r"^ddp_core\.allreduce\.(bucket\d+|param\..+)$")
 BACKWARD_LABEL = "backward"
-AUTOGRAD_BACKWARD_OP = "autograd::engine::evaluate_function:"
+AUTOGRAD_BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function:")
 
 
-def is_in(values: np.ndarray, allowed: frozenset) -> np.ndarray:
-    """Boolean mask of `values` (an object array of strings) that are in `allowed`."""
-    return np.fromiter((v in allowed for v in values), dtype=bool, count=len(values))
+def cat_mask(trace: Trace, allowed: frozenset) -> np.ndarray:
+    """Per event: is its (lower-cased) category in `allowed`."""
+    hit = np.fromiter((c in allowed for c in trace.cats), dtype=bool, count=len(trace.cats))
+    return hit[trace.cat_id] if len(hit) else np.zeros(len(trace), dtype=bool)
 
 
-def matches(values: np.ndarray, pattern: re.Pattern, rows: np.ndarray | None = None) -> np.ndarray:
-    """Boolean mask over all events: True where the name matches `pattern` (only `rows` are tested)."""
-    out = np.zeros(len(values), dtype=bool)
-    idx = np.arange(len(values)) if rows is None else np.flatnonzero(rows)
-    cache: dict[str, bool] = {}
-    for i in idx:
-        v = values[i]
-        hit = cache.get(v)
-        if hit is None:
-            hit = cache[v] = bool(pattern.search(v)) if isinstance(v, str) else False
-        out[i] = hit
-    return out
+def name_mask(trace: Trace, pattern: re.Pattern | str) -> np.ndarray:
+    """Per event: does its name match `pattern` (re.search), or equal it when `pattern` is a string."""
+    test = (lambda n: n == pattern) if isinstance(pattern, str) else (
+        lambda n: isinstance(n, str) and pattern.search(n) is not None)
+    hit = np.fromiter((test(n) for n in trace.names), dtype=bool, count=len(trace.names))
+    return hit[trace.name_id] if len(hit) else np.zeros(len(trace), dtype=bool)
 
 
 def host_mask(trace: Trace) -> np.ndarray:
-    """Host (CPU-side) events: operators and annotations on an integer pid, not GPU or runtime events."""
-    cat = trace.cat
-    return is_in(cat, HOST_OP_CATS | {ANNOTATION_CAT})
+    """Host (CPU-side) events: operators and annotations."""
+    return cat_mask(trace, HOST_OP_CATS | {ANNOTATION_CAT})
+
+
+def gpu_classes(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """gpu_class of each event in `rows` (evaluated once per distinct name and category)."""
+    cache: dict[tuple[int, int], int] = {}
+    out = np.empty(len(rows), dtype=np.int8)
+    for k, (n, c) in enumerate(zip(trace.name_id[rows], trace.cat_id[rows])):
+        key = (n, c)
+        if key not in cache:
+            cache[key] = gpu_class(trace.names[n], trace.cats[c])
+        out[k] = cache[key]
+    return out
 
 
 # --- message sizes --------------------------------------------------------------------------------------

@@ -63,7 +63,7 @@ def row_bytes(trace: Trace, r: int) -> float | None:
 def collectives(trace: Trace) -> list[Collective]:
     """Every collective the trace describes, with its size where known, in time order."""
     rows = sorted(trace.comm_args)
-    param_rows = [r for r in rows if trace.name[r] == C.COLLECTIVE_ARGS_EVENT
+    param_rows = [r for r in rows if trace.name_of(r) == C.COLLECTIVE_ARGS_EVENT
                   and "In msg nelems" in trace.comm_args[r]]
     fallback_group = _sole_group_size(trace)
     out = []
@@ -74,7 +74,7 @@ def collectives(trace: Trace) -> list[Collective]:
         out.append(Collective(float(trace.ts[r]), name, row_bytes(trace, r), group))
     if not param_rows:
         for r in rows:
-            name = trace.name[r]
+            name = trace.name_of(r)
             if isinstance(name, str) and C.HOST_COLLECTIVE.match(name):
                 out.append(Collective(float(trace.ts[r]), name.split(":", 1)[1], row_bytes(trace, r),
                                       fallback_group))

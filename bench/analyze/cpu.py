@@ -10,8 +10,6 @@ inside them (copying reduced buckets back) are compute. Every interval is clippe
 
 from __future__ import annotations
 
-import numpy as np
-
 from bench.analyze import classify as C
 from bench.analyze import intervals as iv
 from bench.analyze.comms import collectives, window_bytes_busbw
@@ -26,15 +24,14 @@ class CpuView:
     def __init__(self, trace: Trace):
         self.trace = trace
         main = main_thread(trace)
-        ops = C.is_in(trace.cat, C.HOST_OP_CATS) & ~C.matches(trace.name, C.PROFILER_STEP)
-        on_main = np.fromiter((str(t) == str(main) for t in trace.tid), dtype=bool, count=len(trace))
-        main_ops = ops & on_main
-        host_side = main_ops & C.matches(trace.name, C.COLLECTIVE_HOST_OP, main_ops)
+        ops = C.cat_mask(trace, C.HOST_OP_CATS) & ~C.name_mask(trace, C.PROFILER_STEP)
+        main_ops = ops & (trace.tid_id == main)
+        host_side = main_ops & C.name_mask(trace, C.COLLECTIVE_HOST_OP)
         sets = lambda m: iv.union(trace.ts[m], trace.end[m])
         self.compute = iv.subtract(sets(main_ops), sets(host_side))
-        coll = C.matches(trace.name, C.HOST_COLLECTIVE) & ~ops
+        coll = C.name_mask(trace, C.HOST_COLLECTIVE) & ~ops
         self.comm = sets(coll)
-        self.allreduce = sets(coll & C.matches(trace.name, C.HOST_ALLREDUCE, coll))
+        self.allreduce = sets(coll & C.name_mask(trace, C.HOST_ALLREDUCE))
         # TensorBoard's CPU Exec: operator time not under communication
         self.exec = iv.subtract(sets(ops), self.comm)
         self.colls = collectives(trace)

@@ -34,12 +34,11 @@ class GpuView:
 
     def __init__(self, trace: Trace):
         self.trace = trace
-        gpu = np.flatnonzero(C.is_in(trace.cat, C.GPU_CATS))
+        gpu = np.flatnonzero(C.cat_mask(trace, C.GPU_CATS))
         self.ts, self.end = trace.ts[gpu], trace.end[gpu]
-        self.cls = np.fromiter((C.gpu_class(n, c) for n, c in zip(trace.name[gpu], trace.cat[gpu])),
-                               dtype=np.int8, count=len(gpu))
-        self.is_kernel = trace.cat[gpu] == "kernel"
-        self.allreduce = (self.cls == C.COMM) & C.matches(trace.name[gpu], C.ALLREDUCE_KERNEL)
+        self.cls = C.gpu_classes(trace, gpu)
+        self.is_kernel = C.cat_mask(trace, frozenset({"kernel"}))[gpu]
+        self.allreduce = (self.cls == C.COMM) & C.name_mask(trace, C.ALLREDUCE_KERNEL)[gpu]
         self.blocks_per_sm = trace.blocks_per_sm[gpu]
         self.occupancy = trace.occupancy[gpu]
         self.launch = self._launch_times(trace, gpu)
@@ -49,7 +48,7 @@ class GpuView:
     @staticmethod
     def _launch_times(trace: Trace, gpu: np.ndarray) -> np.ndarray:
         """Each GPU event's launch: the start of the runtime call with its correlation id, else its own."""
-        runtime = np.flatnonzero(C.is_in(trace.cat, C.RUNTIME_CATS) & ~np.isnan(trace.correlation))
+        runtime = np.flatnonzero(C.cat_mask(trace, C.RUNTIME_CATS) & ~np.isnan(trace.correlation))
         launch = trace.ts[gpu].copy()
         if len(runtime):
             corr = trace.correlation[runtime]
@@ -63,11 +62,10 @@ class GpuView:
 
     def _host_roles(self, trace: Trace) -> dict[str, np.ndarray]:
         """Interval sets for the CPU-exec breakdown (TensorBoard's overview categories)."""
-        ops = C.is_in(trace.cat, C.HOST_OP_CATS) & ~C.matches(trace.name, C.PROFILER_STEP)
-        annotations = trace.cat == C.ANNOTATION_CAT
-        host_comm = annotations & C.matches(trace.name, C.HOST_COLLECTIVE, annotations)
-        dataloader = ops & C.matches(trace.name, C.DATALOADER, ops)
-        runtime = C.is_in(trace.cat, C.RUNTIME_CATS)
+        ops = C.cat_mask(trace, C.HOST_OP_CATS) & ~C.name_mask(trace, C.PROFILER_STEP)
+        host_comm = C.host_mask(trace) & C.name_mask(trace, C.HOST_COLLECTIVE)
+        dataloader = ops & C.name_mask(trace, C.DATALOADER)
+        runtime = C.cat_mask(trace, C.RUNTIME_CATS)
         sets = lambda m: iv.union(trace.ts[m], trace.end[m])
         busy_gpu = iv.union(self.ts, self.end)
         return {

@@ -25,11 +25,10 @@ class Window:
 
 def profiler_steps(trace: Trace) -> list[Window]:
     """The ProfilerStep#N ranges, in time order (duplicates of a number on other threads dropped)."""
-    host = C.host_mask(trace)
-    hits = np.flatnonzero(C.matches(trace.name, C.PROFILER_STEP, host))
+    hits = np.flatnonzero(C.host_mask(trace) & C.name_mask(trace, C.PROFILER_STEP))
     seen, out = set(), []
     for i in hits[np.argsort(trace.ts[hits], kind="stable")]:
-        number = C.PROFILER_STEP.match(trace.name[i]).group(1)
+        number = C.PROFILER_STEP.match(trace.name_of(i)).group(1)
         if number not in seen:
             seen.add(number)
             out.append(Window(number, float(trace.ts[i]), float(trace.ts[i] + trace.dur[i])))
@@ -47,24 +46,22 @@ def whole_window(trace: Trace, steps: list[Window]) -> Window:
     return Window("all", float(trace.ts[host].min()), float(trace.end[host].max()))
 
 
-def main_thread(trace: Trace) -> object | None:
-    """The training loop's thread: the one carrying ProfilerStep marks, else the one with most operators."""
-    host = C.host_mask(trace)
-    marks = C.matches(trace.name, C.PROFILER_STEP, host)
-    pool = trace.tid[marks] if marks.any() else trace.tid[C.is_in(trace.cat, C.HOST_OP_CATS)]
+def main_thread(trace: Trace) -> int | None:
+    """The training loop's thread id (index into trace.threads): the one carrying ProfilerStep marks, else
+    the one with the most operators."""
+    marks = C.host_mask(trace) & C.name_mask(trace, C.PROFILER_STEP)
+    pool = trace.tid_id[marks] if marks.any() else trace.tid_id[C.cat_mask(trace, C.HOST_OP_CATS)]
     if not len(pool):
         return None
-    values, counts = np.unique(pool.astype(str), return_counts=True)
-    best = values[np.argmax(counts)]
-    return next(t for t in pool if str(t) == best)
+    return int(np.bincount(pool).argmax())
 
 
 def device_of(trace: Trace) -> str:
     """cuda, rocm or cpu: GPU activity or GPU runtime calls decide; a trace without them whose process
     group is NCCL/RCCL is a GPU trace recorded without CUPTI (its GPU columns stay empty)."""
-    gpu = C.is_in(trace.cat, C.GPU_CATS)
-    runtime = C.is_in(trace.cat, C.RUNTIME_CATS)
-    names = set(trace.name[runtime]) if runtime.any() else set()
+    gpu = C.cat_mask(trace, C.GPU_CATS)
+    runtime = C.cat_mask(trace, C.RUNTIME_CATS)
+    names = set(trace.names[np.unique(trace.name_id[runtime])]) if runtime.any() else set()
     rocm = any(n.startswith("hip") for n in names if isinstance(n, str)) or any(
         k.startswith("hip_") for k in trace.meta) or any(
         isinstance(p, dict) and "maxSharedMemoryPerMultiProcessor" in p

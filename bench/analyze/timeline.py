@@ -24,81 +24,81 @@ US_PER_MS = 1e3
 def _backward(trace: Trace, labels: np.ndarray, autograd: np.ndarray,
               w: Window) -> tuple[float, float] | None:
     """(start, end) µs of the step's last `backward` label, else of its autograd operators; None if none."""
-    inside = (trace.ts >= w.lo) & (trace.ts <= w.hi)
-    hits = np.flatnonzero(labels & inside)
-    if len(hits):
-        last = hits[np.argmax(trace.ts[hits])]
-        return float(trace.ts[last]), float(trace.end[last])
-    hits = np.flatnonzero(autograd & inside)
-    if len(hits):
-        return float(trace.ts[hits].min()), float(trace.end[hits].max())
+    for rows in (labels, autograd):
+        inside = rows[(trace.ts[rows] >= w.lo) & (trace.ts[rows] <= w.hi)]
+        if len(inside) and rows is labels:
+            last = inside[np.argmax(trace.ts[inside])]
+            return float(trace.ts[last]), float(trace.end[last])
+        if len(inside):
+            return float(trace.ts[inside].min()), float(trace.end[inside].max())
     return None
 
 
 def bucket_rows(trace: Trace, windows: list[Window], device: str) -> list[dict]:
     """bucket_timeline rows (without cell_id, trace_file, rank, engine) for every window."""
-    tid = np.array([str(t) for t in trace.tid], dtype=object)
-    annotations = trace.cat == C.ANNOTATION_CAT
-    ops = C.is_in(trace.cat, C.HOST_OP_CATS)
-    labels = annotations & (trace.name == C.BACKWARD_LABEL)
-    autograd = ops & np.fromiter((isinstance(n, str) and n.startswith(C.AUTOGRAD_BACKWARD_OP)
-                                  for n in trace.name), dtype=bool, count=len(trace))
-    engine_issues = annotations & C.matches(trace.name, C.DDP_CORE_ALLREDUCE, annotations)
-    torch_issues = ops & C.matches(trace.name, C.ALLREDUCE_ISSUE_OP, ops)
-    args_rows = np.array(sorted(trace.comm_args), dtype=np.int64)
-    execution = _GpuExecution(trace, tid) if device != "cpu" else _GlooExecution(trace)
+    annotations = C.cat_mask(trace, frozenset({C.ANNOTATION_CAT}))
+    ops = C.cat_mask(trace, C.HOST_OP_CATS)
+    labels = np.flatnonzero(annotations & C.name_mask(trace, C.BACKWARD_LABEL))
+    autograd = np.flatnonzero(ops & C.name_mask(trace, C.AUTOGRAD_BACKWARD_OP))
+    engine_issues = np.flatnonzero(annotations & C.name_mask(trace, C.DDP_CORE_ALLREDUCE))
+    torch_issues = np.flatnonzero(ops & C.name_mask(trace, C.ALLREDUCE_ISSUE_OP))
+    sized = _Nested(trace, np.array(sorted(trace.comm_args), dtype=np.int64))
+    execution = _GpuExecution(trace) if device != "cpu" else _GlooExecution(trace)
     rows = []
     for w in windows:
         bwd = _backward(trace, labels, autograd, w)
         if bwd is None:
             continue
-        in_bwd = (trace.ts >= bwd[0]) & (trace.ts <= bwd[1])
-        issues = np.flatnonzero(engine_issues & in_bwd)
-        if not len(issues):
-            issues = np.flatnonzero(torch_issues & in_bwd)
+        issues = np.array([], dtype=np.int64)
+        for candidates in (engine_issues, torch_issues):  # the engines' labels, else c10d's ops
+            issues = candidates[(trace.ts[candidates] >= bwd[0]) & (trace.ts[candidates] <= bwd[1])]
+            if len(issues):
+                break
         issues = issues[np.argsort(trace.ts[issues], kind="stable")]
+        rel = lambda t, t0=bwd[0]: (t - t0) / US_PER_MS if t is not None else None
         for k, i in enumerate(issues):
             start, end = execution.of(i)
-            nbytes = _issue_bytes(trace, tid, args_rows, i)
+            nbytes = next((b for r in sized.within(i) if (b := row_bytes(trace, int(r))) is not None), None)
             if nbytes is None:
                 nbytes = execution.bytes_of(i)
-            rel = lambda t, t0=bwd[0]: (t - t0) / US_PER_MS if t is not None else None
             rows.append({"step": w.step, "bucket": k, "bytes": nbytes, "ready_ms": rel(float(trace.ts[i])),
                          "comm_start_ms": rel(start), "comm_end_ms": rel(end),
                          "backward_ms": (bwd[1] - bwd[0]) / US_PER_MS})
     return rows
 
 
-def _issue_bytes(trace: Trace, tid: np.ndarray, args_rows: np.ndarray, i: int) -> float | None:
-    """Bytes from a size-carrying event nested in the issue on its thread (record_param_comms, nccl:*)."""
-    if not len(args_rows):
-        return None
-    nested = args_rows[(trace.ts[args_rows] >= trace.ts[i]) & (trace.ts[args_rows] <= trace.end[i])
-                       & (tid[args_rows] == tid[i])]
-    for r in nested:
-        nbytes = row_bytes(trace, int(r))
-        if nbytes is not None:
-            return nbytes
-    return None
+class _Nested:
+    """Events among `rows` that start inside a given event, on its thread (binary search on start time)."""
+
+    def __init__(self, trace: Trace, rows: np.ndarray):
+        self.trace = trace
+        self.rows = rows[np.argsort(trace.ts[rows], kind="stable")]
+        self.starts = trace.ts[self.rows]
+
+    def within(self, i: int) -> np.ndarray:
+        t = self.trace
+        lo = np.searchsorted(self.starts, t.ts[i], side="left")
+        hi = np.searchsorted(self.starts, t.end[i], side="right")
+        found = self.rows[lo:hi]
+        return found[t.tid_id[found] == t.tid_id[i]]
 
 
 class _GpuExecution:
     """Collective kernels launched by runtime calls nested in an issue on the same thread."""
 
-    def __init__(self, trace: Trace, tid: np.ndarray):
-        self.trace, self.tid = trace, tid
-        self.runtime = np.flatnonzero(C.is_in(trace.cat, C.RUNTIME_CATS) & ~np.isnan(trace.correlation))
-        gpu = np.flatnonzero(C.is_in(trace.cat, C.GPU_CATS) & ~np.isnan(trace.correlation))
-        comm = np.array([C.gpu_class(trace.name[g], trace.cat[g]) == C.COMM for g in gpu], dtype=bool)
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self.runtime = _Nested(trace, np.flatnonzero(C.cat_mask(trace, C.RUNTIME_CATS)
+                                                     & ~np.isnan(trace.correlation)))
+        gpu = np.flatnonzero(C.cat_mask(trace, C.GPU_CATS) & ~np.isnan(trace.correlation))
+        comm = gpu[C.gpu_classes(trace, gpu) == C.COMM]
         self.by_corr: dict[float, list[int]] = {}
-        for g in gpu[comm] if len(gpu) else []:
+        for g in comm:
             self.by_corr.setdefault(float(trace.correlation[g]), []).append(int(g))
 
     def of(self, i: int) -> tuple[float | None, float | None]:
         t = self.trace
-        rt = self.runtime[(t.ts[self.runtime] >= t.ts[i]) & (t.ts[self.runtime] <= t.end[i])
-                          & (self.tid[self.runtime] == self.tid[i])]
-        kernels = [g for r in rt for g in self.by_corr.get(float(t.correlation[r]), [])]
+        kernels = [g for r in self.runtime.within(i) for g in self.by_corr.get(float(t.correlation[r]), [])]
         if not kernels:
             return None, None
         return float(t.ts[kernels].min()), float(t.end[kernels].max())
@@ -112,8 +112,8 @@ class _GlooExecution:
 
     def __init__(self, trace: Trace):
         self.trace = trace
-        annotations = trace.cat == C.ANNOTATION_CAT
-        rows = np.flatnonzero(annotations & C.matches(trace.name, C.HOST_ALLREDUCE, annotations))
+        rows = np.flatnonzero(C.cat_mask(trace, frozenset({C.ANNOTATION_CAT}))
+                              & C.name_mask(trace, C.HOST_ALLREDUCE))
         self.rows = rows[np.argsort(trace.ts[rows], kind="stable")]
         self.used = np.zeros(len(self.rows), dtype=bool)
         self.matched: dict[int, int] = {}
