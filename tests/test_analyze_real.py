@@ -86,3 +86,13 @@ def test_run_folder_bucket_timeline_matches_the_engines_buckets(tmp_path, capsys
     parts = tables.breakdown(summary, results)
     stacked = parts[["compute_alone_ms", "hidden_comm_ms", "exposed_comm_ms", "idle_ms"]].sum(axis=1)
     assert stacked.to_numpy() == pytest.approx(parts["span_ms"].to_numpy())
+
+
+def test_run_folder_cell_without_traces_is_reported(tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "ddpbench-cpu-run", run)
+    naive = pd.read_csv(run / "results.csv").query("engine == 'naive'")["trace_dir"].iloc[0]
+    shutil.rmtree(run / naive)
+    assert cli.main(argparse.Namespace(path=run, out=None)) == 1
+    assert "naive" in capsys.readouterr().err
+    assert len(pd.read_csv(run / "trace_summary.csv")) == 4 * 3   # the other two cells still analysed

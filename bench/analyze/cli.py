@@ -35,8 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output folder (default: the run folder, else the current folder)")
 
 
-def run_jobs(run_dir: Path) -> list[TraceJob]:
-    """One job per trace file of every cell in results.csv that has a trace_dir."""
+def run_jobs(run_dir: Path) -> tuple[list[TraceJob], list[str]]:
+    """One job per trace file of every cell in results.csv that has a trace_dir, and one error line per
+    cell whose trace_dir holds no trace file."""
     try:
         results = pd.read_csv(run_dir / RESULTS_FILE, dtype={"cell_id": str, "trace_dir": str, "engine": str})
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
@@ -44,25 +45,30 @@ def run_jobs(run_dir: Path) -> list[TraceJob]:
     for column in ("cell_id", "trace_dir"):
         if column not in results.columns:
             raise AnalyzeInputError(f"{run_dir / RESULTS_FILE}: missing column {column!r}")
-    jobs = []
+    jobs, missing = [], []
     for row in results.itertuples(index=False):
         trace_dir = row.trace_dir
         if not isinstance(trace_dir, str) or not trace_dir:
             continue  # a cell that was not profiled (or failed first)
         folder = run_dir / trace_dir
         engine = getattr(row, "engine", None)
-        for path in find_trace_files(folder) if folder.is_dir() else []:
+        files = find_trace_files(folder) if folder.is_dir() else []
+        if not files:
+            missing.append(f"{folder}: cell {row.cell_id}: no trace files in its trace_dir")
+        for path in files:
             jobs.append(TraceJob(path, str(path.relative_to(run_dir)), row.cell_id,
                                  engine if isinstance(engine, str) else None))
-    return jobs
+    return jobs, missing
 
 
-def plan(path: Path, out: Path | None) -> tuple[list[TraceJob], Path]:
-    """The jobs and the output folder for PATH; AnalyzeInputError when PATH cannot be analysed."""
+def plan(path: Path, out: Path | None) -> tuple[list[TraceJob], list[str], Path]:
+    """The jobs, the error lines found while planning them, and the output folder for PATH;
+    AnalyzeInputError when PATH cannot be analysed at all."""
+    missing: list[str] = []
     if not path.exists():
         raise AnalyzeInputError(f"path {str(path)!r} does not exist")
     if path.is_dir() and (path / RESULTS_FILE).is_file():
-        jobs, default_out = run_jobs(path), path
+        (jobs, missing), default_out = run_jobs(path), path
         if not jobs:
             raise AnalyzeInputError(f"{path / RESULTS_FILE}: no cell has trace files under its trace_dir")
     elif path.is_dir():
@@ -77,23 +83,25 @@ def plan(path: Path, out: Path | None) -> tuple[list[TraceJob], Path]:
     out = out if out is not None else default_out
     if out.exists() and not out.is_dir():
         raise AnalyzeInputError(f"--out {str(out)!r} exists and is not a folder")
-    return jobs, out
+    return jobs, missing, out
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        jobs, out = plan(args.path, args.out)
+        jobs, missing, out = plan(args.path, args.out)
     except AnalyzeInputError as exc:
         print(f"bench analyze: {exc}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     summary, timeline, errors = analyse(jobs)
+    errors = missing + errors
     for line in errors:
         print(f"bench analyze: {line}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     summary.to_csv(out / SUMMARY_FILE, index=False)
     timeline.to_csv(out / TIMELINE_FILE, index=False)
-    print(f"analysed {len(jobs) - len(errors)}/{len(jobs)} trace files in {time.perf_counter() - t0:.1f} s")
+    n_ok = summary["trace_file"].nunique()
+    print(f"analysed {n_ok}/{len(jobs)} trace files in {time.perf_counter() - t0:.1f} s")
     print(f"summary: {out / SUMMARY_FILE}")
     print(f"bucket timeline: {out / TIMELINE_FILE}")
     return 1 if errors else 0
