@@ -240,3 +240,21 @@ def test_bare_event_array_and_metadata_after_the_events(tmp_path):
     late.write_text('{"traceEvents": ' + json.dumps(gpu_events()) + ', "distributedInfo": {"rank": 3}}')
     rows, _ = rows_by_step(late)
     assert rows["1"]["rank"] == 3 and rows["1"]["overlap_ms"] == approx(20e-3)
+
+
+def test_gpu_bucket_timeline_from_the_engines_label(tmp_path):
+    # ddp_core's label around the launch [19,24] wraps c10d's op: the label is the issue, counted once
+    events = gpu_events() + [{"ph": "X", "cat": "user_annotation", "name": "ddp_core.allreduce.bucket0",
+                              "pid": 1, "tid": 1, "ts": 18.5, "dur": 5.5, "args": {}}]
+    _, timeline = rows_by_step(write_trace(tmp_path / "t.json", events, GPU_META), engine="overlap")
+    (b,) = timeline
+    assert (b["engine"], b["bytes"], b["ready_ms"]) == ("overlap", 4000, approx(0.5e-3))
+    assert (b["comm_start_ms"], b["comm_end_ms"]) == (approx(12e-3), approx(42e-3))
+
+
+def test_bench_main_dispatches_analyze(tmp_path):
+    from bench.__main__ import main as bench_main
+
+    trace = write_trace(tmp_path / "rank0.json", cpu_events(), CPU_META)
+    assert bench_main(["analyze", str(trace), "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "bucket_timeline.csv").is_file()
