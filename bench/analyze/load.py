@@ -62,9 +62,6 @@ class Trace:
     def name_of(self, row: int) -> str:
         return self.names[self.name_id[row]]
 
-    def cat_of(self, row: int) -> str:
-        return self.cats[self.cat_id[row]]
-
     def __len__(self) -> int:
         return len(self.ts)
 

@@ -40,10 +40,8 @@ def whole_window(trace: Trace, steps: list[Window]) -> Window:
     if steps:
         return Window("all", steps[0].lo, max(s.hi for s in steps))
     host = C.host_mask(trace)
-    if not host.any():
-        return Window("all", float(trace.ts.min()), float(trace.end.max())) if len(trace) else Window(
-            "all", 0.0, 0.0)
-    return Window("all", float(trace.ts[host].min()), float(trace.end[host].max()))
+    rows = host if host.any() else np.ones(len(trace), dtype=bool)  # a GPU-only file: its own span
+    return Window("all", float(trace.ts[rows].min()), float(trace.end[rows].max()))
 
 
 def main_thread(trace: Trace) -> int | None:
