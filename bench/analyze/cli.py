@@ -1,0 +1,107 @@
+"""`python -m bench analyze PATH [--out DIR]`: trace_summary.csv and bucket_timeline.csv from Kineto traces.
+
+PATH is a run folder (results/<run-id>: its results.csv maps each cell's `trace_dir` to cell_id and
+engine), a folder of traces, or one trace file; any `*.json` / `*.json.gz` Chrome trace is accepted. The
+outputs go to --out, else to the run folder, else to the current folder. A file that cannot be read gets
+one error line and the others are still analysed (exit status 1); bad arguments exit 2 before anything is
+written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from bench.analyze.load import find_trace_files
+from bench.analyze.summary import TraceJob, analyse
+
+SUMMARY_FILE = "trace_summary.csv"
+TIMELINE_FILE = "bucket_timeline.csv"
+RESULTS_FILE = "results.csv"
+
+
+class AnalyzeInputError(Exception):
+    """PATH or results.csv cannot be used: one line naming the key and the value."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", type=Path,
+                        help="a results/<run-id>/ folder, a folder of traces, or one trace file")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default: the run folder, else the current folder)")
+
+
+def run_jobs(run_dir: Path) -> tuple[list[TraceJob], list[str]]:
+    """One job per trace file of every cell in results.csv that has a trace_dir, and one error line per
+    cell whose trace_dir holds no trace file."""
+    try:
+        results = pd.read_csv(run_dir / RESULTS_FILE, dtype={"cell_id": str, "trace_dir": str, "engine": str})
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise AnalyzeInputError(f"{run_dir / RESULTS_FILE}: cannot read: {exc}") from exc
+    for column in ("cell_id", "trace_dir"):
+        if column not in results.columns:
+            raise AnalyzeInputError(f"{run_dir / RESULTS_FILE}: missing column {column!r}")
+    jobs, missing = [], []
+    for row in results.itertuples(index=False):
+        trace_dir = row.trace_dir
+        if not isinstance(trace_dir, str) or not trace_dir:
+            continue  # a cell that was not profiled (or failed first)
+        folder = run_dir / trace_dir
+        engine = getattr(row, "engine", None)
+        files = find_trace_files(folder) if folder.is_dir() else []
+        if not files:
+            missing.append(f"{folder}: cell {row.cell_id}: no trace files in its trace_dir")
+        for path in files:
+            jobs.append(TraceJob(path, str(path.relative_to(run_dir)), row.cell_id,
+                                 engine if isinstance(engine, str) else None))
+    return jobs, missing
+
+
+def plan(path: Path, out: Path | None) -> tuple[list[TraceJob], list[str], Path]:
+    """The jobs, the error lines found while planning them, and the output folder for PATH;
+    AnalyzeInputError when PATH cannot be analysed at all."""
+    missing: list[str] = []
+    if not path.exists():
+        raise AnalyzeInputError(f"path {str(path)!r} does not exist")
+    if path.is_dir() and (path / RESULTS_FILE).is_file():
+        (jobs, missing), default_out = run_jobs(path), path
+        if not jobs:
+            raise AnalyzeInputError(f"{path / RESULTS_FILE}: no cell has trace files under its trace_dir")
+    elif path.is_dir():
+        jobs = [TraceJob(p, str(p.relative_to(path))) for p in find_trace_files(path)]
+        default_out = Path.cwd()
+        if not jobs:
+            raise AnalyzeInputError(f"path {str(path)!r}: no *.json or *.json.gz trace files in it")
+    else:
+        if not path.name.endswith((".json", ".json.gz")):
+            raise AnalyzeInputError(f"path {str(path)!r}: not a *.json or *.json.gz trace file")
+        jobs, default_out = [TraceJob(path, path.name)], Path.cwd()
+    out = out if out is not None else default_out
+    if out.exists() and not out.is_dir():
+        raise AnalyzeInputError(f"--out {str(out)!r} exists and is not a folder")
+    return jobs, missing, out
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        jobs, missing, out = plan(args.path, args.out)
+    except AnalyzeInputError as exc:
+        print(f"bench analyze: {exc}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    summary, timeline, errors = analyse(jobs)
+    errors = missing + errors
+    for line in errors:
+        print(f"bench analyze: {line}", file=sys.stderr)
+    out.mkdir(parents=True, exist_ok=True)
+    summary.to_csv(out / SUMMARY_FILE, index=False)
+    timeline.to_csv(out / TIMELINE_FILE, index=False)
+    n_ok = summary["trace_file"].nunique()
+    print(f"analysed {n_ok}/{len(jobs)} trace files in {time.perf_counter() - t0:.1f} s")
+    print(f"summary: {out / SUMMARY_FILE}")
+    print(f"bucket timeline: {out / TIMELINE_FILE}")
+    return 1 if errors else 0

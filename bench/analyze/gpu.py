@@ -1,0 +1,131 @@
+"""One window's breakdown on a GPU trace (definitions: docs/sections/analyze.md, "GPU").
+
+Breakdown (HolisticTraceAnalysis's definitions): the window's GPU activity is every kernel, memcpy and
+memset *launched* from inside it (the runtime call with the same `correlation` started in the window; an
+event without a correlated launch counts by its own start). span = first to last of those; busy = their
+union; compute / comm / memory = the unions of each class; idle = span − busy; overlap = |comm ∩ compute|;
+overlap_pct = overlap / comm; exposed_comm = comm − overlap.
+
+Utilisation (the TensorBoard plugin's definitions, gpu_metrics_parser.py): kernels clipped to the host
+window by time, divided by the window: gpu_util = |∪ kernels| / window; sm_efficiency = ∫ min(Σ blocks per
+SM of the running kernels, 1) dt / window; achieved_occupancy = mean of `est. achieved occupancy %`
+weighted by each kernel's time in the window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.analyze import classify as C
+from bench.analyze import intervals as iv
+from bench.analyze.comms import collectives, window_bytes_busbw
+from bench.analyze.load import Trace
+from bench.analyze.steps import Window
+
+US_PER_MS = 1e3
+
+
+def _pct(num: float, den: float) -> float | None:
+    return 100.0 * num / den if den > 0 else None
+
+
+class GpuView:
+    """A GPU trace's events, classified once; `window(w)` measures one window."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        gpu = np.flatnonzero(C.cat_mask(trace, C.GPU_CATS))
+        self.ts, self.end = trace.ts[gpu], trace.end[gpu]
+        self.cls = C.gpu_classes(trace, gpu)
+        self.is_kernel = C.cat_mask(trace, frozenset({"kernel"}))[gpu]
+        self.allreduce = (self.cls == C.COMM) & C.name_mask(trace, C.ALLREDUCE_KERNEL)[gpu]
+        self.blocks_per_sm = trace.blocks_per_sm[gpu]
+        self.occupancy = trace.occupancy[gpu]
+        self.launch = self._launch_times(trace, gpu)
+        self.host = self._host_roles(trace)
+        self.colls = collectives(trace)
+
+    @staticmethod
+    def _launch_times(trace: Trace, gpu: np.ndarray) -> np.ndarray:
+        """Each GPU event's launch: the start of the runtime call with its correlation id, else its own."""
+        runtime = np.flatnonzero(C.cat_mask(trace, C.RUNTIME_CATS) & ~np.isnan(trace.correlation))
+        launch = trace.ts[gpu].copy()
+        if len(runtime):
+            corr = trace.correlation[runtime]
+            order = np.argsort(corr, kind="stable")
+            corr, start = corr[order], trace.ts[runtime][order]
+            want = trace.correlation[gpu]
+            pos = np.clip(np.searchsorted(corr, want), 0, len(corr) - 1)
+            found = corr[pos] == want
+            launch[found] = start[pos[found]]
+        return launch
+
+    def _host_roles(self, trace: Trace) -> dict[str, np.ndarray]:
+        """Interval sets for the CPU-exec breakdown (TensorBoard's overview categories)."""
+        ops = C.cat_mask(trace, C.HOST_OP_CATS) & ~C.name_mask(trace, C.PROFILER_STEP)
+        host_comm = C.host_mask(trace) & C.name_mask(trace, C.HOST_COLLECTIVE)
+        dataloader = ops & C.name_mask(trace, C.DATALOADER)
+        runtime = C.cat_mask(trace, C.RUNTIME_CATS)
+        sets = lambda m: iv.union(trace.ts[m], trace.end[m])
+        busy_gpu = iv.union(self.ts, self.end)
+        return {
+            "ops": sets(ops),
+            # everything ranked above "CPU Exec": GPU work, communication, runtime calls, data loading
+            "above": iv.merge(busy_gpu, sets(host_comm), sets(runtime), sets(dataloader)),
+        }
+
+    def window(self, w: Window) -> dict:
+        """The summary columns for one window (ms and %; None where not measurable)."""
+        row: dict = {}
+        sel = (self.launch >= w.lo) & (self.launch <= w.hi)
+        if sel.any():
+            ts, end, cls = self.ts[sel], self.end[sel], self.cls[sel]
+            busy = iv.union(ts, end)
+            compute = iv.union(ts[cls == C.COMPUTE], end[cls == C.COMPUTE])
+            comm = iv.union(ts[cls == C.COMM], end[cls == C.COMM])
+            memory = iv.union(ts[cls == C.MEMORY], end[cls == C.MEMORY])
+            span = float(end.max() - ts.min())
+            overlap = iv.length(iv.intersect(comm, compute))
+            comm_len = iv.length(comm)
+            ar = self.allreduce[sel]
+            kernel_time = float((end - ts)[self.is_kernel[sel]].sum())
+            row.update(
+                span_ms=span / US_PER_MS, busy_ms=iv.length(busy) / US_PER_MS,
+                compute_ms=iv.length(compute) / US_PER_MS, comm_ms=comm_len / US_PER_MS,
+                memory_ms=iv.length(memory) / US_PER_MS, idle_ms=(span - iv.length(busy)) / US_PER_MS,
+                overlap_ms=overlap / US_PER_MS, overlap_pct=_pct(overlap, comm_len),
+                exposed_comm_ms=(comm_len - overlap) / US_PER_MS,
+                allreduce_ms=iv.length(iv.union(ts[ar], end[ar])) / US_PER_MS,
+                allreduce_share_of_kernel_pct=_pct(float((end - ts)[ar].sum()), kernel_time),
+            )
+            row["comm_bytes"], row["comm_busbw_gbps"] = window_bytes_busbw(
+                self.colls, w.lo, w.hi, row["comm_ms"])
+        row.update(self._utilisation(w))
+        return row
+
+    def _utilisation(self, w: Window) -> dict:
+        """gpu_util, sm_efficiency, achieved_occupancy and cpu_exec over the host window, by time."""
+        length = w.hi - w.lo
+        if length <= 0:
+            return {}
+        out = {"cpu_exec_pct": _pct(iv.length(iv.clip(
+            iv.subtract(self.host["ops"], self.host["above"]), w.lo, w.hi)), length)}
+        k = self.is_kernel
+        if not k.any():
+            return out
+        s, e = np.maximum(self.ts[k], w.lo), np.minimum(self.end[k], w.hi)
+        inside = e > s
+        if not inside.any():
+            return out
+        s, e = s[inside], e[inside]
+        out["gpu_util_pct"] = _pct(iv.length(iv.union(s, e)), length)
+        bps = self.blocks_per_sm[k][inside]
+        ok = bps > 0  # the plugin skips non-positive values (a known Kineto glitch)
+        if ok.any():
+            out["sm_efficiency_pct"] = _pct(iv.weighted_time(s[ok], e[ok], bps[ok], cap=1.0), length)
+        occ = self.occupancy[k][inside]
+        ok = occ >= 0
+        if ok.any():
+            out["achieved_occupancy_pct"] = float((occ[ok] * (e[ok] - s[ok])).sum() / (e[ok] - s[ok]).sum())
+        return out
+
