@@ -289,7 +289,7 @@ def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) ->
 
 
 # What --report runs after the sweep, in order: each writes into the run folder what the report shows.
-REPORT_STEPS = ("project",)
+REPORT_STEPS = ("analyze", "project")  # analyze first: project reads its bucket_timeline.csv
 
 
 def write_report(run_dir: Path) -> int:

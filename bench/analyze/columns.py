@@ -1,7 +1,7 @@
 """The two output files' columns, in order: the contract readers (report, projection) rely on.
 
 trace_summary.csv: one row per (trace file, profiler step) and one `step = all` row per file.
-bucket_timeline.csv: one row per gradient-bucket all-reduce in a profiled step (docs/sections/analyze.md).
+bucket_timeline.csv: one row per gradient-bucket all-reduce in a profiled step (docs/design.md).
 Empty (NaN) where not measurable, never 0.
 """
 

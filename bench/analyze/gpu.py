@@ -1,4 +1,4 @@
-"""One window's breakdown on a GPU trace (definitions: docs/sections/analyze.md, "GPU").
+"""One window's breakdown on a GPU trace (definitions: docs/design.md, "bench analyze", "GPU").
 
 Breakdown (HolisticTraceAnalysis's definitions): the window's GPU activity is every kernel, memcpy and
 memset *launched* from inside it (the runtime call with the same `correlation` started in the window; an

@@ -7,7 +7,7 @@
   disagree by more than their noise.
 - seeds_table: per cell, the seeds' table (GPU util, SM efficiency, occupancy, CPU exec, kernels,
   communication, all-reduce share) from the traces.
-Definitions: docs/sections/analyze.md.
+Definitions: docs/design.md, "bench analyze".
 """
 
 from __future__ import annotations
