@@ -81,7 +81,8 @@ def breakdown(summary: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
 def two_witnesses(summary: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
     """Per cell: exposed communication per step from the timers and from the trace, and their difference.
 
-    timer = results.exposed_comm_ms (p50 step − p50 compute-only step), noise = step p90 − p50.
+    timer = results.exposed_comm_ms (p50 step − p50 compute-only step), noise = half the width of its 95 %
+    interval (exposed_comm_ms_ci95_low/high) where the run has one, else step p90 − p50 (older runs).
     trace = median of exposed_comm_ms over the cell's profiled steps on every rank, noise = their range
     (max − min). `disagree` when |trace − timer| > timer noise + trace noise; empty when a side is missing.
     """
@@ -91,7 +92,11 @@ def two_witnesses(summary: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
     keep = [c for c in ("cell_id", "engine", "world_size", "grad_accum", "exposed_comm_ms",
                         "step_time_ms_p50", "step_time_ms_p90") if c in results.columns]
     out = results[keep].rename(columns={"exposed_comm_ms": "timer_exposed_comm_ms"})
-    out["timer_noise_ms"] = results["step_time_ms_p90"] - results["step_time_ms_p50"]
+    spread = results["step_time_ms_p90"] - results["step_time_ms_p50"]
+    if {"exposed_comm_ms_ci95_low", "exposed_comm_ms_ci95_high"} <= set(results.columns):
+        half = (results["exposed_comm_ms_ci95_high"] - results["exposed_comm_ms_ci95_low"]) / 2
+        spread = half.where(half.notna(), spread)
+    out["timer_noise_ms"] = spread
     out = out.drop(columns=["step_time_ms_p50", "step_time_ms_p90"]).merge(
         trace.reset_index(), on="cell_id", how="inner")
     out["difference_ms"] = out["trace_exposed_comm_ms"] - out["timer_exposed_comm_ms"]

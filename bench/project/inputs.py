@@ -5,6 +5,7 @@ contract is an InputError naming the file and the column.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -69,10 +70,18 @@ def read_sweep(run_dir: Path) -> pd.DataFrame | None:
     return df
 
 
-def timeline_buckets(timeline: pd.DataFrame | None, cell_id: str) -> Buckets | None:
+@dataclass(frozen=True)
+class ReadyTimes:
+    """A trace's bucket ready times (fractions of backward, issue order) without their sizes."""
+
+    ready: tuple[float, ...]
+
+
+def timeline_buckets(timeline: pd.DataFrame | None, cell_id: str) -> Buckets | ReadyTimes | None:
     """The cell's buckets from the trace: per bucket index, the median over ranks and profiled steps of
     ready_ms / backward_ms (clipped to [0, 1]) and of the bytes. Steps whose bucket count differs from the
-    most common one (e.g. torch DDP before it rebuilds its buckets) are left out. None: no rows."""
+    most common one (e.g. torch DDP before it rebuilds its buckets) are left out. None: no rows;
+    ReadyTimes: the trace recorded no message sizes (the caller takes them from the workload's layout)."""
     if timeline is None:
         return None
     rows = timeline[timeline["cell_id"] == cell_id]
@@ -85,6 +94,8 @@ def timeline_buckets(timeline: pd.DataFrame | None, cell_id: str) -> Buckets | N
     rows = rows.assign(fraction=(rows["ready_ms"] / rows["backward_ms"]).clip(0.0, 1.0))
     per_bucket = rows.groupby("bucket").agg(size=("bytes", "median"), ready=("fraction", "median"))
     per_bucket = per_bucket.sort_index()
+    if per_bucket["size"].isna().any():  # a CPU trace without record_shapes has no message sizes
+        return ReadyTimes(tuple(float(r) for r in per_bucket["ready"]))
     try:
         return Buckets(tuple(int(round(s)) for s in per_bucket["size"]),
                        tuple(float(r) for r in per_bucket["ready"]), source="trace")

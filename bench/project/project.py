@@ -16,7 +16,7 @@ from itertools import accumulate
 import pandas as pd
 
 from bench import metrics
-from bench.project.inputs import COMM_DTYPE_WIRE, InputError, timeline_buckets
+from bench.project.inputs import COMM_DTYPE_WIRE, InputError, ReadyTimes, timeline_buckets
 from bench.project.measured import Measured
 from bench.project.network import Network
 from bench.project.simulate import Buckets, Compute, simulate_step
@@ -99,9 +99,16 @@ def buckets_of(rows: pd.DataFrame, base: pd.Series, timeline: pd.DataFrame | Non
     (the workload rebuilt on the meta device), else from the row."""
     for _, row in rows.sort_values("world_size").iterrows():
         found = timeline_buckets(timeline, row["cell_id"])
-        if found is not None:
-            own = row["cell_id"] == base["cell_id"]
-            return Buckets(found.sizes, found.ready, "trace" if own else f"trace of {row['cell_id']}")
+        own = "trace" if row["cell_id"] == base["cell_id"] else f"trace of {row['cell_id']}"
+        if isinstance(found, ReadyTimes) and layout is not None:  # the trace's timing, the layout's sizes
+            try:
+                sizes = uniform_buckets(base["engine"], layout(base), "workload layout").sizes
+            except (ValueError, ImportError, OSError, RuntimeError):
+                continue
+            if len(sizes) == len(found.ready):
+                return Buckets(sizes, found.ready, f"{own} (ready times), workload layout (sizes)")
+        elif isinstance(found, Buckets):
+            return Buckets(found.sizes, found.ready, own)
     if layout is not None:
         try:
             return uniform_buckets(base["engine"], layout(base), "workload layout")

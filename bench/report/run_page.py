@@ -17,6 +17,7 @@ from bench.report.environment import environment_table
 from bench.report.load import Run, load_run
 from bench.report.projection_section import projection_section
 from bench.report.render import Section, write_csv, write_page
+from bench.report.why_section import why_section
 from bench.schema import DEFAULT_BUCKET_MB
 
 
@@ -43,6 +44,7 @@ def write_run_page(run_dir: Path, out_dir: Path | None = None) -> Path:
         engines_section(df, out_dir),
         *sweep_sections(df, out_dir),
         phases_section(df, out_dir),
+        why_section(run.path, df, out_dir),
         projection_section(run.path, out_dir),
         cells_section(run, out_dir, files),
         traces.viewers_section(run, out_dir, files),

@@ -1,0 +1,85 @@
+"""The run page's "Why" section: the traces' breakdown (what `bench analyze` wrote into the run folder)
+explaining the scaling tables — per engine and world size the stacked breakdown of a step, the all-reduce
+share and overlap; the two witnesses of exposed communication; the seeds' table.
+
+The report never analyses traces itself (bench.analyze does, `bench run --report` runs it first): without
+RUN/trace_summary.csv the section says how to get it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from bench.analyze import tables as trace_tables  # noqa: E402
+from bench.report.render import Section, write_csv  # noqa: E402
+
+SUMMARY = "trace_summary.csv"
+PARTS = (("compute_alone_ms", "compute", "tab:blue"), ("exposed_comm_ms", "exposed communication", "tab:red"),
+         ("hidden_comm_ms", "hidden communication", "tab:orange"), ("memory_alone_ms", "memory", "tab:gray"),
+         ("idle_ms", "idle / CPU", "0.85"))
+
+
+def breakdown_figure(table: pd.DataFrame, path: Path) -> Path | None:
+    """Stacked bars: one per (engine, world size), the parts of a profiled step that add up to its span."""
+    parts = [(c, label, color) for c, label, color in PARTS if c in table and table[c].notna().any()]
+    if table.empty or not parts:
+        return None
+    labels = [f"{e}\nws{int(n)}" for e, n in zip(table["engine"], table["world_size"])]
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(table) + 1.5), 3.4))
+    bottom = pd.Series(0.0, index=table.index)
+    for column, label, color in parts:
+        values = table[column].fillna(0.0)
+        ax.bar(labels, values, bottom=bottom, color=color, label=label, width=0.7)
+        bottom += values
+    ax.set_ylabel("ms per profiled step")
+    ax.set_title("where a profiled step's time goes (traces, mean over steps and ranks)", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.tick_params(axis="x", labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def why_section(run_dir: Path, results: pd.DataFrame, out_dir: Path) -> Section:
+    """The section; a note on how to make it when the run's traces have not been analysed."""
+    sec = Section("Why: the traces' breakdown", "why")
+    path = Path(run_dir) / SUMMARY
+    if not path.is_file():
+        return sec.para(f"No trace analysis yet: `python -m bench analyze {run_dir}` computes it from the "
+                        "run's traces (`bench run --report` does it first).", "note")
+    try:
+        summary = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        return sec.para(f"{path} cannot be read ({e}); rerun `python -m bench analyze {run_dir}`.", "warn")
+    table = trace_tables.breakdown(summary, results)
+    sec.para("From the profiled steps (never the timed ones): compute alone, communication not hidden behind "
+             "compute (exposed), communication overlapped with compute (hidden), memory copies, and idle or "
+             "CPU-bound time; they add up to the step's span. overlap_pct = hidden / all communication "
+             "(HolisticTraceAnalysis' definition). Definitions: docs/design.md, bench analyze.", "formula")
+    figure = breakdown_figure(table, out_dir / "plots" / "why_breakdown.png")
+    if figure is not None:
+        sec.image(figure.relative_to(out_dir).as_posix(), "breakdown of a profiled step")
+    write_csv(table, out_dir / "tables" / "why_breakdown.csv")
+    sec.table(table, "tables/why_breakdown.csv")
+    witnesses = trace_tables.two_witnesses(summary, results)
+    if len(witnesses):
+        disagree = witnesses[witnesses["disagree"].fillna(False).astype(bool)]
+        sec.para(f"Exposed communication, two witnesses: the timers (step − compute-only) and the traces. "
+                 f"{len(disagree)} of {len(witnesses)} cells disagree by more than their noise"
+                 + (f" ({', '.join(disagree['cell_id'].head(5))}{', …' if len(disagree) > 5 else ''})"
+                    if len(disagree) else "") + ".")
+        write_csv(witnesses, out_dir / "tables" / "why_two_witnesses.csv")
+        sec.table(witnesses, "tables/why_two_witnesses.csv")
+    seeds = trace_tables.seeds_table(summary, results)
+    if len(seeds):
+        write_csv(seeds, out_dir / "tables" / "why_seeds_table.csv")
+        sec.para("The seeds' table (the panes the original experiment read off TensorBoard), per cell.")
+        sec.table(seeds.rename(columns=trace_tables.SEEDS_HEADINGS), "tables/why_seeds_table.csv")
+    return sec
