@@ -374,6 +374,8 @@ def _build(tables: dict, cli: dict[str, str]) -> BenchConfig:
     for name, cls in SECTIONS.items():
         hints = _hints(cls)
         values = {}
+        if not isinstance(tables.get(name, {}), dict):
+            _fail(name, tables[name], "must be a table ([" + name + "] with keys)")
         raw = dict(tables.get(name, {}))
         raw_cli = {k.partition(".")[2]: v for k, v in cli.items() if k.partition(".")[0] == name}
         for key, value in list(raw.items()) + list(raw_cli.items()):
@@ -393,6 +395,8 @@ def _build(tables: dict, cli: dict[str, str]) -> BenchConfig:
 def resolve_path(name_or_path: str) -> Path:
     """A preset name (`bench/configs/<name>.toml`) or a path to a TOML file."""
     path = Path(name_or_path)
+    if path.is_dir():
+        raise ConfigError(f"--config={name_or_path!r}: is a directory, not a TOML file")
     if path.suffix == ".toml" or path.exists():
         if not path.is_file():
             raise ConfigError(f"--config={name_or_path!r}: no such file")
@@ -405,10 +409,15 @@ def resolve_path(name_or_path: str) -> Path:
 
 
 def read_tables(path: Path) -> dict:
+    """The TOML file's tables; ConfigError for a file that cannot be read, is not UTF-8 or not TOML."""
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"--config={str(path)!r}: not valid TOML ({e})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"--config={str(path)!r}: not UTF-8 text (byte {e.start}); TOML is UTF-8") from None
+    except OSError as e:
+        raise ConfigError(f"--config={str(path)!r}: cannot be read ({e.strerror})") from None
 
 
 def load_config(name_or_path: str, overrides: list[str] | None = None,
@@ -421,7 +430,13 @@ def load_config(name_or_path: str, overrides: list[str] | None = None,
     """
     tables = read_tables(resolve_path(name_or_path))
     cli = parse_set(overrides or [])
-    device = cli.get("run.device", tables.get("run", {}).get("device", RunConfig.device)).strip()
+    for name in (*SECTIONS, *DEVICE_SECTIONS):
+        if name in tables and not isinstance(tables[name], dict):
+            _fail(name, tables[name], "must be a table ([" + name + "] with keys)")
+    device = cli.get("run.device", tables.get("run", {}).get("device", RunConfig.device))
+    if not isinstance(device, str):
+        _fail("run.device", device, f"must be one of {list(DEVICES)}")
+    device = device.strip()
     if device not in DEVICES:
         _fail("run.device", device, f"must be one of {list(DEVICES)}")
     if device == "auto":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,19 +26,28 @@ from bench.config import BenchConfig
 from bench.lifetime import die_with_parent
 from bench.matrix import Cell, groups
 from bench.progress import Progress
-from bench.schema import ERROR_TAIL_LINES
+from bench.schema import ERROR_TAIL_LINES, error_text
 
 POLL_S = 0.05          # events-file poll period
 TERM_GRACE_S = 5.0     # SIGTERM → SIGKILL grace when a launch is killed
 
 
+# A Python exception's line in a log: "ValueError: ...", "torch.OutOfMemoryError: ..." (torchrun's
+# "Root Cause" box and tensor dumps come after it and can fill a tail).
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt)\b(?::.*)?$")
+
+
 def tail(path: Path, lines: int = ERROR_TAIL_LINES) -> str:
-    """The last lines of a log file ('' when missing)."""
+    """The log's last exception line first, then its last lines ('' when missing)."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    return "\n".join(text.strip().splitlines()[-lines:])
+    all_lines = text.strip().splitlines()
+    exceptions = [line.strip() for line in all_lines if EXCEPTION_LINE.match(line.strip())]
+    if lines != ERROR_TAIL_LINES:  # an explicit length: just the tail
+        return "\n".join(all_lines[-lines:])
+    return error_text(exceptions[-1] if exceptions else None, all_lines)
 
 
 def launch_env(device: str, threads: int) -> dict[str, str]:
@@ -341,5 +351,6 @@ def summary_line(record: dict) -> str:
             f"  p90 {num('step_time_ms_p90', '.2f')} ms  {num('samples_per_s', '.1f')} samples/s"
             f"  exposed comm {num('exposed_comm_ms', '.2f')} ms")
     if record["status"] not in ("ok",) and record.get("error"):
-        line += f"  ({record['error'].strip().splitlines()[-1][:160]})"
+        lines = record["error"].strip().splitlines()
+        line += f"  ({next((x for x in lines if EXCEPTION_LINE.match(x.strip())), lines[-1])[:160]})"
     return line

@@ -114,12 +114,16 @@ def write_csv(run_dir: Path) -> None:
 def _write_atomically(path: Path, header, rows) -> None:
     """A CSV written beside `path` and renamed over it: a reader never sees half a file."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        for row in rows:
-            writer.writerow([csv_text(value) for value in row])
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            for row in rows:
+                writer.writerow([csv_text(value) for value in row])
+        os.replace(tmp, path)
+    except OSError:  # disk full, read-only: no half-written .tmp left behind; the old file stays whole
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def csv_text(value) -> str | object:

@@ -12,6 +12,7 @@ import argparse
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -31,7 +32,9 @@ from bench.config import (
     to_toml,
 )
 from bench.matrix import Cell, estimate_seconds, expand, groups
-from bench.schema import TRACE_GLOB, MiB, backend_for
+from bench.schema import STATUSES, TRACE_GLOB, MiB, backend_for
+
+RETRYABLE = tuple(s for s in STATUSES if s not in ("ok", "skipped"))  # what --retry may name
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="run folder (default: results/<preset>-<host>-<timestamp>)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out: skip the cells already in its cells.jsonl")
+    parser.add_argument("--retry", default="", metavar="STATUS[,STATUS]",
+                        help=f"with --resume: run again the recorded cells with these statuses "
+                             f"(of {', '.join(RETRYABLE)}); their new record supersedes the old")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the cells and a time estimate; run nothing")
     parser.add_argument("--report", action="store_true", help="build the report (bench.report) at the end")
@@ -74,17 +80,44 @@ def _comparable(config: BenchConfig) -> dict:
     return data
 
 
+def first_difference(saved: dict, now: dict, prefix: str = "") -> tuple[str, object, object] | None:
+    """The first dotted key whose value differs between two nested config dicts: (key, saved, now)."""
+    for key in list(saved) + [k for k in now if k not in saved]:
+        a, b = saved.get(key), now.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found = first_difference(a, b, f"{prefix}{key}.")
+            if found:
+                return found
+        elif a != b:
+            return f"{prefix}{key}", a, b
+    return None
+
+
+def default_run_dir(preset: str) -> Path:
+    """results/<preset>-<host>-<date>-<time>.<ms>, with a suffix if that exists (two runs in one ms)."""
+    now = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+    out = Path("results") / f"{preset}-{socket.gethostname()}-{stamp}"
+    n = 1
+    while out.exists():
+        n += 1
+        out = out.with_name(f"{preset}-{socket.gethostname()}-{stamp}-{n}")
+    return out
+
+
 def prepare_run_dir(args, config: BenchConfig) -> Path:
     """The run folder, created (or checked, with --resume); raises ConfigError when it must not be used."""
     preset = resolve_path(args.config).stem
-    out = args.out or Path("results") / f"{preset}-{socket.gethostname()}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = args.out or default_run_dir(preset)
     if args.resume:
         saved = out / "config.toml"
         if not saved.is_file():
             raise ConfigError(f"--resume: {str(out)!r} holds no config.toml to resume")
-        if _comparable(config_from_dict(read_tables(saved))) != _comparable(config):
-            raise ConfigError(f"--resume: the configuration differs from {str(saved)!r}; "
-                              "resume with the same preset and --set values, or use a new --out")
+        differs = first_difference(_comparable(config_from_dict(read_tables(saved))), _comparable(config))
+        if differs:
+            key, was, now = differs
+            raise ConfigError(f"--resume: {key}={now!r} differs from {was!r} in {str(saved)!r}; resume with "
+                              "the same preset and --set values, or use a new --out")
         if (out / "env.json").is_file():  # a user model's file must be the one the run measured
             from bench.workloads import check_model_unchanged
 
@@ -97,8 +130,13 @@ def prepare_run_dir(args, config: BenchConfig) -> Path:
     if out.exists():
         raise ConfigError(f"--out={str(out)!r} already exists; refusing to overwrite it "
                           "(--resume continues it, or choose another --out)")
-    out.mkdir(parents=True)
-    (out / "config.toml").write_text(to_toml(config))
+    try:
+        out.mkdir(parents=True)
+        (out / "config.toml").write_text(to_toml(config))
+    except OSError as e:  # under a file, in /proc, read-only, full: nothing is left half-made
+        if out.is_dir() and not any(p for p in out.iterdir() if p.name != "config.toml"):
+            shutil.rmtree(out, ignore_errors=True)
+        raise ConfigError(f"--out={str(out)!r}: cannot create the run folder ({e.strerror or e})") from None
     return out
 
 
@@ -211,13 +249,23 @@ def plan_only(run_dir: Path, config: BenchConfig, cells: list[Cell]) -> int:
 
 def main(args: argparse.Namespace) -> int:
     if args.collect:
+        missing = [name for name in ("config.toml", "plan.json") if not (args.collect / name).is_file()]
+        if missing:  # checked before the lock file is made: a wrong folder is left as it was
+            return _error(f"--collect={str(args.collect)!r}: no {' or '.join(missing)} there; --collect "
+                          "takes a folder written by --plan-only")
         try:
             _lock = lock_run_dir(args.collect)  # noqa: F841 (held until exit)
-        except (ConfigError, FileNotFoundError) as e:
-            return _error(str(e))
-        return collect_events(args.collect)
+            return collect_events(args.collect)
+        except (ConfigError, OSError, ValueError) as e:
+            return _error(f"--collect={str(args.collect)!r}: {e}")
     if not args.config:
         return _error("--config NAME|PATH is required")
+    retry = {s.strip() for s in args.retry.split(",") if s.strip()}
+    unknown = sorted(retry - set(RETRYABLE))
+    if unknown:
+        return _error(f"--retry={unknown[0]!r}: must be statuses among {list(RETRYABLE)}")
+    if retry and not args.resume:
+        return _error(f"--retry={args.retry!r}: needs --resume (it re-runs cells of an existing run folder)")
     try:
         config = load_config(args.config, args.set)
         gpu_count, bf16_ok = _machine(config)
@@ -240,7 +288,7 @@ def main(args: argparse.Namespace) -> int:
                   f"(pids {', '.join(map(str, left))})", file=sys.stderr)
     if not (run_dir / "env.json").exists():
         write_env(run_dir, config)
-    done = {r["cell_id"] for r in results.read_records(run_dir)}
+    done = {r["cell_id"] for r in results.read_records(run_dir) if r["status"] not in retry}
     record_skipped(run_dir, config, cells, done)
     if args.plan_only:
         return plan_only(run_dir, config, cells)
@@ -263,6 +311,12 @@ def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) ->
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops as cleanly as Ctrl-C
     try:
         stats = runner.run(todo)
+    except OSError as e:  # the run folder stopped taking writes (disk full, read-only): keep what finished
+        progress.close()
+        print(f"error: cannot write to {run_dir} ({e.strerror or e}); the cells finished before it are in "
+              f"{run_dir / results.CELLS_FILE}. Free space, then continue with --resume --out {run_dir} "
+              f"(--retry failed,timeout also re-runs those)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         progress.close()
         print(f"interrupted: finished cells are in {run_dir / results.CELLS_FILE}; "

@@ -23,6 +23,15 @@ ERROR_TAIL_LINES = 12      # lines of a traceback or launch log kept in a row's 
 TRACE_GLOB = "*.pt.trace.json*"  # the profiler's trace files under traces/<cell_id>/ (gzipped or not)
 
 
+def error_text(headline: str | None, lines: list[str]) -> str:
+    """A row's `error`: the exception's type and message first (a tensor dump or torchrun's "Root Cause"
+    box can fill a tail), then the last ERROR_TAIL_LINES lines; each line at most 300 characters."""
+    tail = [line[:300] for line in lines[-ERROR_TAIL_LINES:]]
+    if headline and (not tail or tail[-1] != headline[:300]):
+        return "\n".join([headline[:300], "…", *tail])
+    return "\n".join(tail)
+
+
 def backend_for(device: str) -> str:
     """The process-group backend a run on `device` ("cpu" | "cuda") uses."""
     return "nccl" if device == "cuda" else "gloo"

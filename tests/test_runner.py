@@ -301,3 +301,19 @@ def test_resume_stops_what_an_earlier_launch_left_running(tmp_path):
         for p in (fake, stranger):
             p.kill()
             p.wait()
+
+
+@pytest.mark.timeout(150)
+def test_resume_retry_runs_failed_cells_again_and_the_new_record_wins(tmp_path):
+    from bench.results import read_records
+
+    out = tmp_path / "run"
+    overrides = ("matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1,2",
+                 "profile.enabled=false")
+    assert run_bench(out, *overrides, "debug.fault=crash@-ga2-").returncode == 0
+    assert [r["status"] for r in read_records(out)] == ["ok", "failed"]
+    again = run_bench(out, *overrides, extra=("--resume", "--retry", "failed"))
+    assert again.returncode == 0 and "1 cells to run" in again.stdout, again.stderr[-2000:]
+    assert [r["status"] for r in read_records(out)] == ["ok", "ok"]  # one record per cell: the latest
+    _, rows = read_csv(out)
+    assert [r["status"] for r in rows] == ["ok", "ok"]

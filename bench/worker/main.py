@@ -25,7 +25,7 @@ import torch.distributed as dist
 from bench.config import BenchConfig, config_from_dict
 from bench.lifetime import die_with_parent, watch_launcher
 from bench.matrix import Cell
-from bench.schema import ERROR_TAIL_LINES
+from bench.schema import error_text
 from bench.worker import process
 from bench.worker.cell import release, run_group
 from bench.worker.events import Events
@@ -117,9 +117,9 @@ def profile_and_report(cell: Cell, config: BenchConfig, device: torch.device, ru
 def report_error(events: Events, cell_ids: list[str], error: Exception, phase: str) -> None:
     """An "error" event: status oom or failed, the exception first, then the traceback's tail."""
     status = "oom" if isinstance(error, torch.OutOfMemoryError) else "failed"
-    tail = traceback.format_exc().strip().splitlines()[-ERROR_TAIL_LINES:]
+    text = error_text(f"{type(error).__name__}: {error}", traceback.format_exc().strip().splitlines())
     events.emit(event="error", cell_ids=cell_ids, rank=dist.get_rank(), status=status, phase=phase,
-                error="\n".join(tail))
+                error=text)
 
 
 def inject_fault(fault: str | None, cell: Cell, rank: int, ws: int) -> None:
