@@ -4,10 +4,14 @@ value, no traceback, nothing created. Table-driven, in-process through bench.__m
 from __future__ import annotations
 
 import errno
+import sys
+from pathlib import Path
 
 import pytest
 
 from bench.__main__ import main as bench_main
+
+sys.path.insert(0, str(Path(__file__).parent))  # report_fixtures, beside this file
 
 # (argv after `run`, text the message must contain); files are written by the fixture below.
 CASES = [
@@ -102,3 +106,91 @@ def test_a_full_disk_mid_run_keeps_every_finished_row(tmp_path, capsys, monkeypa
     monkeypatch.setattr(results, "append_record", real)
     assert run([*argv, "--resume"], capsys)[0] == 0
     assert len(results.read_records(out)) == 2 and {r["status"] for r in results.read_records(out)} == {"ok"}
+
+
+# ---- the report's inputs ----------------------------------------------------------------------------
+
+def report_run(tmp_path):
+    """A small real-looking run folder (two cells) written by the report tests' fixture helpers."""
+    from report_fixtures import row, write_run
+
+    return write_run(tmp_path / "run", [row("torch", 1, 10.0), row("torch", 2, 6.0)])
+
+
+@pytest.mark.parametrize(("name", "content", "expected"), [
+    ("results.csv", b'cell_id,status\n"unterminated,ok\n', "results.csv: not a readable CSV"),
+    ("results.csv", bytes(range(256)) * 4, "results.csv"),
+    ("results.csv", b"", "results.csv"),
+    ("env.json", b"{not json", "env.json: not valid JSON"),
+    ("config.toml", b"[run\n", "config.toml: not valid TOML"),
+])
+def test_report_refuses_corrupt_files_with_one_line(tmp_path, capsys, name, content, expected):
+    run_dir = report_run(tmp_path)
+    if name == "results.csv":
+        (run_dir / "cells.jsonl").unlink()  # results.csv alone is what the report must read
+    (run_dir / name).write_bytes(content)
+    out = tmp_path / "report"
+    rc = bench_main(["report", str(run_dir), "--out", str(out)])
+    text = capsys.readouterr().err
+    assert rc == 2 and expected in text and "Traceback" not in text and len(text.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_report_out_being_a_file_is_refused(tmp_path, capsys):
+    run_dir = report_run(tmp_path)
+    (tmp_path / "afile").write_text("")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "under"):
+        assert bench_main(["report", str(run_dir), "--out", str(out)]) == 2
+        assert "is a file, not a folder" in capsys.readouterr().err
+        assert bench_main(["compare", str(run_dir), str(run_dir), "--out", str(out)]) == 2
+        assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_a_truncated_results_csv_is_rebuilt_from_cells_jsonl_and_said(tmp_path, capsys):
+    run_dir = report_run(tmp_path)
+    text = (run_dir / "results.csv").read_text()
+    (run_dir / "results.csv").write_text(text[: text.index("\n") + 40])  # header and a row cut mid-field
+    lines = (run_dir / "cells.jsonl").read_text().splitlines()
+    (run_dir / "cells.jsonl").write_text("\n".join([lines[0], *lines]) + "\n")  # a duplicated line
+    out = tmp_path / "report"
+    assert bench_main(["report", str(run_dir), "--out", str(out)]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "results.csv disagrees with cells.jsonl" in summary
+    from bench.report.load import load_run
+
+    assert len(load_run(run_dir).results) == 2  # both cells, the duplicated one once
+
+
+def test_error_text_cannot_inject_html_into_summary_md(tmp_path):
+    from report_fixtures import row, write_run
+
+    from bench.report import build_report
+
+    bad = row("torch", 1, None, status="failed", error="<script>alert(1)</script> | a\nb")
+    index = build_report(write_run(tmp_path / "run", [bad]), tmp_path / "report")
+    summary = (index.parent / "summary.md").read_text()
+    assert "<script>" not in summary and "&lt;script&gt;" in summary
+    assert "<script>" not in index.read_text()
+
+
+@pytest.mark.parametrize(("port", "expected"), [(99999, "must be between 0"), (-5, "must be between 0")])
+def test_tensorboard_port_out_of_range(tmp_path, capsys, port, expected):
+    run_dir = tmp_path / "run" / "traces" / "c"
+    run_dir.mkdir(parents=True)
+    (run_dir / "rank0.1.pt.trace.json.gz").write_bytes(b"")
+    assert bench_main(["tensorboard", str(tmp_path / "run"), "--port", str(port)]) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_tensorboard_port_in_use(tmp_path, capsys):
+    import socket
+
+    run_dir = tmp_path / "run" / "traces" / "c"
+    run_dir.mkdir(parents=True)
+    (run_dir / "rank0.1.pt.trace.json.gz").write_bytes(b"")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert bench_main(["tensorboard", str(tmp_path / "run"), "--port", str(port)]) == 2
+    assert "cannot listen there" in capsys.readouterr().err

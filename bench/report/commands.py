@@ -14,6 +14,16 @@ import sys
 from pathlib import Path
 
 
+def unusable_out(out: Path | None) -> str | None:
+    """Why --out cannot be an output folder (a file, or under one), or None."""
+    if out is None:
+        return None
+    for folder in (out, *out.parents):
+        if folder.exists() and not folder.is_dir():
+            return f"--out={str(out)!r}: {str(folder)!r} is a file, not a folder"
+    return None
+
+
 def report_add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="a results/<run-id>/ folder")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: reports/<run-id>)")
@@ -24,10 +34,18 @@ def report_main(args: argparse.Namespace) -> int:
     from bench.report.load import RunError
     from bench.report.run_page import write_run_page
 
+    problem = unusable_out(args.out)
+    if problem:
+        print(f"bench report: {problem}", file=sys.stderr)
+        return 2
     try:
         index = write_run_page(args.run_dir, args.out)
     except RunError as exc:
         print(f"bench report: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the output folder cannot be written (read-only, full)
+        print(f"bench report: --out={str(args.out)!r}: cannot write the report ({exc.strerror or exc})",
+              file=sys.stderr)
         return 2
     print(f"report: {index}")
     print(f"summary: {index.parent / 'summary.md'}")
@@ -56,10 +74,18 @@ def compare_main(args: argparse.Namespace) -> int:
     from bench.report.compare_page import write_compare_page
     from bench.report.load import RunError
 
+    problem = unusable_out(args.out)
+    if problem:
+        print(f"bench compare: {problem}", file=sys.stderr)
+        return 2
     try:
         index = write_compare_page(args.run_dirs, args.out, args.allow_mixed_devices)
     except RunError as exc:
         print(f"bench compare: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"bench compare: --out={str(args.out)!r}: cannot write the page ({exc.strerror or exc})",
+              file=sys.stderr)
         return 2
     print(f"compare: {index}")
     return 0
@@ -81,7 +107,7 @@ def tensorboard_main(args: argparse.Namespace) -> int:
     """`python -m bench tensorboard results/<run-id> [--port N] [--host 127.0.0.1]`, until Ctrl-C."""
     from bench.report import tensorboard
 
-    problem = tensorboard.cannot_serve(args.run_dir)
+    problem = tensorboard.cannot_serve(args.run_dir) or tensorboard.port_problem(args.host, args.port)
     if problem:
         print(f"bench tensorboard: {problem}", file=sys.stderr)
         return 2

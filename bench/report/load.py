@@ -52,21 +52,52 @@ class Run:
         return devices[0] if len(devices) == 1 else "unknown"
 
 
+def _cells_jsonl_rows(path: Path) -> list[dict]:
+    """cells.jsonl's rows: the latest line of each cell_id (a later line supersedes an earlier one, in the
+    order cells first appear), a line cut short by a kill ignored — the rule of bench.results.read_records,
+    restated here because the report does not import the runner (which imports torch)."""
+    rows: dict[str, dict] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a last line cut short by a kill: that cell never finished
+            continue
+        if isinstance(row, dict) and "cell_id" in row:
+            rows[row["cell_id"]] = row
+    return list(rows.values())
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path, dtype={c: str for c in STRING_COLUMNS}, keep_default_na=False, na_values={})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
+        raise RunError(f"{path}: not a readable CSV ({str(e).splitlines()[0][:120]})") from None
+
+
 def _read_rows(run_dir: Path) -> tuple[pd.DataFrame, list[str]]:
+    """The run's rows. cells.jsonl is the source of truth: when it is there the rows come from it, and
+    results.csv (derived from it) is cross-checked — a truncated or stale results.csv is said, not trusted."""
     csv_path, jsonl_path = run_dir / "results.csv", run_dir / "cells.jsonl"
-    if csv_path.is_file():
-        dtypes = {c: str for c in STRING_COLUMNS}
-        return pd.read_csv(csv_path, dtype=dtypes, keep_default_na=False, na_values={}), []
     if jsonl_path.is_file():
-        # An interrupted run has cells.jsonl but no results.csv yet: the same rows, one per line.
-        rows = []
-        for line in jsonl_path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a last line cut short by a kill: that cell never finished
-                continue
-        df = pd.DataFrame(rows).drop(columns=["step_times_ms", "cell"], errors="ignore")
-        return df, ["results.csv is missing; rows were read from cells.jsonl (the run may be incomplete)."]
+        rows = _cells_jsonl_rows(jsonl_path)
+        df = pd.DataFrame(rows, columns=None if rows else list(RESULT_COLUMNS)).drop(
+            columns=["step_times_ms", "cell", "allreduce_sweep"], errors="ignore")
+        if not csv_path.is_file():
+            return df, ["results.csv is missing; rows were read from cells.jsonl (the run may be "
+                        "incomplete)."]
+        try:
+            csv_ids = list(_read_csv(csv_path)["cell_id"]) if csv_path.stat().st_size else []
+        except (RunError, KeyError) as e:
+            return df, [f"results.csv cannot be read ({e}); rows were rebuilt from cells.jsonl."]
+        jsonl_ids = [r["cell_id"] for r in rows]
+        if csv_ids != jsonl_ids:
+            missing = len(set(jsonl_ids) - set(csv_ids))
+            return df, [f"results.csv disagrees with cells.jsonl (the source of truth): {len(csv_ids)} rows "
+                        f"against {len(jsonl_ids)} cells, {missing} missing from it (truncated or stale?); "
+                        "the report uses cells.jsonl."]
+        return df, []
+    if csv_path.is_file():
+        return _read_csv(csv_path), ["cells.jsonl is missing; rows were read from results.csv."]
     raise RunError(
         f"{run_dir}: neither results.csv nor cells.jsonl found (is this a results/<run-id>/ folder?)"
     )
@@ -124,11 +155,19 @@ def load_run(run_dir: Path | str) -> Run:
     results = normalise(raw, str(run_dir))
     env, config = {}, {}
     if (run_dir / "env.json").is_file():
-        env = json.loads((run_dir / "env.json").read_text())
+        try:
+            env = json.loads((run_dir / "env.json").read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RunError(f"{run_dir / 'env.json'}: not valid JSON ({e})") from None
+        if not isinstance(env, dict):
+            raise RunError(f"{run_dir / 'env.json'}: not a JSON object")
     else:
         notes.append("env.json is missing: the environment fingerprint is unknown.")
     if (run_dir / "config.toml").is_file():
-        config = tomllib.loads((run_dir / "config.toml").read_text())
+        try:
+            config = tomllib.loads((run_dir / "config.toml").read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise RunError(f"{run_dir / 'config.toml'}: not valid TOML ({e})") from None
     else:
         notes.append("config.toml is missing: the resolved preset is unknown.")
     return Run(path=run_dir, results=results, env=env, config=config, notes=notes)

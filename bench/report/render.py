@@ -103,6 +103,12 @@ def html_table(df: pd.DataFrame, links: dict[str, str] | None = None) -> str:
     return f'<div class="scroll">{table}</div>'
 
 
+def md_cell(text: str) -> str:
+    """A table cell's text for Markdown: raw HTML from error messages shown as text, not rendered (`<`, `>`,
+    `&` escaped), `|` escaped so the row keeps its columns, line breaks as <br>."""
+    return html.escape(text, quote=False).replace("|", "\\|").replace("\n", "<br>")
+
+
 def md_table(df: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown table (no tabulate dependency)."""
     if not len(df):
@@ -111,7 +117,7 @@ def md_table(df: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for _, r in df.iterrows():
         lines.append(
-            "| " + " | ".join(fmt(r[c], c).replace("|", "\\|").replace("\n", "<br>") for c in cols) + " |"
+            "| " + " | ".join(md_cell(fmt(r[c], c)) for c in cols) + " |"
         )
     return "\n".join(lines) + "\n"
 

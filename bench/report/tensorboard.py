@@ -51,6 +51,20 @@ def cannot_serve(run_dir: Path) -> str:
     return problem
 
 
+def port_problem(host: str, port: int) -> str | None:
+    """Why TensorBoard cannot listen on host:port (out of range, in use, an unknown address), or None."""
+    import socket
+
+    if not 0 <= port <= 65535:
+        return f"--port={port}: must be between 0 (any free port) and 65535"
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.bind((host, port))
+    except OSError as e:
+        return f"--port={port} --host={host!r}: cannot listen there ({e.strerror or e})"
+    return None
+
+
 def serve(run_dir: Path, port: int, host: str) -> None:
     """Serve `run_dir`/traces with TensorBoard on host:port, print the address, and block until Ctrl-C or
     SIGTERM."""
