@@ -139,11 +139,19 @@ def _ratio_and_verdict(steps, rounds=30):
 
 
 def test_a_a_two_identical_engines_side_by_side_are_within_noise(one_rank_group):
+    # A 95 % interval excludes the truth in 1 of 20 A/A runs by construction (more on a shared machine), so
+    # up to three measurements: one must say "within noise", and none may claim a difference above 10 %.
     a, b = _torch_trainers(2)
     for _ in range(3):
         a.step(), b.step()
-    ratio, low, high, verdict = _ratio_and_verdict([a.step, b.step])
-    assert verdict == "within noise", (ratio, low, high)
+    seen = []
+    for _ in range(3):
+        ratio, low, high, verdict = _ratio_and_verdict([a.step, b.step])
+        seen.append((verdict, ratio, low, high))
+        assert 0.9 < ratio < 1.1, seen
+        if verdict == "within noise":
+            break
+    assert seen[-1][0] == "within noise", seen
 
 
 def test_an_engine_20_percent_slower_is_found_slower(one_rank_group):
