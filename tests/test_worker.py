@@ -125,7 +125,7 @@ def _torch_trainers(n: int):
     config = smoke_config(["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=1",
                                        "workload.model_size=small", "profile.enabled=false"])
     (cell,) = expand(config)
-    return [Trainer(cell, config, torch.device("cpu"), 0, 1, 80) for _ in range(n)]
+    return [Trainer(cell, config, torch.device("cpu"), 0, 1, 200) for _ in range(n)]
 
 
 def _ratio_and_verdict(steps, rounds=30):
