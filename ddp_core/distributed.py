@@ -40,7 +40,7 @@ class DistributedDataParallel(nn.Module):
     already agree (ValueError naming the first that differs), or "none". comm_dtype: float16/bfloat16
     all-reduce, gradients divided by the world size before the cast. find_unused_parameters: walk the
     autograd graph after forward; unused parameters count as ready with their local gradient (zeros
-    if None), so they end the step with a (possibly zero) gradient where torch DDP may leave None.
+    if None); one no rank used keeps its .grad as it was (None stays None), as torch DDP.
 
     `last_sync_wait_ms` is host time (time.perf_counter) the end-of-backward callback spent reducing
     or waiting; on CUDA it is the time to *enqueue* that work, not device time (no sync is added).
@@ -95,6 +95,10 @@ class DistributedDataParallel(nn.Module):
         self._sync_this_backward = False  # decided at forward, like torch's prepare_for_backward
         self._callback_queued = False
         self._unused: list[int] = []
+        # gradient produced since the last synced backward, no_sync micro-steps included (torch's
+        # local_used_map_: its autograd hooks mark use in no_sync backwards too)
+        self._used = [False] * len(self._named_params)
+        self._index = {id(p): i for i, (_, p) in enumerate(self._named_params)}
         self._next_bucket = 0
         # The hooks hold a weak reference: a strong one would make a cycle through autograd's C++ hook
         # registry (parameter → hook → wrapper → module → parameter) that Python's collector cannot see,
@@ -142,10 +146,9 @@ class DistributedDataParallel(nn.Module):
             self.buckets.append(bucket)
             for j, i in enumerate(idx):
                 self._slot[i] = (bucket, j)
-                if self.gradient_as_bucket_view:  # the .grad lives in the bucket from now on
-                    p = self._named_params[i][1]
-                    if p.grad is not None:
-                        bucket.views[j].copy_(p.grad)
+                p = self._named_params[i][1]
+                if self.gradient_as_bucket_view and p.grad is not None:  # .grad lives in the bucket from now
+                    bucket.views[j].copy_(p.grad)  # on; an undefined one stays None (torch does the same)
                     p.grad = bucket.views[j]
 
     # ---- forward ------------------------------------------------------------------------------------
@@ -211,8 +214,8 @@ class DistributedDataParallel(nn.Module):
             view.zero_()
         else:  # copy mode, or set_to_none=True made autograd allocate a fresh .grad
             torch.div(grad, self.world_size, out=view)
-        if self.gradient_as_bucket_view and not in_bucket:
-            param.grad = view
+        if self.gradient_as_bucket_view and not in_bucket and grad is not None:
+            param.grad = view  # an unused parameter without a gradient gets one only if a rank used it
         bucket.pending -= 1
         if self.strategy == "overlap":
             while self._next_bucket < len(self.buckets) and self.buckets[self._next_bucket].pending == 0:
@@ -230,24 +233,42 @@ class DistributedDataParallel(nn.Module):
             if self.strategy == "naive":
                 if missing:
                     raise self._unused_error(missing)
-                self._reduce_each_parameter()
+                self._reduce_each_parameter(self._globally_unused())
             else:
                 launched = self._next_bucket
                 if not missing:
                     for bucket in self.buckets[launched:]:
                         bucket.launch()
+                unused = self._globally_unused() if not missing else set()
                 for bucket in self.buckets[: len(self.buckets) if not missing else launched]:
                     bucket.wait()  # also when raising: leave no collective in flight
                     if not missing:  # as torch's finalize_backward: while later buckets still reduce
-                        self._copy_out(bucket)
+                        self._copy_out(bucket, unused)
                 if missing:
                     raise self._unused_error(missing)
+        self._used = [False] * len(self._named_params)  # the next accumulation window starts
         self.last_sync_wait_ms = (time.perf_counter() - start) * 1e3
 
-    def _reduce_each_parameter(self):
-        """naive: one blocking all-reduce per parameter, in registration order."""
-        for name, p in self._named_params:
-            if p.grad is None:  # unused (find_unused_parameters=True) with no local gradient
+    def _globally_unused(self) -> set[int]:
+        """With find_unused_parameters: the parameters whose gradient no rank produced since the last
+        synced backward (no_sync micro-steps included: torch's local_used_map_, all-reduced). Their .grad
+        is left as it is — None stays None, a gradient accumulated under no_sync stays local — as torch's
+        reducer leaves it (copy_bucket_to_grad with global_unused). AdamW skips a None gradient but decays
+        a zero one, so this matters."""
+        if not self.find_unused_parameters:
+            return set()
+        device = self._named_params[0][1].device
+        used = torch.tensor(self._used, dtype=torch.int32, device=device)
+        dist.all_reduce(used, op=dist.ReduceOp.MAX, group=self.process_group)
+        return {i for i, u in enumerate(used.tolist()) if not u}  # note: a device-to-host copy
+
+    def _reduce_each_parameter(self, unused: set[int]):
+        """naive: one blocking all-reduce per parameter, in registration order (globally unused ones,
+        which every rank skips alike, keep their gradient untouched)."""
+        for i, (name, p) in enumerate(self._named_params):
+            if i in unused:
+                continue
+            if p.grad is None:  # unused here, used on another rank: this rank contributes zeros
                 p.grad = torch.zeros_like(p)
             with record_function(f"ddp_core.allreduce.param.{name}"):
                 p.grad.div_(self.world_size)
@@ -258,12 +279,16 @@ class DistributedDataParallel(nn.Module):
                     dist.all_reduce(wire, group=self.process_group)
                     p.grad.copy_(wire)
 
-    def _copy_out(self, bucket):
-        """Copy mode: the reduced bucket slices back into `.grad` (views already hold the result)."""
-        if self.gradient_as_bucket_view:
-            return
+    def _copy_out(self, bucket, unused: set[int]):
+        """The reduced bucket slices into `.grad`: copied (copy mode), or the view itself where the
+        gradient is still undefined (view mode). Globally unused parameters are left as they are."""
         for p, view in zip(bucket.params, bucket.views):
-            if p.grad is None:
+            if self._index[id(p)] in unused:
+                continue
+            if self.gradient_as_bucket_view:
+                if p.grad is None:
+                    p.grad = view
+            elif p.grad is None:
                 p.grad = view.clone()
             else:
                 p.grad.copy_(view)
@@ -282,7 +307,10 @@ def _ready_hook(wrapper_ref: weakref.ref, i: int):
 
     def hook(param):
         wrapper = wrapper_ref()
-        if wrapper is not None and wrapper._sync_this_backward:
+        if wrapper is None:
+            return
+        wrapper._used[i] = True
+        if wrapper._sync_this_backward:
             wrapper._mark_ready(i)
 
     return hook

@@ -7,6 +7,7 @@ names the feature (and the combination) that broke.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import traceback
@@ -201,6 +202,38 @@ def check_find_unused_true(rank, ws):
                 opt.step()
         assert_close_models(f"strategy={strategy} cap={cap} view={as_view}", ours.module, theirs.module)
         assert same_on_all_ranks(ours.module.rank0_only.weight.detach()), f"strategy={strategy}: diverged"
+
+
+def check_find_unused_keeps_none_like_torch_under_adamw(rank, ws):
+    """A parameter no rank uses keeps grad=None, as torch's reducer leaves it (copy_bucket_to_grad with
+    global_unused); AdamW with weight decay then skips it, so its values and moments stay equal to torch
+    DDP's. With accumulation: `rank0_only` used only under no_sync on rank 0 and never in the synced
+    micro-step is globally unused too, so it keeps its local gradient (torch does not touch it)."""
+    x, y = global_batch(4 * ws)
+    x, y = local(x, rank, ws), local(y, rank, ws)
+    for strategy, cap, as_view, accum in itertools.product(STRATEGIES, (0.001, 25), (False, True), (1, 2)):
+        base = WithUnused()
+        ours = DistributedDataParallel(copy.deepcopy(base), strategy=strategy, bucket_cap_mb=cap,
+                                       find_unused_parameters=True, gradient_as_bucket_view=as_view)
+        theirs = nn.parallel.DistributedDataParallel(copy.deepcopy(base), bucket_cap_mb=cap,
+                                                     find_unused_parameters=True,
+                                                     gradient_as_bucket_view=as_view)
+        tag = f"strategy={strategy} cap={cap} view={as_view} accum={accum}"
+        for model in (ours, theirs):
+            opt = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1)
+            for _ in range(3):
+                opt.zero_grad(set_to_none=True)
+                for k in range(accum):
+                    synced = k == accum - 1
+                    with contextlib.nullcontext() if synced else model.no_sync():
+                        loss = nn.functional.mse_loss(model(x, use_rank0_only=rank == 0 and not synced), y)
+                        loss.backward()
+                assert model.module.never.weight.grad is None, f"{tag}: never-used weight got a gradient"
+                opt.step()
+        assert_close_models(tag, ours.module, theirs.module)
+        for (name, a), b in zip(ours.module.named_parameters(), theirs.module.parameters()):
+            ga, gb = a.grad, b.grad
+            assert (ga is None) == (gb is None), f"{tag}: {name} grad None={ga is None}, torch's={gb is None}"
 
 
 def check_find_unused_false_raises(rank, ws):
