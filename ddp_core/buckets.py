@@ -53,10 +53,30 @@ def assign_buckets(
     return sorted(done, key=lambda b: b[0])
 
 
+def dense_non_overlapping(t: torch.Tensor) -> bool:
+    """The tensor's elements fill its memory exactly once in some order of its dimensions (contiguous,
+    channels_last and every other permutation of a contiguous layout)."""
+    expected = 1
+    for stride, size in sorted((st, n) for st, n in zip(t.stride(), t.shape) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _view_like(flat: torch.Tensor, offset: int, param: torch.Tensor) -> torch.Tensor:
+    """Parameter's slice of `flat` with the parameter's strides when its layout is dense (torch's reducer,
+    initialize_bucket_views: autograd then makes gradients in that layout and the gradient layout contract
+    holds, e.g. channels_last convolutions), else a C-contiguous view."""
+    if dense_non_overlapping(param):
+        return flat.as_strided(param.shape, param.stride(), offset)
+    return flat[offset:offset + param.numel()].view(param.shape)
+
+
 class Bucket:
     """One flat gradient buffer for some parameters of one dtype and device, reduced by one all-reduce.
 
-    `views[j]` is parameter j's slice of `flat`, shaped like it: with gradient_as_bucket_view the
+    `views[j]` is parameter j's slice of `flat`, shaped and strided like it: with gradient_as_bucket_view the
     parameter's `.grad` *is* that view; otherwise gradients are copied in and the result copied out.
     With a `comm_dtype`, the (pre-divided) bucket is cast to a separate buffer for the wire.
     """
@@ -67,7 +87,7 @@ class Bucket:
         numels = [p.numel() for p in params]
         self.flat = torch.zeros(sum(numels), dtype=params[0].dtype, device=params[0].device)
         offsets = [0, *itertools.accumulate(numels)][:-1]
-        self.views = [self.flat[o : o + n].view_as(p) for o, n, p in zip(offsets, numels, params)]
+        self.views = [_view_like(self.flat, o, p) for o, p in zip(offsets, params)]
         wire = comm_dtype not in (None, self.flat.dtype)
         self.comm = torch.empty_like(self.flat, dtype=comm_dtype) if wire else None
         self.size_bytes = self.flat.numel() * self.flat.element_size()

@@ -236,6 +236,47 @@ def check_find_unused_keeps_none_like_torch_under_adamw(rank, ws):
             assert (ga is None) == (gb is None), f"{tag}: {name} grad None={ga is None}, torch's={gb is None}"
 
 
+def conv_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3), nn.Flatten(),
+                         nn.Linear(4 * 4 * 4, 3))
+
+
+def check_channels_last_gradients_keep_the_parameters_layout(rank, ws):
+    """channels_last convolutions (NVIDIA's ResNet-50 recipe layout): gradients have the parameters'
+    strides in both modes (torch's initialize_bucket_views), autograd never warns about the gradient
+    layout contract, view-mode gradients live inside their bucket, and values equal torch DDP's."""
+    import warnings
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4 * ws, 3, 6, 6, generator=gen).to(memory_format=torch.channels_last)
+    y = torch.randn(4 * ws, 3, generator=gen)
+    x, y = local(x, rank, ws), local(y, rank, ws)
+    for strategy, as_view in itertools.product(STRATEGIES, (False, True)):
+        base = conv_net().to(memory_format=torch.channels_last)
+        ours = DistributedDataParallel(copy.deepcopy(base), strategy=strategy, bucket_cap_mb=0.001,
+                                       gradient_as_bucket_view=as_view)
+        theirs = nn.parallel.DistributedDataParallel(copy.deepcopy(base), bucket_cap_mb=0.001,
+                                                     gradient_as_bucket_view=as_view)
+        tag = f"strategy={strategy} view={as_view}"
+        for model in (ours, theirs):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(2):
+                opt.zero_grad(set_to_none=False)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    nn.functional.mse_loss(model(x), y).backward()
+                layout = [str(w.message) for w in caught if "layout contract" in str(w.message)]
+                assert not layout, f"{tag}: {layout[0]}"
+                opt.step()
+        assert_close_models(tag, ours.module, theirs.module)
+        for name, p in ours.module.named_parameters():
+            assert p.grad.stride() == p.stride(), f"{tag}: {name} grad {p.grad.stride()} != {p.stride()}"
+        if as_view and strategy != "naive":
+            storages = {b.flat.untyped_storage().data_ptr() for b in ours.buckets}
+            assert all(p.grad.untyped_storage().data_ptr() in storages for p in ours.module.parameters()), tag
+
+
 def check_find_unused_false_raises(rank, ws):
     """An unused parameter (the same on every rank) raises a RuntimeError naming it; no hang."""
     x, y = global_batch(4 * ws)
