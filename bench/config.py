@@ -157,6 +157,7 @@ class RunConfig:
     pg_timeout_s: float | str = "auto"
     skip_world_sizes_above_gpus: bool = False  # true: such cells are `skipped`; false: a config error
     interleave: bool = True         # cells differing only in engine are stepped side by side, round-robin
+    allow_oversubscribe: bool = False  # CPU: allow more ranks than OVERSUBSCRIBE_FACTOR × the cores
 
     def __post_init__(self):
         _check_choices("run.device", [self.device], DEVICES)
@@ -278,9 +279,18 @@ class BenchConfig:
         # The registry checks model and size names (no model is built); a user spec is imported and its
         # constructor run, so a missing file, name or a failing constructor stops here.
         try:
-            get_workload(self.workload.model, self.workload.model_size, self.workload.options())
+            workload = get_workload(self.workload.model, self.workload.model_size, self.workload.options())
         except ValueError as e:
             raise ConfigError(f"workload: {e}") from None
+        from bench.workloads.base import options_set
+
+        uses = type(workload).uses_options  # a silently ignored option is a mis-measured run
+        ignored = {k: v for k, v in options_set(self.workload.options()).items()
+                   if uses is not None and k not in uses}
+        if ignored:
+            key, value = next(iter(ignored.items()))
+            _fail(f"workload.{key}", value, f"model {self.workload.model!r} does not use it "
+                  f"(it reads {list(uses) or 'no options'}); leave it out")
 
     def to_dict(self) -> dict:
         """Plain nested dict (lists for tuples), None values included."""
@@ -494,6 +504,26 @@ def to_toml(config: BenchConfig) -> str:
 
 
 # ---- checks that need the machine -------------------------------------------------------------------
+
+OVERSUBSCRIBE_FACTOR = 4  # CPU ranks per core beyond which a run is refused unless allowed
+
+
+def cpu_oversubscription(config: BenchConfig, cores: int | None = None) -> str | None:
+    """On CPU: a warning when a launch's ranks × threads exceed the cores (timings then measure the
+    scheduler); ConfigError past OVERSUBSCRIBE_FACTOR ranks per core unless run.allow_oversubscribe."""
+    if config.run.device != "cpu":
+        return None
+    cores = cores or os.cpu_count() or 1
+    ws = max(config.matrix.world_size)
+    if ws > OVERSUBSCRIBE_FACTOR * cores and not config.run.allow_oversubscribe:
+        _fail("matrix.world_size", ws, f"{ws} CPU ranks on {cores} cores is more than {OVERSUBSCRIBE_FACTOR} "
+              "per core; set run.allow_oversubscribe=true to run it anyway")
+    busy = ws * config.run.threads_for(ws)
+    if busy > cores:
+        return (f"warning: world size {ws} × {config.run.threads_for(ws)} thread(s) per rank = {busy} busy "
+                f"threads on {cores} CPU cores: ranks share cores, so step times include waiting for them")
+    return None
+
 
 def check_device(config: BenchConfig, gpu_count: int, nnodes: int = 1) -> None:
     """World sizes within the GPUs present (× nodes) and precisions the device can run."""

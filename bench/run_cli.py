@@ -26,6 +26,7 @@ from bench.config import (
     ConfigError,
     check_device,
     config_from_dict,
+    cpu_oversubscription,
     load_config,
     read_tables,
     resolve_path,
@@ -270,6 +271,9 @@ def main(args: argparse.Namespace) -> int:
         config = load_config(args.config, args.set)
         gpu_count, bf16_ok = _machine(config)
         check_device(config, gpu_count, nnodes=args.nnodes if args.plan_only else 1)
+        crowded = cpu_oversubscription(config)
+        if crowded:
+            print(crowded, file=sys.stderr)
         cells = expand(config, bf16_supported=bf16_ok,
                        gpu_count=None if args.plan_only else gpu_count)
         if args.dry_run:

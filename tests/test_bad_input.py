@@ -194,3 +194,22 @@ def test_tensorboard_port_in_use(tmp_path, capsys):
         port = taken.getsockname()[1]
         assert bench_main(["tensorboard", str(tmp_path / "run"), "--port", str(port)]) == 2
     assert "cannot listen there" in capsys.readouterr().err
+
+
+def test_options_a_model_does_not_read_are_refused(tmp_path, capsys):
+    for setting, key in (("workload.data=train.tsv", "workload.data='train.tsv'"),
+                         ("workload.task=lm", "workload.task='lm'"),
+                         ("workload.image_size=64", "image_size=64")):
+        rc, text = run(["--config", "cpu-smoke", "--out", str(tmp_path / "r"), "--set", setting], capsys)
+        assert rc == 2 and key in text and "does not use it" in text
+
+
+def test_cpu_world_sizes_far_above_the_cores_are_refused_unless_allowed(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    base = ["--config", "cpu-smoke", "--set", "matrix.scaling=weak", "--dry-run"]
+    rc, text = run([*base, "--set", "matrix.world_size=64"], capsys)
+    assert rc == 2 and "64 CPU ranks on 2 cores" in text and "run.allow_oversubscribe" in text
+    rc, text = run([*base, "--set", "matrix.world_size=4"], capsys)
+    assert rc == 0 and "4 busy threads on 2 CPU cores" in text  # a warning with the numbers
+    rc, _ = run([*base, "--set", "matrix.world_size=64", "--set", "run.allow_oversubscribe=true"], capsys)
+    assert rc == 0

@@ -92,8 +92,9 @@ def test_precedence_cli_over_toml_over_defaults(tmp_path):
 
 
 def test_cli_value_types():
-    config = load_config("cpu-smoke", ["profile.enabled=false", "workload.seq_len=64",
-                                       "matrix.bucket_cap_mb=[1, 2.5]", "matrix.comm_dtype=none,fp16"])
+    config = load_config("cpu-smoke", ["profile.enabled=false", "workload.model=transformer",
+                                       "workload.seq_len=64", "matrix.bucket_cap_mb=[1, 2.5]",
+                                       "matrix.comm_dtype=none,fp16"])
     assert config.profile.enabled is False
     assert config.workload.seq_len == 64
     assert config.matrix.bucket_cap_mb == (1.0, 2.5)

@@ -64,6 +64,13 @@ class WorkloadOptions:
     image_size: int | None = None    # image models: square input side in pixels
 
 
+def options_set(options: WorkloadOptions) -> dict[str, object]:
+    """The options given a value other than their default."""
+    default = WorkloadOptions()
+    return {f: getattr(options, f) for f in default.__dataclass_fields__
+            if getattr(options, f) != getattr(default, f)}
+
+
 class Workload(abc.ABC):
     """A model at one size: builds the model, its data, its loss, and counts its FLOPs.
 
@@ -88,6 +95,10 @@ class Workload(abc.ABC):
 
     family: str = ""
     size: str = ""
+    # The WorkloadOptions fields this workload reads; setting another one to a non-default value is a
+    # config error naming it (a silently ignored option is a mis-measured run). None: not declared (a user
+    # workload may read any), nothing is checked.
+    uses_options: tuple[str, ...] | None = None
 
     def __init__(self, size: str, options: WorkloadOptions | None = None):
         self.size = size

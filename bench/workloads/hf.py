@@ -35,6 +35,7 @@ class HFWorkload(Workload):
     """`AutoModelForSequenceClassification` from a local directory holding config.json and weights."""
 
     family = "hf"
+    uses_options = ("seq_len", "fixed_length", "data")
 
     def __init__(self, path: str, size: str = "local", options=None):
         super().__init__(size, options)

@@ -36,6 +36,7 @@ class MLPWorkload(Workload):
     """Linear-ReLU stacks; `size` is a key of MLP_SIZES."""
 
     family = "mlp"
+    uses_options = ()
 
     def __init__(self, size, options=None):
         if size not in MLP_SIZES:

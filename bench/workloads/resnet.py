@@ -131,6 +131,7 @@ class ResNetWorkload(Workload):
     """A ResNet on synthetic images; `size` is a key of RESNET_SIZES."""
 
     family = "resnet"
+    uses_options = ("image_size",)
 
     def __init__(self, size, options=None):
         if size not in RESNET_SIZES:

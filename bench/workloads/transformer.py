@@ -198,6 +198,7 @@ class TransformerWorkload(Workload):
     """A LLaMA-style decoder on MRPC-like pairs; `size` is a key of TRANSFORMER_SIZES."""
 
     family = "transformer"
+    uses_options = ("seq_len", "fixed_length", "task", "data")
 
     def __init__(self, size, options=None):
         if size not in TRANSFORMER_SIZES:
