@@ -1,6 +1,7 @@
 """Microbenchmark: step time of ddp_core's strategies against torch DDP, interleaved in one process group.
 
-World size 2 over gloo, the ~10.5M-parameter `mlp/10m` workload, every engine wrapping an identical copy.
+World size 2 over gloo, one workload of each built-in family (`mlp/10m`, `transformer/tiny`,
+`resnet/tiny`), every engine wrapping an identical copy.
 Engines run round-robin, one step each per round, the starting engine rotating every round, so machine
 noise (other jobs, frequency changes) lands on all of them alike and the ratios stay fair. Step time is
 per step the maximum over ranks (DESIGN.md), from a barrier to the end of `optimizer.step()`.
@@ -22,13 +23,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bench import stats
 from bench.workloads import get_workload
 from ddp_core import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from dist_utils import run_distributed  # noqa: E402  (the tests' spawn + FileStore helper)
 
-WORLD_SIZE, PER_RANK_BATCH = 2, 64
+WORLD_SIZE = 2
+WORKLOADS = {("mlp", "10m"): 64, ("transformer", "tiny"): 8, ("resnet", "tiny"): 16}  # per-rank batch
 WARMUP_ROUNDS, TIMED_ROUNDS = 3, 60  # torch DDP rebuilds its buckets after iteration 1: warm up ≥ 2
 ENGINES = ("torch", "naive", "bucketed", "overlap")
 WIDTHS = (10, 9, 9, 11, 10, 9, 10)  # table columns
@@ -42,15 +45,16 @@ def build_engine(name, module):
     return DistributedDataParallel(module, strategy=name, first_bucket_mb=FIRST_BUCKET_MB)
 
 
-def interleaved(rank, world_size, warmup, rounds) -> dict:
+def interleaved(rank, world_size, warmup, rounds, family, size, per_rank) -> dict:
     """Every rank: step each engine in turn; return per-step times (max over ranks) and a parity check."""
-    workload = get_workload("mlp", "10m")
+    workload = get_workload(family, size)
     torch.manual_seed(0)
     base = workload.build_model()
     engines = {name: build_engine(name, copy.deepcopy(base)) for name in ENGINES}
     opts = {name: torch.optim.SGD(m.parameters(), lr=1e-3) for name, m in engines.items()}
-    data = workload.make_dataset(PER_RANK_BATCH * world_size, torch.device("cpu"), seed=0)
-    batch = data.batch(torch.arange(rank * PER_RANK_BATCH, (rank + 1) * PER_RANK_BATCH))
+    data = workload.make_dataset(max(per_rank * world_size, workload.default_num_samples() or 0),
+                                 torch.device("cpu"), seed=0)
+    batch = data.batch(torch.arange(rank * per_rank, (rank + 1) * per_rank))
     samples = {name: [] for name in ENGINES}
     for r in range(warmup + rounds):
         for k in range(len(ENGINES)):
@@ -72,30 +76,37 @@ def interleaved(rank, world_size, warmup, rounds) -> dict:
         for name in ENGINES
     }
     n_params = sum(p.numel() for p in base.parameters())
-    return {"times_s": dict(zip(ENGINES, times.tolist())), "max_diff": max_diff, "n_params": n_params}
+    n_tensors = sum(1 for p in base.parameters() if p.requires_grad)
+    return {"times_s": dict(zip(ENGINES, times.tolist())), "max_diff": max_diff, "n_params": n_params,
+            "n_tensors": n_tensors}
 
 
-@pytest.fixture(scope="module")
-def measured():
-    result = run_distributed(interleaved, WORLD_SIZE, WARMUP_ROUNDS, TIMED_ROUNDS, timeout_s=600)[0]
-    times, global_batch = result["times_s"], PER_RANK_BATCH * WORLD_SIZE
+@pytest.fixture(scope="module", params=list(WORKLOADS), ids=lambda w: "/".join(w))
+def measured(request):
+    (family, size), per_rank = request.param, WORKLOADS[request.param]
+    result = run_distributed(interleaved, WORLD_SIZE, WARMUP_ROUNDS, TIMED_ROUNDS, family, size, per_rank,
+                             timeout_s=900)[0]
+    times, global_batch = result["times_s"], per_rank * WORLD_SIZE
     torch_median = statistics.median(times["torch"])
     print(
-        f"\nddp_core microbench: mlp/10m ({result['n_params'] / 1e6:.1f}M params), world size {WORLD_SIZE}, "
-        f"gloo/CPU, per-rank batch {PER_RANK_BATCH}, {TIMED_ROUNDS} interleaved steps per engine "
-        f"after {WARMUP_ROUNDS} warm-up rounds"
+        f"\nddp_core microbench: {family}/{size} ({result['n_params'] / 1e6:.1f}M params in "
+        f"{result['n_tensors']} tensors), world size {WORLD_SIZE}, gloo/CPU, per-rank batch {per_rank}, "
+        f"{TIMED_ROUNDS} interleaved steps per engine after {WARMUP_ROUNDS} warm-up rounds"
     )
     # "paired": the median over rounds of torch's step / this engine's step in the same round, which
-    # cancels noise that lasts a round (another job's burst) better than a ratio of medians
-    header = ("engine", "p50_ms", "p90_ms", "samples/s", "vs torch", "paired", "max|Δθ|")
-    print("".join(f"{h:<10}" if i == 0 else f"{h:>{w}}" for i, (h, w) in enumerate(zip(header, WIDTHS))))
+    # cancels noise that lasts a round (another job's burst) better than a ratio of medians; its 95 %
+    # interval resamples rounds (bench.stats.paired_ratio, the runner's rule)
+    header = ("engine", "p50_ms", "p90_ms", "samples/s", "vs torch", "paired", "95% CI", "max|Δθ|")
+    print(f"{header[0]:<10}{header[1]:>9}{header[2]:>9}{header[3]:>11}{header[4]:>10}{header[5]:>9}"
+          f"{header[6]:>16}{header[7]:>10}")
     for name in ENGINES:
         ts = sorted(times[name])
         median, p90 = statistics.median(ts), ts[min(len(ts) - 1, int(0.9 * len(ts)))]
-        paired = statistics.median(t / e for t, e in zip(times["torch"], times[name]))
+        paired, low, high = stats.paired_ratio(times["torch"], times[name])
+        ci = f"{low:.3f}–{high:.3f}" if low is not None else "-"
         print(
             f"{name:<10}{median * 1e3:>9.1f}{p90 * 1e3:>9.1f}{global_batch / median:>11.1f}"
-            f"{torch_median / median:>9.3f}x{paired:>8.3f}x{result['max_diff'][name]:>10.2g}"
+            f"{torch_median / median:>9.3f}x{paired:>8.3f}x{ci:>16}{result['max_diff'][name]:>10.2g}"
         )
     return result
 
