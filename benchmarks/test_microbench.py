@@ -2,9 +2,14 @@
 
 World size 2 over gloo, one workload of each built-in family (`mlp/10m`, `transformer/tiny`,
 `resnet/tiny`), every engine wrapping an identical copy.
-Engines run round-robin, one step each per round, the starting engine rotating every round, so machine
-noise (other jobs, frequency changes) lands on all of them alike and the ratios stay fair. Step time is
-per step the maximum over ranks (DESIGN.md), from a barrier to the end of `optimizer.step()`.
+Engines run round-robin, one step each per round; the starting engine rotates every round and every
+other round runs in reverse order, so machine noise (other jobs, frequency changes) lands on all of them
+alike and no engine always follows the same one. Step time is per step the maximum over ranks
+(DESIGN.md), from a barrier to the end of `optimizer.step()`.
+
+`torch #2` is a second, identical torch DDP: its ratio to the first is the noise floor of the run (an A/A
+control). A ratio whose interval contains 1 is within noise; one that differs from 1 by no more than the
+control does is no difference this run can show.
 
 Run with `make microbench` (not part of `make test`). It prints a table of medians, throughput and the
 ratio to torch DDP, then hands each engine's real per-step samples to pytest-benchmark (see `replay`).
@@ -31,16 +36,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from dist_utils import run_distributed  # noqa: E402  (the tests' spawn + FileStore helper)
 
 WORLD_SIZE = 2
-WORKLOADS = {("mlp", "10m"): 64, ("transformer", "tiny"): 8, ("resnet", "tiny"): 16}  # per-rank batch
-WARMUP_ROUNDS, TIMED_ROUNDS = 3, 60  # torch DDP rebuilds its buckets after iteration 1: warm up ≥ 2
-ENGINES = ("torch", "naive", "bucketed", "overlap")
+# (per-rank batch, timed rounds): the short resnet step gets more rounds for the same interval width
+WORKLOADS = {("mlp", "10m"): (64, 60), ("transformer", "tiny"): (8, 60), ("resnet", "tiny"): (16, 300)}
+WARMUP_ROUNDS = 3  # torch DDP rebuilds its buckets after iteration 1: warm up ≥ 2
+ENGINES = ("torch", "torch #2", "naive", "bucketed", "overlap")
 WIDTHS = (10, 9, 9, 11, 10, 9, 10)  # table columns
 FIRST_BUCKET_MB = 1.0  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES is 1 MiB
 
 
 def build_engine(name, module):
     """Defaults on both sides; ddp_core gets torch's default 1 MiB first bucket so layouts match."""
-    if name == "torch":
+    if name.startswith("torch"):
         return nn.parallel.DistributedDataParallel(module)
     return DistributedDataParallel(module, strategy=name, first_bucket_mb=FIRST_BUCKET_MB)
 
@@ -57,8 +63,8 @@ def interleaved(rank, world_size, warmup, rounds, family, size, per_rank) -> dic
     batch = data.batch(torch.arange(rank * per_rank, (rank + 1) * per_rank))
     samples = {name: [] for name in ENGINES}
     for r in range(warmup + rounds):
-        for k in range(len(ENGINES)):
-            name = ENGINES[(r + k) % len(ENGINES)]
+        rotated = ENGINES[r % len(ENGINES):] + ENGINES[:r % len(ENGINES)]
+        for name in rotated if r % 2 == 0 else rotated[::-1]:
             model, opt = engines[name], opts[name]
             dist.barrier()
             start = time.perf_counter()
@@ -83,15 +89,15 @@ def interleaved(rank, world_size, warmup, rounds, family, size, per_rank) -> dic
 
 @pytest.fixture(scope="module", params=list(WORKLOADS), ids=lambda w: "/".join(w))
 def measured(request):
-    (family, size), per_rank = request.param, WORKLOADS[request.param]
-    result = run_distributed(interleaved, WORLD_SIZE, WARMUP_ROUNDS, TIMED_ROUNDS, family, size, per_rank,
+    (family, size), (per_rank, rounds) = request.param, WORKLOADS[request.param]
+    result = run_distributed(interleaved, WORLD_SIZE, WARMUP_ROUNDS, rounds, family, size, per_rank,
                              timeout_s=900)[0]
     times, global_batch = result["times_s"], per_rank * WORLD_SIZE
     torch_median = statistics.median(times["torch"])
     print(
         f"\nddp_core microbench: {family}/{size} ({result['n_params'] / 1e6:.1f}M params in "
         f"{result['n_tensors']} tensors), world size {WORLD_SIZE}, gloo/CPU, per-rank batch {per_rank}, "
-        f"{TIMED_ROUNDS} interleaved steps per engine after {WARMUP_ROUNDS} warm-up rounds"
+        f"{rounds} interleaved steps per engine after {WARMUP_ROUNDS} warm-up rounds"
     )
     # "paired": the median over rounds of torch's step / this engine's step in the same round, which
     # cancels noise that lasts a round (another job's burst) better than a ratio of medians; its 95 %

@@ -73,6 +73,13 @@ def _view_like(flat: torch.Tensor, offset: int, param: torch.Tensor) -> torch.Te
     return flat[offset:offset + param.numel()].view(param.shape)
 
 
+def _scalar_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype in which a CPU scalar multiplies a tensor of `dtype` without a cast of its own: the
+    tensor's when it is float32 or float64; float32 for float16/bfloat16 (their kernels compute in float32
+    and read the scalar from its original value, so 1/world_size rounds as torch's double scalar does)."""
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
 class Bucket:
     """One flat gradient buffer for some parameters of one dtype and device, reduced by one all-reduce.
 
@@ -81,9 +88,9 @@ class Bucket:
     With a `comm_dtype`, the (pre-divided) bucket is cast to a separate buffer for the wire.
     """
 
-    def __init__(self, index, params, names, comm_dtype, process_group):
+    def __init__(self, index, params, names, comm_dtype, process_group, world_size=1, as_view=False):
         self.index, self.params, self.names = index, params, names
-        self.process_group = process_group
+        self.process_group, self.world_size, self.as_view = process_group, world_size, as_view
         numels = [p.numel() for p in params]
         self.flat = torch.zeros(sum(numels), dtype=params[0].dtype, device=params[0].device)
         offsets = [0, *itertools.accumulate(numels)][:-1]
@@ -91,22 +98,80 @@ class Bucket:
         wire = comm_dtype not in (None, self.flat.dtype)
         self.comm = torch.empty_like(self.flat, dtype=comm_dtype) if wire else None
         self.size_bytes = self.flat.numel() * self.flat.element_size()
-        self.pending = len(params)
-        self.work = None
+        # 1/world_size as a CPU 0-dim tensor: torch.mul(grad, it, out=view) rounds as torch's reducer does
+        # (mul_out by a wrapped 1/div_factor), without the ~1.6 µs it costs to wrap a Python float each call
+        self.inverse_world_size = torch.tensor(1.0 / world_size, dtype=_scalar_dtype(self.flat.dtype))
+        self.pending, self.work, self.undivided = len(params), None, []
 
     def reset(self):
         """Make the bucket wait for all its gradients again (called before each synced backward)."""
-        self.pending, self.work = len(self.params), None
+        self.pending, self.work, self.undivided = len(self.params), None, []
+
+    def add(self, j: int) -> bool:
+        """Parameter j's gradient is final: bring it into the bucket divided by the world size; True when
+        it was the last one the bucket waited for.
+
+        The arithmetic is torch's reducer's (mark_variable_ready_dense): a gradient outside the bucket is
+        multiplied by 1/world_size on its way in (one pass: copy and division fused); one autograd already
+        accumulated into its view (gradient_as_bucket_view) is divided in place, here once for the whole
+        bucket at launch instead of once per parameter; an unused parameter without a gradient adds zeros.
+        """
+        param, view = self.params[j], self.views[j]
+        grad = param.grad
+        if grad is None:
+            view.zero_()
+        elif self.as_view and (grad is view or grad.data_ptr() == view.data_ptr()):
+            self.undivided.append(view)  # (copy mode never lets autograd accumulate into the bucket)
+        else:  # copy mode, or set_to_none=True made autograd allocate a fresh .grad
+            if self.world_size == 1:
+                view.copy_(grad)
+            else:
+                torch.mul(grad, self.inverse_world_size, out=view)
+            if self.as_view:  # an unused parameter without a gradient gets one only if a rank used it
+                param.grad = view
+        self.pending -= 1
+        return self.pending == 0
 
     def launch(self):
         """Cast for the wire if asked and start an async SUM all-reduce of the bucket.
 
-        The gradients were already divided by the world size as they entered the bucket (as torch's
-        reducer does): dividing before the reduction keeps a float16 sum from overflowing.
+        The gradients were divided by the world size as they entered the bucket (as torch's reducer does):
+        dividing before the reduction keeps a float16 sum from overflowing.
         """
         with record_function(f"ddp_core.allreduce.bucket{self.index}"):
+            self._divide_in_place()
             buf = self.flat if self.comm is None else self.comm.copy_(self.flat)
             self.work = dist.all_reduce(buf, group=self.process_group, async_op=True)
+
+    def _divide_in_place(self):
+        """Divide the gradients that autograd accumulated into their views (torch: bucket_view.div_)."""
+        if self.undivided and self.world_size != 1:
+            if len(self.undivided) == len(self.views):
+                self.flat.div_(self.world_size)  # one call instead of one per parameter; the same values
+            else:
+                for view in self.undivided:
+                    view.div_(self.world_size)
+        self.undivided = []
+
+    def copy_out(self, skip=()) -> None:
+        """Copy mode: the reduced slices into `.grad` (one foreach call for the bucket when every gradient is
+        defined); view mode: `.grad` becomes the view where it is still undefined. `skip`: positions of
+        globally unused parameters, whose `.grad` is left as it is."""
+        if not self.as_view and not skip:
+            grads = [p.grad for p in self.params]
+            if all(g is not None for g in grads):
+                torch._foreach_copy_(grads, self.views)
+                return
+        for j, (p, view) in enumerate(zip(self.params, self.views)):
+            if j in skip:
+                continue
+            if self.as_view:
+                if p.grad is None:
+                    p.grad = view
+            elif p.grad is None:
+                p.grad = view.clone()
+            else:
+                p.grad.copy_(view)
 
     def wait(self):
         """Wait for the all-reduce and bring a compressed result back into the parameter dtype."""

@@ -24,7 +24,7 @@ from torch.profiler import record_function
 
 from .buckets import Bucket, assign_buckets
 from .graph import used_parameters
-from .sync import broadcast_from_rank0, verify_same_as_rank0
+from .sync import BufferBroadcast, broadcast_from_rank0, verify_same_as_rank0
 
 STRATEGIES = ("naive", "bucketed", "overlap")
 INIT_SYNCS = ("broadcast", "verify", "none")
@@ -68,6 +68,7 @@ class DistributedDataParallel(nn.Module):
             raise ValueError(f"comm_dtype={comm_dtype!r} must be None, torch.float16 or torch.bfloat16")
         self.module = module
         self.strategy, self.comm_dtype = strategy, comm_dtype
+        self._launch_early = strategy == "overlap"
         self.gradient_as_bucket_view = gradient_as_bucket_view
         self.broadcast_buffers, self.find_unused_parameters = broadcast_buffers, find_unused_parameters
         self.process_group = process_group if process_group is not None else dist.group.WORLD
@@ -90,16 +91,13 @@ class DistributedDataParallel(nn.Module):
         elif init_sync == "verify":
             verify_same_as_rank0([(n, p.data) for n, p in named], self.process_group)
 
+        self._buffer_sync = BufferBroadcast(self._buffers_list, self.process_group)
         self._build_buckets(bucket_cap_mb, first_bucket_mb)
-        self._ready = [False] * len(self._named_params)
         self._sync_this_backward = False  # decided at forward, like torch's prepare_for_backward
-        self._callback_queued = False
-        self._unused: list[int] = []
+        self._backward = _BackwardState(len(self._named_params))
         # gradient produced since the last synced backward, no_sync micro-steps included (torch's
         # local_used_map_: its autograd hooks mark use in no_sync backwards too)
         self._used = [False] * len(self._named_params)
-        self._index = {id(p): i for i, (_, p) in enumerate(self._named_params)}
-        self._next_bucket = 0
         # The hooks hold a weak reference: a strong one would make a cycle through autograd's C++ hook
         # registry (parameter → hook → wrapper → module → parameter) that Python's collector cannot see,
         # so a dropped wrapper would never be freed, with its buckets and (on GPU) its memory.
@@ -134,6 +132,7 @@ class DistributedDataParallel(nn.Module):
         self.bucket_param_names = [[self._named_params[order[j]][0] for j in g] for g in groups]
         if self.strategy == "naive":
             return
+        self._bucket_members: list[list[int]] = []  # bucket -> its parameters' indices, in bucket order
         for b, group in enumerate(groups):
             idx = [order[j] for j in group]
             bucket = Bucket(
@@ -142,8 +141,11 @@ class DistributedDataParallel(nn.Module):
                 [self._named_params[i][0] for i in idx],
                 self.comm_dtype,
                 self.process_group,
+                world_size=self.world_size,
+                as_view=self.gradient_as_bucket_view,
             )
             self.buckets.append(bucket)
+            self._bucket_members.append(idx)
             for j, i in enumerate(idx):
                 self._slot[i] = (bucket, j)
                 p = self._named_params[i][1]
@@ -158,7 +160,7 @@ class DistributedDataParallel(nn.Module):
         torch DDP), run the module, and prepare the next backward to reduce gradients."""
         if (self.broadcast_buffers and self.require_forward_param_sync and self.world_size > 1
                 and self._buffers_list):
-            broadcast_from_rank0(self._buffers_list, self.process_group)
+            self._buffer_sync()
         with record_function("ddp_core.forward"):
             output = self.module(*args, **kwargs)
         self._sync_this_backward = torch.is_grad_enabled() and self.require_backward_grad_sync
@@ -168,14 +170,12 @@ class DistributedDataParallel(nn.Module):
         return output
 
     def _prepare_for_backward(self, output):
-        self._ready = [False] * len(self._named_params)
-        self._callback_queued, self._next_bucket = False, 0
+        self._backward = _BackwardState(len(self._named_params))
         for bucket in self.buckets:
             bucket.reset()
-        self._unused = []
         if self.find_unused_parameters:
             used = used_parameters(output)
-            self._unused = [i for i, (_, p) in enumerate(self._named_params) if id(p) not in used]
+            self._backward.unused = [i for i, (_, p) in enumerate(self._named_params) if id(p) not in used]
 
     @contextmanager
     def no_sync(self):
@@ -191,36 +191,28 @@ class DistributedDataParallel(nn.Module):
 
     def _mark_ready(self, i):
         """Gradient i is final: put it in its bucket; launch complete buckets in order (overlap)."""
-        if not self._callback_queued:
-            self._callback_queued = True
+        state = self._backward
+        if not state.callback_queued:
+            state.callback_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
-            for u in self._unused:  # as torch's reducer: unused parameters are ready at the first hook
+            for u in state.unused:  # as torch's reducer: unused parameters are ready at the first hook
                 self._mark_ready(u)
-        if self._ready[i]:
+        if state.ready[i]:
             name = self._named_params[i][0]
             raise RuntimeError(f"ddp_core: parameter {name!r} was marked ready twice in one backward")
-        self._ready[i] = True
-        if self.strategy == "naive":
-            return
-        bucket, j = self._slot[i]
-        param, view = self._named_params[i][1], bucket.views[j]
-        grad = param.grad
-        in_bucket = grad is not None and grad.data_ptr() == view.data_ptr()
-        # Divide by the world size here, fused with the copy into the bucket, as torch's reducer does
-        # (mark_variable_ready_dense): one pass over the gradient instead of a copy and a division.
-        if in_bucket:  # gradient_as_bucket_view: autograd accumulated into the view
-            view.div_(self.world_size)
-        elif grad is None:  # an unused parameter without a local gradient contributes zeros
-            view.zero_()
-        else:  # copy mode, or set_to_none=True made autograd allocate a fresh .grad
-            torch.div(grad, self.world_size, out=view)
-        if self.gradient_as_bucket_view and not in_bucket and grad is not None:
-            param.grad = view  # an unused parameter without a gradient gets one only if a rank used it
-        bucket.pending -= 1
-        if self.strategy == "overlap":
-            while self._next_bucket < len(self.buckets) and self.buckets[self._next_bucket].pending == 0:
-                self.buckets[self._next_bucket].launch()
-                self._next_bucket += 1
+        state.ready[i] = True
+        state.ready_count += 1
+        slot = self._slot[i]  # None for naive: it reduces .grad itself at the end
+        if slot is not None and slot[0].add(slot[1]) and self._launch_early:
+            self._launch_complete_buckets()
+
+    def _launch_complete_buckets(self):
+        """overlap: launch every complete bucket not yet launched, in bucket order, stopping at the first
+        incomplete one (as torch's reducer: every rank then issues its collectives in the same order)."""
+        buckets, state = self.buckets, self._backward
+        while state.next_bucket < len(buckets) and buckets[state.next_bucket].pending == 0:
+            buckets[state.next_bucket].launch()
+            state.next_bucket += 1
 
     # ---- backward: end-of-backward callback ---------------------------------------------------------
 
@@ -228,22 +220,24 @@ class DistributedDataParallel(nn.Module):
         """Runs once when autograd finishes: reduce (naive, bucketed) or wait (overlap), write back."""
         start = time.perf_counter()
         self._sync_this_backward = False
-        missing = [self._named_params[i][0] for i, r in enumerate(self._ready) if not r]
+        state = self._backward
+        missing = [] if state.ready_count == len(state.ready) else [
+            self._named_params[i][0] for i, r in enumerate(state.ready) if not r]
         with record_function("ddp_core.wait"):
             if self.strategy == "naive":
                 if missing:
                     raise self._unused_error(missing)
                 self._reduce_each_parameter(self._globally_unused())
             else:
-                launched = self._next_bucket
+                launched = state.next_bucket
                 if not missing:
                     for bucket in self.buckets[launched:]:
                         bucket.launch()
                 unused = self._globally_unused() if not missing else set()
-                for bucket in self.buckets[: len(self.buckets) if not missing else launched]:
+                for b, bucket in enumerate(self.buckets[: len(self.buckets) if not missing else launched]):
                     bucket.wait()  # also when raising: leave no collective in flight
                     if not missing:  # as torch's finalize_backward: while later buckets still reduce
-                        self._copy_out(bucket, unused)
+                        self._copy_out(b, unused)
                 if missing:
                     raise self._unused_error(missing)
         self._used = [False] * len(self._named_params)  # the next accumulation window starts
@@ -279,19 +273,11 @@ class DistributedDataParallel(nn.Module):
                     dist.all_reduce(wire, group=self.process_group)
                     p.grad.copy_(wire)
 
-    def _copy_out(self, bucket, unused: set[int]):
-        """The reduced bucket slices into `.grad`: copied (copy mode), or the view itself where the
-        gradient is still undefined (view mode). Globally unused parameters are left as they are."""
-        for p, view in zip(bucket.params, bucket.views):
-            if self._index[id(p)] in unused:
-                continue
-            if self.gradient_as_bucket_view:
-                if p.grad is None:
-                    p.grad = view
-            elif p.grad is None:
-                p.grad = view.clone()
-            else:
-                p.grad.copy_(view)
+    def _copy_out(self, b: int, unused: set[int]):
+        """Bucket b's reduced slices into `.grad` (Bucket.copy_out); globally unused parameters are left
+        as they are."""
+        skip = {j for j, i in enumerate(self._bucket_members[b]) if i in unused} if unused else ()
+        self.buckets[b].copy_out(skip)
 
     def _unused_error(self, missing):
         return RuntimeError(
@@ -299,6 +285,20 @@ class DistributedDataParallel(nn.Module):
             f"never be reduced. Pass find_unused_parameters=True to DistributedDataParallel, or make "
             f"every forward output that depends on them take part in the loss."
         )
+
+
+class _BackwardState:
+    """What the current synced backward has seen. A plain object, not attributes of the wrapper: the
+    hooks update it once per parameter, and nn.Module.__setattr__ costs microseconds per call."""
+
+    __slots__ = ("ready", "ready_count", "callback_queued", "next_bucket", "unused")
+
+    def __init__(self, num_params: int):
+        self.ready = [False] * num_params  # this parameter's gradient is in its bucket (or reduced)
+        self.ready_count = 0
+        self.callback_queued = False  # the end-of-backward callback is queued
+        self.next_bucket = 0  # overlap: the first bucket not yet launched
+        self.unused: list[int] = []  # find_unused_parameters: not reached from this forward's outputs
 
 
 def _ready_hook(wrapper_ref: weakref.ref, i: int):
