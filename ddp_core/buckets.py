@@ -7,7 +7,8 @@ from collections.abc import Hashable, Sequence
 
 import torch
 import torch.distributed as dist
-from torch.profiler import record_function
+
+from .labels import label
 
 
 def assign_buckets(
@@ -102,6 +103,8 @@ class Bucket:
         # (mul_out by a wrapped 1/div_factor), without the ~1.6 µs it costs to wrap a Python float each call
         self.inverse_world_size = torch.tensor(1.0 / world_size, dtype=_scalar_dtype(self.flat.dtype))
         self.pending, self.work, self.undivided = len(params), None, []
+        self.label = f"ddp_core.allreduce.bucket{index}"
+        self.allreduce_options = dist.AllreduceOptions()  # SUM, asynchronous
 
     def reset(self):
         """Make the bucket wait for all its gradients again (called before each synced backward)."""
@@ -138,10 +141,12 @@ class Bucket:
         The gradients were divided by the world size as they entered the bucket (as torch's reducer does):
         dividing before the reduction keeps a float16 sum from overflowing.
         """
-        with record_function(f"ddp_core.allreduce.bucket{self.index}"):
+        with label(self.label):
             self._divide_in_place()
             buf = self.flat if self.comm is None else self.comm.copy_(self.flat)
-            self.work = dist.all_reduce(buf, group=self.process_group, async_op=True)
+            # the process group's own allreduce, not dist.all_reduce: the same c10d op without the Python
+            # wrapper's checks, which cost ~60 µs per call when a hook runs cold (ddp_core/labels.py)
+            self.work = self.process_group.allreduce([buf], self.allreduce_options)
 
     def _divide_in_place(self):
         """Divide the gradients that autograd accumulated into their views (torch: bucket_view.div_)."""

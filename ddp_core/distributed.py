@@ -20,10 +20,10 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.profiler import record_function
 
 from .buckets import Bucket, assign_buckets
 from .graph import used_parameters
+from .labels import label
 from .sync import BufferBroadcast, broadcast_from_rank0, verify_same_as_rank0
 
 STRATEGIES = ("naive", "bucketed", "overlap")
@@ -161,7 +161,7 @@ class DistributedDataParallel(nn.Module):
         if (self.broadcast_buffers and self.require_forward_param_sync and self.world_size > 1
                 and self._buffers_list):
             self._buffer_sync()
-        with record_function("ddp_core.forward"):
+        with label("ddp_core.forward"):
             output = self.module(*args, **kwargs)
         self._sync_this_backward = torch.is_grad_enabled() and self.require_backward_grad_sync
         self.require_forward_param_sync = self._sync_this_backward
@@ -223,7 +223,7 @@ class DistributedDataParallel(nn.Module):
         state = self._backward
         missing = [] if state.ready_count == len(state.ready) else [
             self._named_params[i][0] for i, r in enumerate(state.ready) if not r]
-        with record_function("ddp_core.wait"):
+        with label("ddp_core.wait"):
             if self.strategy == "naive":
                 if missing:
                     raise self._unused_error(missing)
@@ -264,7 +264,7 @@ class DistributedDataParallel(nn.Module):
                 continue
             if p.grad is None:  # unused here, used on another rank: this rank contributes zeros
                 p.grad = torch.zeros_like(p)
-            with record_function(f"ddp_core.allreduce.param.{name}"):
+            with label(f"ddp_core.allreduce.param.{name}"):
                 p.grad.div_(self.world_size)
                 if self.comm_dtype is None:
                     dist.all_reduce(p.grad, group=self.process_group)

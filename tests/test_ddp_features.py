@@ -380,7 +380,7 @@ def check_profiler_labels_and_wait_time(rank, ws):
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             nn.functional.mse_loss(ddp(local(x, rank, ws)), local(y, rank, ws)).backward()
         names = {e.name for e in prof.events()}
-        for label in ("ddp_core.forward", expected, "ddp_core.wait"):
+        for label in ("ddp_core.forward", expected, "ddp_core.wait", "c10d::allreduce_"):
             assert label in names, f"strategy={strategy}: no {label!r} in the trace"
         assert isinstance(ddp.last_sync_wait_ms, float) and ddp.last_sync_wait_ms >= 0
 
@@ -460,3 +460,13 @@ def test_used_parameters_walks_the_graph_through_nested_outputs():
     used = used_parameters({"logits": (model.b(h),), "aux": None})
     names = {n for n, p in model.named_parameters() if id(p) in used}
     assert names == {"a.weight", "a.bias", "b.weight", "b.bias"}
+
+
+def test_labels_cost_nothing_without_a_profiler():
+    from ddp_core import labels
+
+    assert labels.label("ddp_core.wait") is labels._OFF  # no profiler: the shared no-op, nothing entered
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with labels.label("ddp_core.test_label"):
+            torch.ones(1).add_(1)
+    assert "ddp_core.test_label" in {e.name for e in prof.events()}
