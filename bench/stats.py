@@ -60,6 +60,19 @@ def median_difference_ci(a: Sequence[float], b: Sequence[float]) -> tuple[float 
     return _percentile_interval(ma - mb)
 
 
+def round_order(r: int, k: int) -> list[int]:
+    """The order in which k interleaved engines step in round r: engine r mod k first, then upward (even
+    rounds) or downward (odd rounds), wrapping around.
+
+    Every engine goes first equally often, which spreads the slow moments of the machine over all of
+    them; walking the other way every other round keeps an engine from always stepping right after the
+    same one (a predecessor that leaves caches or the allocator in a particular state would otherwise bias
+    one engine's samples the same way every round).
+    """
+    step = 1 if r % 2 == 0 else -1
+    return [(r + step * j) % k for j in range(k)]
+
+
 def paired_ratio(baseline: Sequence[float], other: Sequence[float]) -> tuple[float | None, float | None,
                                                                                  float | None]:
     """(median, low, high) over rounds of baseline_i / other_i, with its 95 % interval from resampling

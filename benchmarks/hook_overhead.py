@@ -1,6 +1,6 @@
 """Host time each engine adds per parameter tensor in a backward, and what it would cost on a GPU.
 
-World size 1, gloo, one thread; engines interleaved round by round (every other round in reverse order),
+World size 1, gloo, one thread; engines interleaved round by round (bench.stats.round_order),
 each round's engine time minus the bare module's in the same round, median over rounds, divided by the
 number of parameter tensors. Two settings, because the answer depends on the cache:
 
@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bench import stats
 from bench.peaks import PEAKS
 from bench.workloads import WorkloadOptions, get_workload
 from ddp_core import DistributedDataParallel
@@ -62,7 +63,7 @@ def extra_us_per_tensor(models: dict[str, nn.Module], backward_s, rounds: int, n
     names = list(models)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(WARMUP + rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
+        for name in (names[e] for e in stats.round_order(r, len(names))):
             seconds = backward_s(models[name])
             if r >= WARMUP:
                 times[name].append(seconds)

@@ -2,9 +2,9 @@
 
 World size 2 over gloo, one workload of each built-in family (`mlp/10m`, `transformer/tiny`,
 `resnet/tiny`), every engine wrapping an identical copy.
-Engines run round-robin, one step each per round; the starting engine rotates every round and every
-other round runs in reverse order, so machine noise (other jobs, frequency changes) lands on all of them
-alike and no engine always follows the same one. Step time is per step the maximum over ranks
+Engines run round-robin, one step each per round, in `bench.stats.round_order`: each engine first in
+turn, every other round in the opposite order, so machine noise (other jobs, frequency changes) lands on
+all of them alike and no engine always follows the same one. Step time is per step the maximum over ranks
 (DESIGN.md), from a barrier to the end of `optimizer.step()`.
 
 `torch #2` is a second, identical torch DDP: its ratio to the first is the noise floor of the run (an A/A
@@ -63,8 +63,7 @@ def interleaved(rank, world_size, warmup, rounds, family, size, per_rank) -> dic
     batch = data.batch(torch.arange(rank * per_rank, (rank + 1) * per_rank))
     samples = {name: [] for name in ENGINES}
     for r in range(warmup + rounds):
-        rotated = ENGINES[r % len(ENGINES):] + ENGINES[:r % len(ENGINES)]
-        for name in rotated if r % 2 == 0 else rotated[::-1]:
+        for name in (ENGINES[e] for e in stats.round_order(r, len(ENGINES))):
             model, opt = engines[name], opts[name]
             dist.barrier()
             start = time.perf_counter()

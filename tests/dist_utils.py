@@ -18,10 +18,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from bench.lifetime import die_with_parent
+
 PG_TIMEOUT_S = 60
 
 
 def _worker(rank, world_size, store_path, backend, fn, args, queue):
+    die_with_parent()  # a killed pytest or microbench takes its ranks along (daemon=True covers exits only)
     torch.set_num_threads(1)  # the test machine's cores are shared; one thread per rank
     try:
         if backend == "nccl":  # one GPU per rank; NCCL refuses two ranks on one device

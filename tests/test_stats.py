@@ -68,3 +68,14 @@ def test_rank_skew_by_hand():
 def test_half_width_pct():
     assert stats.half_width_pct(100.0, 95.0, 105.0) == pytest.approx(5.0)
     assert stats.half_width_pct(None, 1.0, 2.0) is None
+
+
+def test_round_order_rotates_and_walks_back_every_other_round():
+    # worked by hand for three engines: starts 0, 1, 2, 0; upward in even rounds, downward in odd ones
+    assert [stats.round_order(r, 3) for r in range(4)] == [[0, 1, 2], [1, 0, 2], [2, 0, 1], [0, 2, 1]]
+    k, rounds = 5, 10
+    orders = [stats.round_order(r, k) for r in range(rounds)]
+    assert all(sorted(o) == list(range(k)) for o in orders)
+    assert sorted(o[0] for o in orders) == sorted(list(range(k)) * (rounds // k))  # each first equally often
+    for e in range(k):  # and no engine always follows the same one
+        assert len({o[o.index(e) - 1] for o in orders if o.index(e) > 0}) >= 2

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from bench import engines
+from bench import engines, stats
 from bench.peaks import peak_flops_per_s
 from bench.schema import MiB
 from bench.worker.trainer import Trainer, sync_device
@@ -36,9 +36,10 @@ class Stopwatch:
 
 
 def timed_rounds(steps: list[Callable[[], object]], n: int, device: torch.device) -> list[list[list[float]]]:
-    """Collective. n rounds; in each round every step function runs once, the first one rotating by one
-    each round (so slow moments of the machine land on all of them alike), each step after a barrier and
-    a device sync and timed alone: CUDA events on GPU, perf_counter on CPU. No sync inside a step.
+    """Collective. n rounds; in each round every step function runs once, in `stats.round_order` (each
+    first in turn, every other round in the opposite order, so slow moments of the machine land on all of
+    them alike and no step always follows the same one), each after a barrier and a device sync and timed
+    alone: CUDA events on GPU, perf_counter on CPU. No sync inside a step.
 
     Returns, per step function, its milliseconds per rank and round (ranks × rounds), gathered on every
     rank; the step time of a round is the maximum over ranks (metrics.step_times_over_ranks).
@@ -46,8 +47,7 @@ def timed_rounds(steps: list[Callable[[], object]], n: int, device: torch.device
     k, cuda = len(steps), device.type == "cuda"
     local: list[list] = [[None] * n for _ in steps]
     for r in range(n):
-        for j in range(k):
-            e = (r + j) % k
+        for e in stats.round_order(r, k):
             dist.barrier()  # ranks start each step together: a step's time is its own, not a straggler's
             sync_device(device)
             if cuda:
