@@ -23,6 +23,7 @@ printed is what it would cost if it did not hide at all.
 from __future__ import annotations
 
 import copy
+import inspect
 import statistics
 import tempfile
 import time
@@ -50,11 +51,18 @@ ENGINES = ("torch", "bucketed", "overlap")
 
 
 def engines_around(module: nn.Module) -> dict[str, nn.Module]:
-    """The bare module and one copy of it under each engine (ddp_core with torch's 1 MiB first bucket)."""
+    """The bare module and one copy of it under each engine (ddp_core with torch's 1 MiB first bucket),
+    and under each engine's batched_grad_copy."""
     models = {"bare": module, "torch": nn.parallel.DistributedDataParallel(copy.deepcopy(module))}
     for strategy in ("bucketed", "overlap"):
         models[strategy] = DistributedDataParallel(copy.deepcopy(module), strategy=strategy,
                                                    first_bucket_mb=1.0)
+    # both engines' batched_grad_copy: one foreach copy and one division per bucket (torch: when it has it)
+    if "batched_grad_copy" in inspect.signature(nn.parallel.DistributedDataParallel).parameters:
+        models["torch batched"] = nn.parallel.DistributedDataParallel(copy.deepcopy(module),
+                                                                      batched_grad_copy=True)
+    models["overlap batched"] = DistributedDataParallel(copy.deepcopy(module), first_bucket_mb=1.0,
+                                                        batched_grad_copy=True)
     return models
 
 

@@ -89,9 +89,11 @@ class Bucket:
     With a `comm_dtype`, the (pre-divided) bucket is cast to a separate buffer for the wire.
     """
 
-    def __init__(self, index, params, names, comm_dtype, process_group, world_size=1, as_view=False):
+    def __init__(self, index, params, names, comm_dtype, process_group, world_size=1, as_view=False,
+                 batched=False):
         self.index, self.params, self.names = index, params, names
         self.process_group, self.world_size, self.as_view = process_group, world_size, as_view
+        self.batched = batched  # torch's batched_grad_copy: copies deferred to one foreach call at launch
         numels = [p.numel() for p in params]
         self.flat = torch.zeros(sum(numels), dtype=params[0].dtype, device=params[0].device)
         offsets = [0, *itertools.accumulate(numels)][:-1]
@@ -102,13 +104,13 @@ class Bucket:
         # 1/world_size as a CPU 0-dim tensor: torch.mul(grad, it, out=view) rounds as torch's reducer does
         # (mul_out by a wrapped 1/div_factor), without the ~1.6 µs it costs to wrap a Python float each call
         self.inverse_world_size = torch.tensor(1.0 / world_size, dtype=_scalar_dtype(self.flat.dtype))
-        self.pending, self.work, self.undivided = len(params), None, []
+        self.pending, self.work, self.undivided, self.deferred = len(params), None, [], []
         self.label = f"ddp_core.allreduce.bucket{index}"
         self.allreduce_options = dist.AllreduceOptions()  # SUM, asynchronous
 
     def reset(self):
         """Make the bucket wait for all its gradients again (called before each synced backward)."""
-        self.pending, self.work, self.undivided = len(self.params), None, []
+        self.pending, self.work, self.undivided, self.deferred = len(self.params), None, [], []
 
     def add(self, j: int) -> bool:
         """Parameter j's gradient is final: bring it into the bucket divided by the world size; True when
@@ -118,6 +120,8 @@ class Bucket:
         multiplied by 1/world_size on its way in (one pass: copy and division fused); one autograd already
         accumulated into its view (gradient_as_bucket_view) is divided in place, here once for the whole
         bucket at launch instead of once per parameter; an unused parameter without a gradient adds zeros.
+        With `batched` (torch's batched_grad_copy) a gradient outside the bucket is only noted here: the
+        bucket copies all of them with one foreach call and divides itself once at launch.
         """
         param, view = self.params[j], self.views[j]
         grad = param.grad
@@ -125,6 +129,8 @@ class Bucket:
             view.zero_()
         elif self.as_view and (grad is view or grad.data_ptr() == view.data_ptr()):
             self.undivided.append(view)  # (copy mode never lets autograd accumulate into the bucket)
+        elif self.batched:
+            self.deferred.append(j)
         else:  # copy mode, or set_to_none=True made autograd allocate a fresh .grad
             if self.world_size == 1:
                 view.copy_(grad)
@@ -142,21 +148,33 @@ class Bucket:
         dividing before the reduction keeps a float16 sum from overflowing.
         """
         with label(self.label):
-            self._divide_in_place()
+            self._complete()
             buf = self.flat if self.comm is None else self.comm.copy_(self.flat)
             # the process group's own allreduce, not dist.all_reduce: the same c10d op without the Python
             # wrapper's checks, which cost ~60 µs per call when a hook runs cold (ddp_core/labels.py)
             self.work = self.process_group.allreduce([buf], self.allreduce_options)
 
-    def _divide_in_place(self):
-        """Divide the gradients that autograd accumulated into their views (torch: bucket_view.div_)."""
-        if self.undivided and self.world_size != 1:
+    def _complete(self):
+        """The bucket's last step before its all-reduce. Batched: the deferred copies in one foreach call
+        and one division of the whole bucket, in-place gradients included (torch's flush_deferred_copies,
+        which divides rather than multiplies). Otherwise: divide the gradients autograd accumulated into
+        their views (torch: bucket_view.div_), with one call when that is all of them."""
+        if self.batched:
+            if self.deferred:
+                views = [self.views[j] for j in self.deferred]
+                torch._foreach_copy_(views, [self.params[j].grad for j in self.deferred])
+                if self.as_view:  # .grad lives in the bucket from now on
+                    for j, view in zip(self.deferred, views):
+                        self.params[j].grad = view
+            if self.world_size != 1:
+                self.flat.div_(self.world_size)
+        elif self.undivided and self.world_size != 1:
             if len(self.undivided) == len(self.views):
                 self.flat.div_(self.world_size)  # one call instead of one per parameter; the same values
             else:
                 for view in self.undivided:
                     view.div_(self.world_size)
-        self.undivided = []
+        self.undivided, self.deferred = [], []
 
     def copy_out(self, skip=()) -> None:
         """Copy mode: the reduced slices into `.grad` (one foreach call for the bucket when every gradient is

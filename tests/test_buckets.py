@@ -94,7 +94,7 @@ def test_a_gradient_already_in_its_view_is_divided_once_at_launch():
             bucket.views[j].copy_(grads[j])
             bucket.params[j].grad = bucket.views[j]
         assert [bucket.add(j) for j in range(2)] == [False, True]
-        bucket._divide_in_place()
+        bucket._complete()
         for j, g in enumerate(grads):
             expected = g / 3 if j in in_place else torch.mul(g, 1 / 3)
             assert torch.equal(bucket.views[j], expected), (in_place, j)
@@ -121,3 +121,23 @@ def test_copy_out_writes_every_gradient_but_the_skipped_ones():
     bucket.copy_out(skip={1})  # a globally unused parameter keeps its .grad; an undefined one gets a copy
     assert bucket.params[0].grad.tolist() == [10.0] and bucket.params[0].grad is not bucket.views[0]
     assert bucket.params[1].grad.tolist() == [2.0, 3.0]
+
+
+def test_batched_grad_copy_defers_the_copies_and_divides_the_bucket_once():
+    # torch's batched_grad_copy (flush_deferred_copies): _foreach_copy_ of the deferred gradients, then one
+    # div_ of the flat bucket, so a gradient of 5 at world size 3 enters as 5/3 = 1.6666666269302368 (a true
+    # division), where the default path's multiplication by float32(1/3) gives 1.6666667461395264
+    grads = [torch.tensor([5.0, 7.0]), torch.tensor([10.0])]
+    for as_view in (False, True):
+        bucket = bucket_of(grads, world_size=3, as_view=as_view)
+        if as_view:  # one gradient already in its view, one outside: both end divided once
+            bucket.views[1].copy_(grads[1])
+            bucket.params[1].grad = bucket.views[1]
+        bucket.batched = True
+        assert [bucket.add(j) for j in range(2)] == [False, True]
+        assert bucket.views[0].tolist() == [0.0, 0.0]  # deferred: nothing copied before the launch
+        bucket._complete()
+        assert bucket.views[0][0].item() == 1.6666666269302368
+        assert torch.equal(bucket.flat, torch.cat([g / 3 for g in grads]))
+        assert (bucket.params[0].grad.data_ptr() == bucket.views[0].data_ptr()) == as_view
+        assert bucket.deferred == [] and bucket.undivided == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import itertools
 
 import pytest
@@ -142,5 +143,44 @@ def buffers_after_accumulation(rank, world_size, accum=3, steps=3) -> list[str]:
 @pytest.mark.timeout(180)
 def test_buffers_after_accumulation_equal_torch_ddp():
     per_rank = run_distributed(buffers_after_accumulation, 2)
+    errors = [f"rank {r}: {e}" for r, errs in enumerate(per_rank) for e in errs]
+    assert not errors, "\n".join(errors)
+
+
+def batched_grad_copy_parity(rank, world_size) -> list[str]:
+    """batched_grad_copy=True against torch DDP with the same option (torch 2.13): every bucketed strategy,
+    both gradient modes, gradients set to None and zeroed in turn, with accumulation under no_sync."""
+    errors = []
+    for strategy, as_view in itertools.product(("bucketed", "overlap"), (False, True)):
+        ours = DistributedDataParallel(bn_model(), strategy=strategy, bucket_cap_mb=0.001,
+                                       gradient_as_bucket_view=as_view, batched_grad_copy=True)
+        theirs = nn.parallel.DistributedDataParallel(bn_model(), bucket_cap_mb=0.001,
+                                                     gradient_as_bucket_view=as_view, batched_grad_copy=True)
+        opts = [torch.optim.SGD(m.parameters(), lr=LR) for m in (ours, theirs)]
+        gen = torch.Generator().manual_seed(20 + rank)
+        for step in range(STEPS):
+            batches = [(torch.randn(PER_RANK_BATCH, 8, generator=gen),
+                        torch.randn(PER_RANK_BATCH, 3, generator=gen)) for _ in range(2)]
+            for model, opt in zip((ours, theirs), opts):
+                for k, (x, y) in enumerate(batches):
+                    with model.no_sync() if k == 0 else contextlib.nullcontext():
+                        nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=step % 2 == 0)
+            errors += mismatches(f"world={world_size} strategy={strategy} view={as_view} step={step} batched",
+                                 ours.module, theirs.module)
+    dist.barrier()
+    return errors
+
+
+TORCH_HAS_BATCHED_GRAD_COPY = "batched_grad_copy" in inspect.signature(
+    nn.parallel.DistributedDataParallel).parameters
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not TORCH_HAS_BATCHED_GRAD_COPY, reason="this torch's DDP has no batched_grad_copy")
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_batched_grad_copy_equals_torch_ddp(world_size):
+    per_rank = run_distributed(batched_grad_copy_parity, world_size)
     errors = [f"rank {r}: {e}" for r, errs in enumerate(per_rank) for e in errs]
     assert not errors, "\n".join(errors)
