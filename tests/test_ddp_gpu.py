@@ -52,14 +52,21 @@ def nccl_parity(rank, world_size) -> list[str]:
     return errors
 
 
-@pytest.mark.timeout(180)
-@pytest.mark.parametrize(
-    "world_size",
-    [1, pytest.param(2, marks=pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs"))],
-)
-def test_nccl_parity(world_size):
-    errors = [e for errs in run_distributed(nccl_parity, world_size, backend="nccl") for e in errs]
+# one GPU, and two where the machine has them
+TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+WORLD_SIZES = [1, pytest.param(2, marks=TWO_GPUS)]
+
+
+def assert_no_errors_on_gpus(check, world_size):
+    """Run `check(rank, world_size) -> list[str]` on one GPU per rank over NCCL; fail with every error."""
+    errors = [e for errs in run_distributed(check, world_size, backend="nccl") for e in errs]
     assert not errors, "\n".join(errors)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_nccl_parity(world_size):
+    assert_no_errors_on_gpus(nccl_parity, world_size)
 
 
 def nccl_matches_torch_ddp(rank, world_size) -> list[str]:
@@ -95,10 +102,6 @@ def nccl_matches_torch_ddp(rank, world_size) -> list[str]:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize(
-    "world_size",
-    [1, pytest.param(2, marks=pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs"))],
-)
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_nccl_matches_torch_ddp_with_buffers(world_size):
-    errors = [e for errs in run_distributed(nccl_matches_torch_ddp, world_size, backend="nccl") for e in errs]
-    assert not errors, "\n".join(errors)
+    assert_no_errors_on_gpus(nccl_matches_torch_ddp, world_size)
