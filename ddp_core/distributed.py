@@ -97,7 +97,14 @@ class DistributedDataParallel(nn.Module):
             verify_same_as_rank0([(n, p.data) for n, p in named], self.process_group)
 
         self._buffer_sync = BufferBroadcast(self._buffers_list, self.process_group)
-        self._build_buckets(bucket_cap_mb, first_bucket_mb)
+        self._bucket_caps_mb = (bucket_cap_mb, first_bucket_mb)
+        self._build_buckets(list(reversed(range(len(self._named_params)))))
+        # torch's reducer rebuilds its buckets once, in the order gradients became ready in the first synced
+        # backward (should_rebuild_buckets: not with find_unused_parameters; only at world size > 1): a model
+        # whose modules are registered in another order than they run would otherwise fill its first
+        # bucket last and overlap nothing. Until then the hooks record that order.
+        self._rebuild_pending = strategy != "naive" and not find_unused_parameters and self.world_size > 1
+        self._ready_order: list[int] | None = None
         self._sync_this_backward = False  # decided at forward, like torch's prepare_for_backward
         self._backward = _BackwardState(len(self._named_params))
         # gradient produced since the last synced backward, no_sync micro-steps included (torch's
@@ -120,9 +127,11 @@ class DistributedDataParallel(nn.Module):
 
     # ---- construction -------------------------------------------------------------------------------
 
-    def _build_buckets(self, bucket_cap_mb, first_bucket_mb):
-        """Flat buckets in reverse registration order; naive reports one 'bucket' per parameter."""
-        order = list(reversed(range(len(self._named_params))))
+    def _build_buckets(self, order: list[int]):
+        """Flat buckets over the parameters in `order` (indices into the registration order: reversed at
+        construction, the gradient-ready order at the rebuild); naive reports one 'bucket' per parameter.
+        With gradient_as_bucket_view a defined .grad is copied into its new view and becomes it."""
+        bucket_cap_mb, first_bucket_mb = self._bucket_caps_mb
         params = [self._named_params[i][1] for i in order]
         sizes = [p.numel() * p.element_size() for p in params]
         self.buckets: list[Bucket] = []
@@ -167,6 +176,8 @@ class DistributedDataParallel(nn.Module):
         if (self.broadcast_buffers and self.require_forward_param_sync and self.world_size > 1
                 and self._buffers_list):
             self._buffer_sync()
+        if self._ready_order is not None and torch.is_grad_enabled():
+            self._rebuild_buckets()
         with label("ddp_core.forward"):
             output = self.module(*args, **kwargs)
         self._sync_this_backward = torch.is_grad_enabled() and self.require_backward_grad_sync
@@ -182,6 +193,16 @@ class DistributedDataParallel(nn.Module):
         if self.find_unused_parameters:
             used = used_parameters(output)
             self._backward.unused = [i for i, (_, p) in enumerate(self._named_params) if id(p) not in used]
+
+    def _rebuild_buckets(self):
+        """Once, before the forward that follows the first synced backward (torch's _rebuild_buckets, called
+        there to keep peak memory down): buckets in that backward's gradient-ready order. Rank 0's order is
+        broadcast so that every rank builds the same buckets (torch's sync_bucket_indices)."""
+        device = self._named_params[0][1].device
+        order = torch.tensor(self._ready_order, dtype=torch.int64, device=device)
+        dist.broadcast(order, group_src=0, group=self.process_group)
+        self._build_buckets(order.tolist())  # note: a device-to-host copy, once in a training run
+        self._rebuild_pending, self._ready_order = False, None
 
     @contextmanager
     def no_sync(self):
@@ -208,6 +229,8 @@ class DistributedDataParallel(nn.Module):
             raise RuntimeError(f"ddp_core: parameter {name!r} was marked ready twice in one backward")
         state.ready[i] = True
         state.ready_count += 1
+        if self._rebuild_pending:
+            state.order.append(i)
         slot = self._slot[i]  # None for naive: it reduces .grad itself at the end
         if slot is not None and slot[0].add(slot[1]) and self._launch_early:
             self._launch_complete_buckets()
@@ -246,6 +269,8 @@ class DistributedDataParallel(nn.Module):
                         self._copy_out(b, unused)
                 if missing:
                     raise self._unused_error(missing)
+                if self._rebuild_pending and self._ready_order is None:
+                    self._ready_order = state.order  # the rebuild waits for the next forward
         self._used = [False] * len(self._named_params)  # the next accumulation window starts
         self.last_sync_wait_ms = (time.perf_counter() - start) * 1e3
 
@@ -297,7 +322,7 @@ class _BackwardState:
     """What the current synced backward has seen. A plain object, not attributes of the wrapper: the
     hooks update it once per parameter, and nn.Module.__setattr__ costs microseconds per call."""
 
-    __slots__ = ("ready", "ready_count", "callback_queued", "next_bucket", "unused")
+    __slots__ = ("ready", "ready_count", "callback_queued", "next_bucket", "unused", "order")
 
     def __init__(self, num_params: int):
         self.ready = [False] * num_params  # this parameter's gradient is in its bucket (or reduced)
@@ -305,6 +330,7 @@ class _BackwardState:
         self.callback_queued = False  # the end-of-backward callback is queued
         self.next_bucket = 0  # overlap: the first bucket not yet launched
         self.unused: list[int] = []  # find_unused_parameters: not reached from this forward's outputs
+        self.order: list[int] = []  # parameters in the order their gradients became ready (for the rebuild)
 
 
 def _ready_hook(wrapper_ref: weakref.ref, i: int):

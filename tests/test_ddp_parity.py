@@ -184,3 +184,66 @@ def test_batched_grad_copy_equals_torch_ddp(world_size):
     per_rank = run_distributed(batched_grad_copy_parity, world_size)
     errors = [f"rank {r}: {e}" for r, errs in enumerate(per_rank) for e in errs]
     assert not errors, "\n".join(errors)
+
+
+class OutOfOrder(nn.Module):
+    """Registered head first, run stem first: reverse registration order is the opposite of the order
+    backward makes the gradients, so only a rebuild in ready order lets the first bucket fill first."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.head = nn.Linear(16, 3)
+        self.body = nn.Linear(16, 16)
+        self.stem = nn.Linear(8, 16)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.body(torch.relu(self.stem(x)))))
+
+
+def rebuilt_in_ready_order(rank, world_size) -> list[str]:
+    """After the first synced backward both engines rebuild their buckets in gradient-ready order (torch's
+    _rebuild_buckets), from rank 0's order; parameters stay equal to torch DDP's through the rebuild."""
+    errors = []
+    # cap 0.0005 MiB = 524 bytes. Reverse registration: stem (64 + 512 B), body (64 + 1,024), head (12 + 192).
+    # Ready order: head (204 B, still open), body.bias (268), body.weight (1,292: closes), then stem.
+    registered = [["stem.bias", "stem.weight"], ["body.bias", "body.weight"], ["head.bias", "head.weight"]]
+    ready_order = [["head.bias", "head.weight", "body.bias", "body.weight"], ["stem.bias", "stem.weight"]]
+    for strategy, as_view in itertools.product(("bucketed", "overlap"), (False, True)):
+        tag = f"world={world_size} strategy={strategy} view={as_view}"
+        ours = DistributedDataParallel(OutOfOrder(), strategy=strategy, bucket_cap_mb=0.0005,
+                                       gradient_as_bucket_view=as_view)
+        theirs = nn.parallel.DistributedDataParallel(OutOfOrder(), bucket_cap_mb=0.0005,
+                                                     gradient_as_bucket_view=as_view)
+        if ours.bucket_param_names != registered:
+            errors.append(f"{tag}: built {ours.bucket_param_names}, expected {registered}")
+        opts = [torch.optim.SGD(m.parameters(), lr=LR) for m in (ours, theirs)]
+        gen = torch.Generator().manual_seed(30 + rank)
+        for step in range(STEPS):
+            x, y = (torch.randn(PER_RANK_BATCH, n, generator=gen) for n in (8, 3))
+            if step == 1 and rank == 1:  # another rank seeing another order must still follow rank 0's
+                ours._ready_order = list(reversed(ours._ready_order))
+            for model, opt in zip((ours, theirs), opts):
+                opt.zero_grad(set_to_none=False)
+                nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+            errors += mismatches(f"{tag} step={step}", ours.module, theirs.module)
+        if ours.bucket_param_names != ready_order:
+            errors.append(f"{tag}: rebuilt {ours.bucket_param_names}, expected {ready_order}")
+        theirs_layout = theirs._get_ddp_logging_data().get("rebuilt_bucket_sizes")
+        if theirs_layout != ", ".join(map(str, ours.bucket_sizes_bytes)):
+            errors.append(f"{tag}: buckets {ours.bucket_sizes_bytes} != torch DDP's rebuilt {theirs_layout}")
+        if as_view:  # every gradient lives in the new buckets
+            flats = {b.flat.untyped_storage().data_ptr() for b in ours.buckets}
+            if any(p.grad.untyped_storage().data_ptr() not in flats for p in ours.parameters()):
+                errors.append(f"{tag}: a .grad outside the rebuilt buckets")
+    dist.barrier()
+    return errors
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_buckets_rebuilt_in_gradient_ready_order(world_size):
+    per_rank = run_distributed(rebuilt_in_ready_order, world_size)
+    errors = [f"rank {r}: {e}" for r, errs in enumerate(per_rank) for e in errs]
+    assert not errors, "\n".join(errors)
