@@ -83,3 +83,10 @@ def run_distributed(fn, world_size: int, *args, timeout_s: float = 120.0, backen
         rank = min(failures)
         raise RuntimeError(f"rank {rank} of {world_size} failed:\n{failures[rank]}")
     return [results[r] for r in range(world_size)]
+
+
+def assert_no_rank_errors(check, world_size: int, *args, backend: str = "gloo"):
+    """Run `check(rank, world_size, *args) -> list[str]` on each rank; fail with every rank's errors."""
+    per_rank = run_distributed(check, world_size, *args, backend=backend)
+    errors = [f"rank {r}: {e}" for r, errs in enumerate(per_rank) for e in errs]
+    assert not errors, "\n".join(errors)

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from dist_utils import run_distributed
+from dist_utils import assert_no_rank_errors
 from torch import nn
 
 from ddp_core import DistributedDataParallel
@@ -57,16 +57,10 @@ TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPU
 WORLD_SIZES = [1, pytest.param(2, marks=TWO_GPUS)]
 
 
-def assert_no_errors_on_gpus(check, world_size):
-    """Run `check(rank, world_size) -> list[str]` on one GPU per rank over NCCL; fail with every error."""
-    errors = [e for errs in run_distributed(check, world_size, backend="nccl") for e in errs]
-    assert not errors, "\n".join(errors)
-
-
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_nccl_parity(world_size):
-    assert_no_errors_on_gpus(nccl_parity, world_size)
+    assert_no_rank_errors(nccl_parity, world_size, backend="nccl")  # one GPU per rank
 
 
 def nccl_matches_torch_ddp(rank, world_size) -> list[str]:
@@ -104,4 +98,4 @@ def nccl_matches_torch_ddp(rank, world_size) -> list[str]:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_nccl_matches_torch_ddp_with_buffers(world_size):
-    assert_no_errors_on_gpus(nccl_matches_torch_ddp, world_size)
+    assert_no_rank_errors(nccl_matches_torch_ddp, world_size, backend="nccl")

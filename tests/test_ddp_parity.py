@@ -22,7 +22,7 @@ import itertools
 import pytest
 import torch
 import torch.distributed as dist
-from dist_utils import run_distributed
+from dist_utils import assert_no_rank_errors
 from torch import nn
 
 from ddp_core import DistributedDataParallel
@@ -100,9 +100,7 @@ def all_combinations(rank, world_size) -> list[str]:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_parity_with_single_process_and_torch_ddp(world_size):
-    per_rank = run_distributed(all_combinations, world_size)
-    errors = [f"rank {r}: {e}" for r, errs in enumerate(per_rank) for e in errs]
-    assert not errors, "\n".join(errors)
+    assert_no_rank_errors(all_combinations, world_size)
 
 
 def bn_model() -> nn.Module:
@@ -142,9 +140,7 @@ def buffers_after_accumulation(rank, world_size, accum=3, steps=3) -> list[str]:
 
 @pytest.mark.timeout(180)
 def test_buffers_after_accumulation_equal_torch_ddp():
-    per_rank = run_distributed(buffers_after_accumulation, 2)
-    errors = [f"rank {r}: {e}" for r, errs in enumerate(per_rank) for e in errs]
-    assert not errors, "\n".join(errors)
+    assert_no_rank_errors(buffers_after_accumulation, 2)
 
 
 def batched_grad_copy_parity(rank, world_size) -> list[str]:
@@ -181,9 +177,7 @@ TORCH_HAS_BATCHED_GRAD_COPY = "batched_grad_copy" in inspect.signature(
 @pytest.mark.skipif(not TORCH_HAS_BATCHED_GRAD_COPY, reason="this torch's DDP has no batched_grad_copy")
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_batched_grad_copy_equals_torch_ddp(world_size):
-    per_rank = run_distributed(batched_grad_copy_parity, world_size)
-    errors = [f"rank {r}: {e}" for r, errs in enumerate(per_rank) for e in errs]
-    assert not errors, "\n".join(errors)
+    assert_no_rank_errors(batched_grad_copy_parity, world_size)
 
 
 class OutOfOrder(nn.Module):
@@ -244,6 +238,4 @@ def rebuilt_in_ready_order(rank, world_size) -> list[str]:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_buckets_rebuilt_in_gradient_ready_order(world_size):
-    per_rank = run_distributed(rebuilt_in_ready_order, world_size)
-    errors = [f"rank {r}: {e}" for r, errs in enumerate(per_rank) for e in errs]
-    assert not errors, "\n".join(errors)
+    assert_no_rank_errors(rebuilt_in_ready_order, world_size)
