@@ -142,7 +142,7 @@ class RunConfig:
     """Fixed fields of every cell: device, step counts, seed, threads and time limits."""
 
     device: str = "auto"            # auto: cuda when a GPU is present, else cpu
-    warmup_steps: int = 5           # torch DDP rebuilds its buckets after iteration 1: at least 2
+    warmup_steps: int = 5           # both engines rebuild their buckets after iteration 1: at least 2
     timed_steps: int = 20
     repeats: int = 1                # timed windows per cell (barrier + sync before each); samples pooled
     compute_only_steps: int = 10    # steps under no_sync() for exposed_comm_ms; 0: not measured

@@ -25,7 +25,8 @@ from bench.worker.measure import Stopwatch
 from bench.worker.trainer import PhaseClock, Trainer, sync_device
 
 DIVERGED = "parameters differ across ranks after the timed steps"
-MEMORY_STEPS = 3  # steps of the peak-memory pass: torch DDP rebuilds its buckets after the first
+# steps of the peak-memory pass: torch DDP and ddp_core rebuild their buckets after the first
+MEMORY_STEPS = 3
 
 
 def steps_needed(config: BenchConfig) -> int:
