@@ -25,7 +25,8 @@ from bench.worker.measure import Stopwatch
 from bench.worker.trainer import PhaseClock, Trainer, sync_device
 
 DIVERGED = "parameters differ across ranks after the timed steps"
-# steps of the peak-memory pass: torch DDP and ddp_core rebuild their buckets after the first
+# steps of the peak-memory pass: torch DDP and ddp_core rebuild their buckets after the first step,
+# so the peak covers steps with the rebuilt buckets too
 MEMORY_STEPS = 3
 
 
