@@ -231,6 +231,12 @@ def rebuilt_in_ready_order(rank, world_size) -> list[str]:
             flats = {b.flat.untyped_storage().data_ptr() for b in ours.buckets}
             if any(p.grad.untyped_storage().data_ptr() not in flats for p in ours.parameters()):
                 errors.append(f"{tag}: a .grad outside the rebuilt buckets")
+    # as torch's should_rebuild_buckets: no rebuild with find_unused_parameters (the ready order may change)
+    ours = DistributedDataParallel(OutOfOrder(), bucket_cap_mb=0.0005, find_unused_parameters=True)
+    for _ in range(STEPS):
+        ours(torch.randn(PER_RANK_BATCH, 8)).sum().backward()
+    if ours.bucket_param_names != registered:
+        errors.append(f"world={world_size} find_unused_parameters: rebuilt to {ours.bucket_param_names}")
     dist.barrier()
     return errors
 
