@@ -32,9 +32,9 @@ ENGINES = "torch,naive,bucketed,overlap"
 LEAK_TOLERANCE_BYTES = MiB  # see test_memory_is_released_between_cells
 
 
-def smoke_config(overrides: list[str]):
+def smoke_config(overrides: list[str], cuda_available: bool | None = None):
     """cpu-smoke at strong scaling only (the preset sweeps both), with `overrides`."""
-    return load_config("cpu-smoke", ["matrix.scaling=strong", *overrides])
+    return load_config("cpu-smoke", ["matrix.scaling=strong", *overrides], cuda_available=cuda_available)
 
 
 def kernels(trace: dict) -> list[str]:
@@ -96,14 +96,18 @@ def test_gpu_sweep_every_world_size(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_memory_is_released_between_cells(tmp_path):
-    """After a cell and a garbage collection, the CUDA memory allocated is back where it was.
+    """Cells do not accumulate CUDA memory: after each cell (and a garbage collection) memory_allocated is
+    the same in the second and the third round of the same cells, and never a cell's model above the
+    baseline.
 
-    The first round lets the process's own caches settle (cuBLAS workspaces come from the caching allocator
-    and stay for the process's life); after every cell of the second round, memory_allocated is back at
-    that level. NCCL's own buffers are not from the caching allocator and do not count. Tolerance: the
-    WorkNCCL entries of the watchdog's list share a finished collective's output tensors until the watchdog
-    drops them (ProcessGroupNCCL.hpp, `outputs_`, `workMetaList_`), a few 512-byte blocks for a moment; a
-    cell left behind is its whole model, far above it (checked below).
+    The first round lets the process's caches settle (cuBLAS workspaces come from the caching allocator and
+    stay for the process's life). Not "back at the baseline after every cell": on an H100 (torch 2.11,
+    NCCL 2.28, world size 1) torch DDP leaves exactly twice its gradient bytes allocated after its cell,
+    held by no Python object (gc finds no such tensor), not freed by empty_cache, and freed by the next
+    cell's collectives — torch's C++ side (the reducer's last buckets as NCCL's work keeps them), bounded
+    and not growing. A cell left behind holds its weights, gradients and AdamW's two moments (4x the
+    parameter bytes, checked below) and grows every round. NCCL's own buffers are not from the caching
+    allocator and do not count.
     """
     device = process.pick_device("cuda", 0)
     dist.init_process_group("nccl", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1,
@@ -125,11 +129,12 @@ def test_memory_is_released_between_cells(tmp_path):
 
         run_all()
         baseline = torch.cuda.memory_allocated(device)
-        after = run_all()
+        second, third = run_all(), run_all()
         # weights, gradients and AdamW's two moments of the MLP: what a cell that stays alive keeps
         model_bytes = 4 * 4 * sum(p.numel() for p in get_workload("mlp", "small").build_model().parameters())
         assert LEAK_TOLERANCE_BYTES < model_bytes / 10
-        assert all(abs(a - baseline) <= LEAK_TOLERANCE_BYTES for a in after), (baseline, after)
+        assert all(abs(a - b) <= LEAK_TOLERANCE_BYTES for a, b in zip(second, third)), (second, third)
+        assert all(a - baseline < model_bytes for a in second + third), (baseline, second, third)
     finally:
         dist.destroy_process_group()
 
