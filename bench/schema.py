@@ -79,6 +79,9 @@ EXTRA_COLUMNS = (
     "gpu_name",
     "hostname",
     "cell_wall_s",           # wall time of the whole cell on rank 0, warm-up and probes included
+    "loss_scale",            # fp16: the GradScaler's scale at the end of the cell; empty otherwise
+    "skipped_steps",         # fp16: optimizer steps skipped for inf/NaN gradients, whole cell, max over ranks
+    "skipped_timed_steps",   # fp16: those among the timed steps (> 0: the cell is flagged in the report)
 )
 
 RESULT_COLUMNS = CONTRACT_COLUMNS + EXTRA_COLUMNS

@@ -64,3 +64,17 @@ def test_compare_ratio_interval_from_both_sides():
     low, high = ratio_interval(merged)
     assert low[0] == 9 / 8.5 and high[0] == 11 / 7.5 and stats.verdict(low[0], high[0]) == "faster"
     assert pd.isna(low[1]) and pd.isna(high[1])  # a side that is not ok has no interval
+
+
+def test_fp16_cells_that_skipped_timed_steps_are_flagged():
+    import pandas as pd
+
+    df = pd.DataFrame([
+        {"cell_id": "torch-a-fp16", "status": "ok", "skipped_timed_steps": 2.0},
+        {"cell_id": "torch-b-fp16", "status": "ok", "skipped_timed_steps": 0.0},
+        {"cell_id": "torch-c-bf16", "status": "ok", "skipped_timed_steps": None},
+    ])
+    (sentence,) = findings.skipped_optimizer_steps(df)
+    assert sentence.startswith("1 fp16 cell skipped optimizer steps inside the timed window")
+    assert "torch-a-fp16 (2)" in sentence and "torch-b" not in sentence
+    assert findings.skipped_optimizer_steps(df.assign(skipped_timed_steps=0.0)) == []

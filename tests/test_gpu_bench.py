@@ -19,6 +19,7 @@ from bench.matrix import expand
 from bench.schema import RESULT_COLUMNS, MiB
 from bench.worker import process
 from bench.worker.cell import run_group
+from bench.worker.trainer import Trainer
 from bench.workloads import get_workload
 
 pytestmark = [
@@ -135,6 +136,39 @@ def test_memory_is_released_between_cells(tmp_path):
         assert LEAK_TOLERANCE_BYTES < model_bytes / 10
         assert all(abs(a - b) <= LEAK_TOLERANCE_BYTES for a, b in zip(second, third)), (second, third)
         assert all(a - baseline < model_bytes for a in second + third), (baseline, second, third)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.filterwarnings("ignore:Synchronization debug mode is a prototype")
+def test_a_step_makes_no_host_sync_in_any_precision(tmp_path):
+    """Every engine at fp32, bf16 and fp16 (GradScaler): a training step after warm-up queues its work
+    without a device→host sync (torch.cuda.set_sync_debug_mode("error") raises on a synchronizing call),
+    so the timed windows measure the same kind of step in every precision. With the foreach AdamW,
+    GradScaler.step reads found_inf on the host in fp16 cells (bench/worker/trainer.py make_optimizer)."""
+    device = process.pick_device("cuda", 0)
+    dist.init_process_group("nccl", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1,
+                            device_id=device)
+    try:
+        config = smoke_config(["run.device=cuda", f"matrix.engine={ENGINES}", "matrix.world_size=1",
+                               "matrix.precision=fp32,bf16,fp16", "matrix.grad_accum=2",
+                               "profile.enabled=false"], cuda_available=True)
+        synced = []
+        for cell in expand(config):
+            trainer = Trainer(cell, config, device, 0, 1, 4)
+            for _ in range(2):  # lazy state (optimizer moments, the scaler's scale) is made here
+                trainer.step()
+            torch.cuda.synchronize(device)
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                trainer.step()
+            except RuntimeError as e:
+                synced.append(f"{cell.cell_id}: {str(e).splitlines()[0]}")
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+            del trainer
+        assert not synced, synced
     finally:
         dist.destroy_process_group()
 

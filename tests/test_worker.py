@@ -36,7 +36,7 @@ def one_rank_group(tmp_path):
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_run_group_measures_a_cell(tmp_path, one_rank_group, precision):
     config = smoke_config(["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=2",
                                        f"matrix.precision={precision}", "run.timed_steps=3", "run.repeats=2"])
@@ -58,6 +58,10 @@ def test_run_group_measures_a_cell(tmp_path, one_rank_group, precision):
     assert row["peak_mem_mb"] > 0 and "trace_dir" not in row  # traces come from the profiled pass, later
     assert row["n_params"] == sum(p.numel() for p in torch.nn.Sequential(
         torch.nn.Linear(64, 128), torch.nn.Linear(128, 128), torch.nn.Linear(128, 10)).parameters())
+    if precision == "fp16":  # GradScaler's scale at the end, nothing skipped on this tame model
+        assert (row["loss_scale"], row["skipped_steps"], row["skipped_timed_steps"]) == (2.0**16, 0, 0)
+    else:
+        assert row["loss_scale"] is row["skipped_steps"] is row["skipped_timed_steps"] is None
 
 
 def test_engines_of_a_group_run_side_by_side_and_compare_to_torch(tmp_path, one_rank_group):
@@ -274,14 +278,15 @@ def test_precision_sets_and_records_the_tf32_flags_on_cuda(restore_fp32_precisio
     # Only the fp32_precision API is used: once it is set, torch 2.13 raises on a read of the legacy
     # allow_tf32 getter ("mix of the legacy and new APIs"), so the legacy flags are neither set nor read.
     cuda = torch.device("cuda", 0)
-    assert Precision("tf32", cuda).flags == {"matmul_fp32_precision": "tf32", "cudnn_fp32_precision": "tf32"}
+    assert Precision("tf32", cuda, 1).flags == {"matmul_fp32_precision": "tf32",
+                                                "cudnn_fp32_precision": "tf32"}
     assert torch.backends.cudnn.rnn.fp32_precision == "tf32"
     for precision in ("fp32", "bf16", "fp16"):  # fp32 means fp32 (cuDNN convolutions default to TF32)
-        assert Precision(precision, cuda).flags == {"matmul_fp32_precision": "ieee",
+        assert Precision(precision, cuda, 1).flags == {"matmul_fp32_precision": "ieee",
                                                     "cudnn_fp32_precision": "ieee"}
         assert torch.backends.cudnn.rnn.fp32_precision == "ieee"
     before = torch.backends.cuda.matmul.fp32_precision
-    assert Precision("fp32", torch.device("cpu")).flags == {"matmul_fp32_precision": None,
+    assert Precision("fp32", torch.device("cpu"), 1).flags == {"matmul_fp32_precision": None,
                                                             "cudnn_fp32_precision": None}
     assert torch.backends.cuda.matmul.fp32_precision == before  # CPU cells leave the CUDA flags alone
 
@@ -309,3 +314,33 @@ def test_a_group_releases_every_model_it_built(tmp_path, one_rank_group, monkeyp
     gc.collect()
     assert len(built) == 2 * len(outcomes)  # side by side, then each alone for its peak memory
     assert [ref() for ref in built] == [None] * len(built)
+
+
+@pytest.mark.filterwarnings("ignore:.*GradScaler is enabled, but CUDA is not available")
+def test_fp16_skipped_steps_are_read_off_the_loss_scale():
+    # An overflowing step is skipped (the weight keeps its value) and halves the scale; a good one after
+    # it neither grows the scale nor changes the count: skipped = log2(65536 / scale) = log2(65536/32768).
+    precision = Precision("fp16", torch.device("cpu"), n_steps=5000)
+    assert precision.scaler.get_growth_interval() == 5001  # never grows within the trainer's steps
+    assert Precision("fp16", torch.device("cpu"), n_steps=10).scaler.get_growth_interval() == 2000
+    w = torch.nn.Parameter(torch.ones(4))
+    opt = torch.optim.AdamW([w], lr=0.1)
+    for factor in (1e38, 1.0, 1.0):  # 1e38 × 65536 overflows fp32 in the gradient
+        precision.scaler.scale(w.sum() * factor).backward()
+        precision.scaler.step(opt)
+        precision.scaler.update()
+        opt.zero_grad()
+        if factor > 1:
+            assert torch.equal(w.detach(), torch.ones(4))  # skipped: no update
+    assert precision.loss_scale() == 2.0**15 and precision.skipped_steps() == 1
+    assert Precision("bf16", torch.device("cpu"), 10).skipped_steps() is None
+
+
+def test_the_optimizer_is_fused_on_cuda_for_every_precision():
+    # foreach AdamW makes GradScaler.step read found_inf on the host (a sync in fp16 cells only); the fused
+    # one takes it on the device. CPU parameters suffice to build it (torch has fused AdamW on CPU too).
+    from bench.worker.trainer import make_optimizer
+
+    params = [torch.nn.Parameter(torch.ones(3))]
+    assert make_optimizer(params, torch.device("cuda", 0)).defaults["fused"] is True
+    assert make_optimizer(params, torch.device("cpu")).defaults["fused"] is None

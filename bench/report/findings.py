@@ -101,6 +101,20 @@ def unstable_cells(df: pd.DataFrame) -> list[str]:
             f"trusting a comparison that involves them."]
 
 
+def skipped_optimizer_steps(df: pd.DataFrame) -> list[str]:
+    """fp16 cells whose GradScaler skipped an optimizer step inside the timed window: those steps did no
+    update (inf/NaN gradients), so the cell's step time is not a training step's."""
+    if not _has(df, "skipped_timed_steps"):
+        return []
+    bad = df[(df["status"] == "ok") & (df["skipped_timed_steps"].fillna(0) > 0)]
+    if not len(bad):
+        return []
+    named = ", ".join(f"{r['cell_id']} ({int(r['skipped_timed_steps'])})" for _, r in bad.head(5).iterrows())
+    return [f"{len(bad)} fp16 cell{'s' if len(bad) > 1 else ''} skipped optimizer steps inside the timed "
+            f"window (gradients overflowed; GradScaler skipped the update and halved the scale): {named}"
+            f"{', …' if len(bad) > 5 else ''}. Their step times include steps without an optimizer update."]
+
+
 def efficiency_drops(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) -> list[str]:
     """Where efficiency first falls below the threshold, and what dominates the loss there.
 
@@ -184,5 +198,6 @@ def headline(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) -> list[
             "The run has no cells yet: results.csv has no rows (did the runner stop before the first cell?)."
         ]
     sentences = engines_per_world_size(df) + efficiency_drops(df, scaling_tables) + unstable_cells(df)
+    sentences += skipped_optimizer_steps(df)
     why = tables.efficiency_unavailable(df)
     return sentences + ([why] if why else []) + status_summary(df)

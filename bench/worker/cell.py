@@ -50,6 +50,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
         sync_device(device)
     progress("timed")
     first_timed = trainers[0].cursor
+    skipped_before = [skipped_steps(t) for t in trainers]  # syncs, outside the timed window
     per_rank = [[[] for _ in range(world_size)] for _ in trainers]  # engine × rank × step
     with clock:
         for _ in range(r.repeats):
@@ -57,6 +58,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
             for e, ranks in enumerate(window):
                 for k, times in enumerate(ranks):
                     per_rank[e][k] += times
+    skipped_timed = [None if b is None else skipped_steps(t) - b for t, b in zip(trainers, skipped_before)]
     timed_steps = trainers[0].schedule[first_timed:trainers[0].cursor]  # the same batches for every engine
     progress("checks")
     rows = []
@@ -73,6 +75,9 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
         tokens, flops = measure.work_per_step(trainer, timed_steps)
         row |= exposed_values(row["step_times_ms"], samples) | work_values(trainer, row, tokens, flops)
         row |= probe_values(measure.allreduce_probe(trainer, r.probe_iters), world_size)
+    for row, trainer, timed in zip(rows, trainers, skipped_timed):
+        row |= {"loss_scale": trainer.precision.loss_scale(), "skipped_steps": skipped_steps(trainer),
+                "skipped_timed_steps": timed}
     del trainers, trainer
     release(device)
     progress("memory")
@@ -87,6 +92,14 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
 def outcome(row: dict) -> tuple[str, str | None, dict]:
     identical = row.pop("identical")
     return ("ok", None, row) if identical else ("diverged", DIVERGED, row)
+
+
+def skipped_steps(trainer: Trainer) -> int | None:
+    """Collective for fp16 cells (every rank's trainer has the same precision): optimizer steps the
+    GradScaler skipped so far, the maximum over ranks (under no_sync a rank's local gradients can overflow
+    alone); None for other precisions. A device sync."""
+    local = trainer.precision.skipped_steps()
+    return None if local is None else int(measure.max_over_ranks(local, trainer.device))
 
 
 def release(device: torch.device) -> None:

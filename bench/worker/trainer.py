@@ -9,6 +9,7 @@ the compute-only window.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from contextlib import contextmanager, nullcontext
@@ -25,6 +26,8 @@ from bench.workloads import get_workload
 from bench.workloads.base import SyntheticDataset
 
 ADAMW_LR = 1e-4  # the optimizer's work per step does not depend on lr; small keeps the loss finite
+INIT_SCALE = 2.0**16  # GradScaler's defaults: initial scale, and steps without an overflow before it doubles
+GROWTH_INTERVAL = 2000
 PHASES = ("data_movement", "forward", "backward", "sync_grads", "opt_step")  # the step's phase labels
 
 
@@ -44,7 +47,7 @@ class Precision:
     the cell ran with, read back from torch (empty on CPU: these flags drive cuBLAS and cuDNN only).
     """
 
-    def __init__(self, precision: str, device: torch.device):
+    def __init__(self, precision: str, device: torch.device, n_steps: int):
         self.flags: dict[str, str | None] = {"matmul_fp32_precision": None, "cudnn_fp32_precision": None}
         if device.type == "cuda":
             mode = "tf32" if precision == "tf32" else "ieee"
@@ -55,7 +58,20 @@ class Precision:
                           "cudnn_fp32_precision": torch.backends.cudnn.conv.fp32_precision}
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         self.autocast = lambda: torch.autocast(device.type, dtype=dtype) if dtype else nullcontext()
-        self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+        # No growth within the trainer's steps: the scale then only halves, once per skipped step
+        # (backoff_factor 0.5), so the skipped steps are log2(initial / current scale), read outside the
+        # timed windows instead of counting found_inf on the host every step (a sync).
+        self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16", init_scale=INIT_SCALE,
+                                           growth_interval=max(GROWTH_INTERVAL, n_steps + 1))
+
+    def loss_scale(self) -> float | None:
+        """The GradScaler's current scale (fp16 only, else None). Note: a device→host sync."""
+        return self.scaler.get_scale() if self.scaler.is_enabled() else None
+
+    def skipped_steps(self) -> int | None:
+        """Optimizer steps skipped so far for inf/NaN gradients (fp16 only, else None). A sync."""
+        scale = self.loss_scale()
+        return None if scale is None else round(math.log2(INIT_SCALE / scale))
 
 
 class Instrument:
@@ -121,8 +137,8 @@ class Trainer:
         module = self.workload.build_model().to(device)
         self.n_params = sum(p.numel() for p in module.parameters() if p.requires_grad)
         self.model = engines.wrap(cell.engine, module, cell.bucket_cap_mb, cell.comm_dtype, device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=ADAMW_LR)
-        self.precision = Precision(cell.precision, device)
+        self.optimizer = make_optimizer(self.model.parameters(), device)
+        self.precision = Precision(cell.precision, device, n_steps)
         per_step = cell.per_rank_batch * cell.grad_accum
         # The dataset the workload stands for (MRPC: 3,668 pairs, so padded lengths vary as they would),
         # else enough distinct samples for a few steps; later steps cycle through new sampler epochs.
@@ -165,6 +181,18 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
         self.last_loss = loss.detach()
         return self.last_loss
+
+
+def make_optimizer(params, device: torch.device) -> torch.optim.Optimizer:
+    """AdamW; on CUDA the fused implementation, for every precision.
+
+    With the default (foreach) implementation `GradScaler.step` reads found_inf on the host before it
+    steps (torch/amp/grad_scaler.py `_maybe_opt_step`: `if not sum(v.item() ...)`): a device→host sync in
+    fp16 cells only, which would expose the optimizer's launch time there and make fp16 and bf16 cells
+    incomparable. The fused optimizer takes the scale and found_inf on the device
+    (`_step_supports_amp_scaling`), so no precision syncs inside a step. On CPU torch's default stays.
+    """
+    return torch.optim.AdamW(params, lr=ADAMW_LR, fused=True if device.type == "cuda" else None)
 
 
 def index_schedule(sampler: DistributedSampler, n_steps: int, grad_accum: int,
