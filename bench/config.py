@@ -149,7 +149,7 @@ class RunConfig:
     phase_steps: int = 3            # instrumented steps for forward/backward/sync/optimizer times; 0: off
     probe_iters: int = 10           # timed all-reduces of the probe; 0: no probe
     seed: int = 1234
-    threads_per_rank: int = 0       # 0: the node's CPU cores // its ranks (at least 1)
+    threads_per_rank: int = 0       # 0: the CPUs this process may use // the node's ranks (at least 1)
     cell_timeout_s: float = 600.0   # watchdog: a cell running longer is killed and recorded `timeout`
     startup_timeout_s: float = 120.0  # extra allowance for the first cell of a launch (imports, rendezvous)
     # torch.distributed process-group timeout: "auto" (process_group_timeout_s) or seconds above the
@@ -195,8 +195,20 @@ class RunConfig:
         return float(self.pg_timeout_s)
 
     def threads_for(self, ranks_on_node: int) -> int:
-        """Threads per rank: threads_per_rank, or the node's CPU cores shared evenly by its ranks."""
-        return self.threads_per_rank or max(1, (os.cpu_count() or 1) // ranks_on_node)
+        """Threads per rank: threads_per_rank, or the CPUs this process may use shared evenly by the node's
+        ranks."""
+        return self.threads_per_rank or max(1, usable_cpus() // ranks_on_node)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask where the OS has one (Linux), else the machine's
+    count. Under SLURM (task/affinity, cgroup cpusets) or a container's cpuset that is the allocation, where
+    os.cpu_count() is the whole node's: threads sized from it oversubscribe the allocation. A CFS quota
+    (cgroup cpu.max) without a cpuset does not show in the mask and is not read."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -513,7 +525,7 @@ def cpu_oversubscription(config: BenchConfig, cores: int | None = None) -> str |
     scheduler); ConfigError past OVERSUBSCRIBE_FACTOR ranks per core unless run.allow_oversubscribe."""
     if config.run.device != "cpu":
         return None
-    cores = cores or os.cpu_count() or 1
+    cores = cores or usable_cpus()
     ws = max(config.matrix.world_size)
     if ws > OVERSUBSCRIBE_FACTOR * cores and not config.run.allow_oversubscribe:
         _fail("matrix.world_size", ws, f"{ws} CPU ranks on {cores} cores is more than {OVERSUBSCRIBE_FACTOR} "

@@ -205,7 +205,8 @@ def test_options_a_model_does_not_read_are_refused(tmp_path, capsys):
 
 
 def test_cpu_world_sizes_far_above_the_cores_are_refused_unless_allowed(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("os.cpu_count", lambda: 64)  # the node's; this process may use two of them
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
     base = ["--config", "cpu-smoke", "--set", "matrix.scaling=weak", "--dry-run"]
     rc, text = run([*base, "--set", "matrix.world_size=64"], capsys)
     assert rc == 2 and "64 CPU ranks on 2 cores" in text and "run.allow_oversubscribe" in text

@@ -15,6 +15,7 @@ from bench.config import (
     config_from_dict,
     load_config,
     to_toml,
+    usable_cpus,
 )
 from bench.matrix import expand
 
@@ -194,3 +195,14 @@ def test_profile_cells_selects_cells_by_pattern(capsys):
 def test_profile_cells_must_name_patterns():
     with pytest.raises(ConfigError, match=r"profile.cells=\[\]: must list at least one pattern"):
         load_config("cpu-smoke", ["profile.cells=[]"])
+
+
+def test_threads_per_rank_share_the_cpus_this_process_may_use(monkeypatch):
+    # Under SLURM (or a cpuset) the affinity mask is the allocation; os.cpu_count() is the whole node.
+    monkeypatch.setattr("os.cpu_count", lambda: 64)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {4, 5, 6, 7}, raising=False)
+    run = load_config("cpu-smoke", ["run.threads_per_rank=0"]).run
+    assert usable_cpus() == 4 and run.threads_for(2) == 2 and run.threads_for(8) == 1
+    assert load_config("cpu-smoke", ["run.threads_per_rank=3"]).run.threads_for(2) == 3  # as set
+    monkeypatch.delattr("os.sched_getaffinity", raising=False)  # macOS: no affinity mask
+    assert usable_cpus() == 64 and run.threads_for(2) == 32

@@ -174,5 +174,9 @@ def test_a_step_makes_no_host_sync_in_any_precision(tmp_path):
 
 
 def test_pick_device_on_this_machine():
-    assert process.pick_device("cuda", GPUS) == torch.device("cuda", 0)  # wraps, as under srun
     assert process.pick_device("cuda", GPUS - 1) == torch.device("cuda", GPUS - 1)
+    if GPUS == 1:  # one GPU visible: every local rank gets it, as under srun --gpus-per-task=1
+        assert process.pick_device("cuda", 1) == torch.device("cuda", 0)
+    else:  # a local rank past the visible GPUs would share one: refused
+        with pytest.raises(RuntimeError, match=f"LOCAL_RANK={GPUS} but this process sees only {GPUS} GPUs"):
+            process.pick_device("cuda", GPUS)

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
+import torch.distributed as dist
+from dist_utils import run_distributed
 
 from bench.config import load_config
 from bench.matrix import expand
-from bench.worker.groups import engine_groups, plan_groups
+from bench.worker import groups
+from bench.worker.cell import run_group
+from bench.worker.groups import (
+    NCCL_RESERVE_BYTES,
+    RESIDENT_BYTES_PER_PARAM,
+    SIDE_BY_SIDE_SHARE,
+    engine_groups,
+    plan_groups,
+    side_by_side_need_bytes,
+)
+from bench.workloads import get_workload
 
 
 def _ids(groups):
@@ -40,8 +53,6 @@ def test_interleave_off_runs_one_cell_at_a_time():
 
 
 def test_models_that_do_not_fit_side_by_side_run_alone(monkeypatch):
-    from bench.worker import groups
-
     config = load_config("cpu-smoke", ["matrix.scaling=strong", "matrix.world_size=2", "matrix.grad_accum=1"])
     cells = expand(config)
     assert len(plan_groups(cells, config, torch.device("cpu"))) == 1  # a tiny MLP fits
@@ -49,3 +60,52 @@ def test_models_that_do_not_fit_side_by_side_run_alone(monkeypatch):
     alone = plan_groups(cells, config, torch.device("cpu"))
     assert all(len(g) == 1 for g in alone) and sorted(g[0].cell_id for g in alone) == sorted(
         c.cell_id for c in cells)
+
+
+def _straddle_config():
+    return load_config("cpu-smoke", ["matrix.scaling=strong", "matrix.world_size=2", "matrix.grad_accum=1",
+                                     "profile.enabled=false", "run.timed_steps=2", "run.phase_steps=1",
+                                     "run.compute_only_steps=1", "run.probe_iters=1"])
+
+
+def plan_and_run_with_own_free_memory(rank, world_size, free_per_rank):
+    """One rank that sees `free_per_rank[rank]` bytes free: plans the launch's groups, then runs the
+    first one. Returns the planned cell ids and the statuses of the group it ran."""
+    groups.free_memory_bytes = lambda device: free_per_rank[rank]
+    config = _straddle_config()
+    planned = plan_groups(expand(config), config, torch.device("cpu"))
+    ids = [[c.cell_id for c in g] for g in planned]
+    seen = [None] * world_size
+    dist.all_gather_object(seen, ids)  # a plan that differs fails here, before it could hang a collective
+    if seen[0] != seen[1]:
+        return ids, None
+    statuses = [status for status, _, _ in run_group(planned[0], config, torch.device("cpu"), rank,
+                                                     world_size)]
+    return ids, statuses
+
+
+@pytest.mark.timeout(180)
+def test_ranks_plan_the_same_groups_from_the_smallest_free_memory():
+    # Rank 0 has room for the four engines side by side, rank 1 only just not: each deciding alone, rank 0
+    # would build four trainers while rank 1 builds one, and their collectives would pair up wrongly.
+    config = _straddle_config()
+    cells = expand(config)
+    n_params = sum(p.numel() for p in get_workload("mlp", "tiny").build_model().parameters())
+    threshold = side_by_side_need_bytes(len(cells), n_params, "cpu") / SIDE_BY_SIDE_SHARE
+    (ids0, run0), (ids1, run1) = run_distributed(plan_and_run_with_own_free_memory, 2,
+                                                 [int(threshold * 10), int(threshold) - 1], timeout_s=150)
+    assert ids0 == ids1 and all(len(g) == 1 for g in ids0), (ids0, ids1)  # the smaller free memory decides
+    assert run0 == run1 == ["ok"]
+
+
+def test_the_estimate_counts_every_trainer_and_nccl_buffers_on_cuda():
+    # all n trainers (the free memory is read before any is built), and NCCL's buffers once on CUDA
+    assert side_by_side_need_bytes(4, 1000, "cpu") == 4000 * RESIDENT_BYTES_PER_PARAM
+    assert side_by_side_need_bytes(4, 1000, "cuda") == 4000 * RESIDENT_BYTES_PER_PARAM + NCCL_RESERVE_BYTES
+    config = load_config("cpu-smoke", ["matrix.scaling=strong", "matrix.world_size=2", "matrix.grad_accum=1"])
+    group = expand(config)
+    n_params = sum(p.numel() for p in get_workload("mlp", "tiny").build_model().parameters())
+    free = int(side_by_side_need_bytes(len(group), n_params, "cpu") / SIDE_BY_SIDE_SHARE)
+    assert groups.fit_side_by_side(group, config, free, "cpu")
+    assert not groups.fit_side_by_side(group, config, free, "cuda")  # NCCL's buffers do not fit as well
+    assert not groups.fit_side_by_side(group, config, free - 1, "cpu")

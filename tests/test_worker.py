@@ -180,7 +180,7 @@ def test_an_engine_20_percent_slower_is_found_slower(one_rank_group):
     assert verdict == "slower" and 0.7 < ratio < 0.95, (ratio, low, high)
 
 
-def test_pick_device_wraps_local_rank_over_the_visible_gpus(monkeypatch):
+def test_pick_device_wraps_local_rank_only_onto_a_single_visible_gpu(monkeypatch):
     # srun --gpus-per-task=1: every task sees one GPU, cuda:0, whatever its SLURM_LOCALID.
     chosen = []
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
@@ -192,6 +192,20 @@ def test_pick_device_wraps_local_rank_over_the_visible_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     with pytest.raises(RuntimeError, match="sees no CUDA device"):
         process.pick_device("cuda", 0)
+
+
+def test_more_local_ranks_than_visible_gpus_is_an_error_naming_them(monkeypatch):
+    # 8 ranks on a node whose processes see 4 GPUs: ranks 4-7 would share GPUs 0-3 if wrapped.
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    assert process.pick_device("cuda", 3) == torch.device("cuda", 3)
+    with pytest.raises(RuntimeError, match=r"LOCAL_RANK=4 .*4 GPUs.*LOCAL_WORLD_SIZE='8'.*"
+                                           r"CUDA_VISIBLE_DEVICES='0,1,2,3'"):
+        process.pick_device("cuda", 4)
+    assert chosen == [torch.device("cuda", 3)]  # nothing set for the refused rank
 
 
 def test_sync_wait_is_empty_on_cuda():

@@ -160,3 +160,14 @@ def test_hf_without_transformers_says_how_to_install(tmp_path):
         get_workload(f"hf:{tmp_path}", "local")
     with pytest.raises(ValueError, match="transformers"):
         get_workload(f"hf:{tmp_path}", "local")
+
+
+def test_hf_checkpoints_load_in_float32_under_the_argument_transformers_reads():
+    # transformers v5 loads a checkpoint in its own dtype (bf16, mostly) unless told: an "fp32" cell would
+    # train bf16 weights. 4.56 renamed torch_dtype to dtype; earlier versions read only torch_dtype.
+    from bench.workloads.hf import NUM_LABELS, load_kwargs
+
+    for version, name in (("5.0.0", "dtype"), ("4.56.1", "dtype"), ("4.57.0.dev0", "dtype"),
+                          ("4.55.4", "torch_dtype"), ("4.46.3", "torch_dtype")):
+        kwargs = load_kwargs(version)
+        assert kwargs == {"num_labels": NUM_LABELS, "local_files_only": True, name: torch.float32}, version

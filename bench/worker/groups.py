@@ -2,6 +2,24 @@
 
 naive has no bucket size (its cell id says `bna`), so it joins the group at torch DDP's default bucket size
 (the torch cell the report compares it with), else the first group of its configuration.
+
+One decision for all ranks. Every rank must build the same trainers in the same order, or their
+collectives pair up wrongly (a hang, or NCCL broadcasts of different sizes, which it does not check). So
+the free memory the decision reads is the smallest over the ranks (`agreed_free_memory`: an all-reduce MIN,
+called once per launch by every rank), never this rank's own.
+
+The memory estimate, read before any trainer is built, of a group of n trainers (`side_by_side_need_bytes`):
+
+- resident state: n × 20 bytes per parameter (the fp32 parameter, its gradient, AdamW's two moments, the
+  engine's flat bucket copy; the mixed-precision cells keep fp32 parameters too);
+- NCCL's buffers on CUDA: NCCL_RESERVE_BYTES, once (every engine uses the default process group, so a
+  launch has one communicator however many trainers it holds; NCCL sets up its connections at the first
+  collective, after the free memory is read, so they are not yet out of it);
+- activations of the stepping trainer (one steps at a time): not estimated — the Workload interface exposes
+  nothing to estimate them from — so the two items above may take only SIDE_BY_SIDE_SHARE of the free
+  memory and the rest is left to them. That share is a guess, not a bound: on an H100 (a run of
+  2026-11-25, smollm2-135m at fp32, 64 sequences per rank, torch DDP) one trainer peaked at 13 965 MiB
+  against 2 566 MiB of resident state, so the rest (mostly activations) was about 4.4 × the resident state.
 """
 
 from __future__ import annotations
@@ -9,6 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from bench.config import BenchConfig
 from bench.matrix import Cell
@@ -18,8 +37,14 @@ from bench.workloads import get_workload
 # Bytes a trainer keeps resident per fp32 parameter: the parameter, its gradient, AdamW's two moments and
 # the engine's flat bucket copy (torch DDP and ddp_core without gradient_as_bucket_view) = 5 × 4 bytes.
 RESIDENT_BYTES_PER_PARAM = 20
-# Side by side only when the extra trainers take at most this share of the free memory: activations of
-# the engine stepping (one at a time) need the rest.
+# NCCL's device buffers for one communicator, a conservative figure, not measured here: NCCL_BUFFSIZE (4 MiB
+# by default, NCCL's environment-variable documentation) per connection for the Simple protocol, counted
+# twice to cover LL128 and LL, × 2 peers per channel (a ring's send and receive) × 32 channels (assumed;
+# NCCL_MAX_NCHANNELS caps it) = 512 MiB, rounded up to 1 GiB as a margin for tree and NVLS connections,
+# which this sum does not derive.
+NCCL_RESERVE_BYTES = 1024 * 1024 * 1024
+# Side by side only when the trainers' resident state and NCCL's buffers take at most this share of the
+# free memory: the activations of the trainer stepping (one at a time; not estimated) need the rest.
 SIDE_BY_SIDE_SHARE = 0.5
 
 
@@ -57,25 +82,49 @@ def free_memory_bytes(device: torch.device) -> int | None:
     return None
 
 
-def fit_side_by_side(group: list[Cell], config: BenchConfig, device: torch.device) -> bool:
-    """True when the group's extra trainers fit in the share of free memory they may take (estimated
-    from the parameter count, built on the meta device: nothing is allocated)."""
+def agreed_free_memory(device: torch.device) -> int | None:
+    """Collective when a process group is up: the smallest free memory over the ranks (None when a rank
+    cannot read its own), so that every rank plans the same groups. On gloo the tensor is on the CPU, on
+    NCCL on the device (`device` is the one the group was bound to)."""
+    free = free_memory_bytes(device)
+    if not dist.is_initialized():
+        return free
+    flag = torch.tensor([-1 if free is None else free], dtype=torch.int64, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return None if flag.item() < 0 else int(flag.item())
+
+
+def side_by_side_need_bytes(n_trainers: int, n_params: int, device_type: str) -> int:
+    """Bytes `n_trainers` trainers of `n_params` parameters keep resident, with NCCL's buffers on CUDA
+    (activations not included: see the module docstring)."""
+    return n_trainers * n_params * RESIDENT_BYTES_PER_PARAM + (NCCL_RESERVE_BYTES if device_type == "cuda"
+                                                                else 0)
+
+
+def fit_side_by_side(group: list[Cell], config: BenchConfig, free: int | None, device_type: str) -> bool:
+    """True when the group's trainers fit in the share of `free` bytes they may take (estimated from the
+    parameter count, built on the meta device: nothing is allocated)."""
     if len(group) < 2:
         return True
     cell = group[0]
     with torch.device("meta"):
         model = get_workload(cell.model, cell.model_size, config.workload.options()).build_model()
     n_params = sum(p.numel() for p in model.parameters())
-    free = free_memory_bytes(device)
-    need = (len(group) - 1) * n_params * RESIDENT_BYTES_PER_PARAM
+    need = side_by_side_need_bytes(len(group), n_params, device_type)
     return free is not None and need <= SIDE_BY_SIDE_SHARE * free
 
 
 def plan_groups(cells: list[Cell], config: BenchConfig, device: torch.device) -> list[list[Cell]]:
-    """The launch's groups: engine groups when run.interleave is on and they fit, else one cell each."""
+    """Collective when a process group is up and some group has two cells or more (the same on every rank:
+    they have the same plan). The launch's groups: engine groups when run.interleave is on and they fit
+    in the ranks' smallest free memory, else one cell each."""
     if not config.run.interleave:
         return [[c] for c in cells]
+    groups = engine_groups(cells)
+    if all(len(g) < 2 for g in groups):
+        return groups
+    free = agreed_free_memory(device)
     out = []
-    for group in engine_groups(cells):
-        out += [group] if fit_side_by_side(group, config, device) else [[c] for c in group]
+    for group in groups:
+        out += [group] if fit_side_by_side(group, config, free, device.type) else [[c] for c in group]
     return out

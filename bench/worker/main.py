@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     cells = [Cell.from_dict(c) for c in plan["cells"] if c["world_size"] == ws]
     to_profile = [Cell.from_dict(c) for c in plan.get("profile", []) if c["world_size"] == ws]
     try:
+        # Collective: every rank plans from the smallest free memory over the ranks, so all build the
+        # same trainers and their collectives pair up.
         for group in plan_groups(cells, config, device):
             if not process.launcher_alive(plan.get("launcher_pid"), device):
                 print("bench.worker: the launcher is gone; stopping", file=sys.stderr)

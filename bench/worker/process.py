@@ -23,17 +23,26 @@ def ranks_from_slurm() -> None:
 
 
 def pick_device(device_type: str, local_rank: int) -> torch.device:
-    """This rank's device: the GPU `local_rank` modulo the GPUs this process sees, or the CPU.
+    """This rank's device: the GPU `local_rank`, cuda:0 when this process sees exactly one GPU, or the CPU.
 
     torchrun shows every rank all of the node's GPUs (cuda:LOCAL_RANK); `srun --gpus-per-task=1` shows each
     task only its own, as cuda:0, where cuda:SLURM_LOCALID would be an invalid ordinal for local ranks >= 1.
+    With two GPUs visible or more, a local rank past them is an error rather than a wrap: wrapping would put
+    two ranks on one GPU (NCCL refuses that, or they share its memory and SMs), silently.
     """
     if device_type != "cuda":
         return torch.device("cpu")
     visible = torch.cuda.device_count()
     if visible < 1:
         raise RuntimeError(f"run.device='cuda' but this rank (local rank {local_rank}) sees no CUDA device")
-    device = torch.device("cuda", local_rank % visible)
+    if visible > 1 and local_rank >= visible:
+        raise RuntimeError(
+            f"LOCAL_RANK={local_rank} but this process sees only {visible} GPUs "
+            f"(LOCAL_WORLD_SIZE={os.environ.get('LOCAL_WORLD_SIZE')!r}, "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}): more ranks on this node "
+            "than GPUs; start at most one rank per visible GPU (torchrun --nproc-per-node, srun "
+            "--ntasks-per-node), or show each rank one GPU (srun --gpus-per-task=1)")
+    device = torch.device("cuda", 0 if visible == 1 else local_rank)
     torch.cuda.set_device(device)
     return device
 

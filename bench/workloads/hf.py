@@ -1,7 +1,8 @@
 """`hf:<local path>`: a Hugging Face checkpoint as a 2-label sequence classifier, loaded offline.
 
-Needs the optional `transformers` package; nothing is downloaded (`local_files_only=True`). The data is
-the same MRPC-like pairs as `transformer`, tokenized by the built-in hashing tokenizer into the
+Needs the optional `transformers` package; nothing is downloaded (`local_files_only=True`). The weights
+are loaded in float32 whatever the checkpoint holds (`load_kwargs`), as every built-in model's are. The
+data is the same MRPC-like pairs as `transformer`, tokenized by the built-in hashing tokenizer into the
 checkpoint's vocabulary (ids 0-2 reserved for PAD/BOS/SEP): the timing does not depend on which tokens
 they are.
 """
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
+import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -20,6 +23,19 @@ from .mrpc import MRPC_TRAIN_PAIRS, PAD_ID, check_data, mrpc_file_pairs, synthet
 from .transformer import DEFAULT_SEQ_LEN, NUM_LABELS
 
 PREFIX = "hf:"
+# transformers renamed from_pretrained's `torch_dtype` to `dtype` in 4.56 (huggingface/transformers#39782)
+# and deprecated the old name.
+DTYPE_KWARG_SINCE = (4, 56)
+
+
+def load_kwargs(transformers_version: str) -> dict:
+    """from_pretrained's arguments besides the path: offline, two labels, and float32 weights said
+    explicitly. The cell's precision (autocast over fp32 weights) decides the compute dtype; without the
+    dtype, transformers v5 loads the checkpoint's own (dtype="auto" by default: bf16 for most recent
+    checkpoints), and an "fp32" cell would train bf16 weights."""
+    major_minor = tuple(int(x) for x in re.findall(r"\d+", transformers_version)[:2])
+    dtype_kwarg = "dtype" if major_minor >= DTYPE_KWARG_SINCE else "torch_dtype"
+    return {"num_labels": NUM_LABELS, "local_files_only": True, dtype_kwarg: torch.float32}
 
 
 # Also ValueErrors, so that config validation (which catches ValueError) reports them before launching.
@@ -62,10 +78,11 @@ class HFWorkload(Workload):
         self._non_embedding_params: int | None = None
 
     def build_model(self) -> nn.Module:
+        import transformers
         from transformers import AutoModelForSequenceClassification
 
         model = AutoModelForSequenceClassification.from_pretrained(
-            self.path, num_labels=NUM_LABELS, local_files_only=True)
+            self.path, **load_kwargs(transformers.__version__))
         if model.config.pad_token_id is None:   # batched classification needs it to find the last token
             model.config.pad_token_id = PAD_ID
         embedding = model.get_input_embeddings().weight.numel()
