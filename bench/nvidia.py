@@ -42,12 +42,16 @@ def smi(*args: str) -> str | None:
 
 def driver_gpus(proc_dir: Path | None = None) -> list[str]:
     """The GPUs the driver sees, whatever torch says: `nvidia-smi -L` lines, else /proc bus ids."""
-    proc_dir = PROC_GPUS if proc_dir is None else proc_dir
     listing = smi("-L")
     if listing:
         return [line.split(" (UUID")[0] for line in listing.splitlines() if line.startswith("GPU ")]
+    return proc_bus_ids(proc_dir)
+
+
+def proc_bus_ids(proc_dir: Path | None = None) -> list[str]:
+    """The kernel driver's GPUs by PCI bus id (/proc/driver/nvidia/gpus/*); [] without the driver."""
     try:
-        return sorted(p.name for p in proc_dir.iterdir())
+        return sorted(p.name for p in (PROC_GPUS if proc_dir is None else proc_dir).iterdir())
     except OSError:
         return []
 

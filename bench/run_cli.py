@@ -299,6 +299,10 @@ def main(args: argparse.Namespace) -> int:
         crowded = cpu_oversubscription(config)
         if crowded:
             print(crowded, file=sys.stderr)
+        from bench.envinfo import timing_warnings
+
+        for warning in timing_warnings(dict(os.environ)):  # recorded in env.json and the report too
+            print(f"warning: {warning}", file=sys.stderr)
         cells = expand(config, bf16_supported=bf16_ok,
                        gpu_count=None if args.plan_only else gpu_count)
         if args.dry_run:
