@@ -75,17 +75,24 @@ def _machine(config: BenchConfig) -> tuple[int, bool]:
     return torch.cuda.device_count(), torch.cuda.is_bf16_supported(including_emulation=False)
 
 
+def _unusable_gpus() -> str | None:
+    """Why the driver's GPUs are out of torch's reach (bench.nvidia), None without a driver's GPU."""
+    import torch
+
+    from bench.nvidia import unusable_gpus
+
+    return unusable_gpus(torch.__version__, torch.version.cuda)
+
+
 def cuda_for_auto() -> bool:
     """run.device="auto": whether torch can use CUDA. ConfigError when it cannot but the NVIDIA driver shows
     GPUs (a wheel newer than the driver, a CPU-only wheel, an empty CUDA_VISIBLE_DEVICES): "auto" would
     otherwise benchmark the CPU of a GPU node and say nothing."""
     import torch
 
-    from bench.nvidia import unusable_gpus
-
     if torch.cuda.is_available():
         return True
-    reason = unusable_gpus(torch.__version__, torch.version.cuda)
+    reason = _unusable_gpus()
     if reason:
         raise ConfigError(f"run.device='auto': {reason}. Install a torch this driver runs (make setup), or "
                           "pass --set run.device=cpu to measure the CPU on purpose")
@@ -288,11 +295,7 @@ def main(args: argparse.Namespace) -> int:
         config = load_config(args.config, args.set, cuda_available=cuda_for_auto)
         gpu_count, bf16_ok = _machine(config)
         if config.run.device == "cuda" and not gpu_count:  # asked for cuda: say why torch has none
-            import torch
-
-            from bench.nvidia import unusable_gpus
-
-            reason = unusable_gpus(torch.__version__, torch.version.cuda)
+            reason = _unusable_gpus()
             if reason:
                 raise ConfigError(f"run.device='cuda': {reason}")
         check_device(config, gpu_count, nnodes=args.nnodes if args.plan_only else 1)
