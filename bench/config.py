@@ -17,6 +17,7 @@ import math
 import os
 import tomllib
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -443,11 +444,12 @@ def read_tables(path: Path) -> dict:
 
 
 def load_config(name_or_path: str, overrides: list[str] | None = None,
-                cuda_available: bool | None = None) -> BenchConfig:
+                cuda_available: bool | Callable[[], bool] | None = None) -> BenchConfig:
     """Load a preset, apply its device table and the `--set` overrides, validate; raises ConfigError.
 
     The device table (`[on_cpu]`/`[on_cuda]`, dotted keys) is chosen by the device the run resolves to:
-    `run.device` from the CLI or the preset, with "auto" meaning cuda when `cuda_available`.
+    `run.device` from the CLI or the preset, with "auto" meaning cuda when `cuda_available`: a bool, or a
+    function asked only for "auto" (`bench run` passes one that refuses GPUs torch cannot use).
     The returned config has `run.device` resolved to "cpu" or "cuda".
     """
     tables = read_tables(resolve_path(name_or_path))
@@ -466,6 +468,8 @@ def load_config(name_or_path: str, overrides: list[str] | None = None,
             import torch
 
             cuda_available = torch.cuda.is_available()
+        elif callable(cuda_available):
+            cuda_available = cuda_available()
         device = "cuda" if cuda_available else "cpu"
     for section in DEVICE_SECTIONS:
         table = tables.get(section, {})

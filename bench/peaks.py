@@ -60,14 +60,38 @@ PEAKS: dict[str, Peak] = {
 }
 
 
+# A MIG slice reports its parent's name plus its profile ("NVIDIA H100 80GB HBM3 MIG 1g.10gb"). It has a
+# fraction of the parent's SMs (1/7 for 1g on an H100), so the whole GPU's peak would understate MFU up to
+# 7x. Scaling by SM count is not done: a slice's share of memory bandwidth and clocks is not its SM share,
+# and the profile-to-SM map differs per part. No peak, so MFU is empty rather than wrong.
+MIG_REASON = ("a MIG slice: the whole GPU's datasheet peak does not apply to a fraction of its SMs, "
+              "so MFU is left empty")
+
+
+def _words(device_name: str) -> set[str]:
+    return set(re.split(r"[\s\-_/]+", device_name.upper())) - {"NVIDIA", "TESLA", ""}
+
+
+def no_peak_reason(device_name: str) -> str | None:
+    """Why `device_name` has no peak (a MIG slice, an unknown device), or None when it has one."""
+    if "MIG" in _words(device_name):
+        return MIG_REASON
+    if _identify(device_name) is None:
+        return f"{device_name!r} is not in bench/peaks.py's table (MFU is left empty)"
+    return None
+
+
 def _identify(device_name: str) -> str | None:
     """The PEAKS key for a `torch.cuda.get_device_name()` string, or None.
 
     Matches whole words after dropping vendor words and separators, so "NVIDIA A100-SXM4-80GB",
     "NVIDIA A100 80GB PCIe", "NVIDIA H100 80GB HBM3" and "Tesla V100-SXM2-16GB" resolve, while
     "NVIDIA A10", "NVIDIA GH200 480GB" or "NVIDIA L40" do not resolve to a neighbour's figures.
+    A MIG slice resolves to None (MIG_REASON).
     """
-    words = set(re.split(r"[\s\-_/]+", device_name.upper())) - {"NVIDIA", "TESLA", ""}
+    words = _words(device_name)
+    if "MIG" in words:
+        return None
     pcie, nvl = "PCIE" in words, "NVL" in words
     if "H200" in words:
         return "h200-nvl" if nvl else "h200"
@@ -93,8 +117,8 @@ def lookup(device_name: str) -> Peak | None:
 def peak_flops_per_s(device_name: str, precision: str) -> float | None:
     """Dense peak FLOP/s of one `device_name` GPU at `precision` (fp32 | tf32 | bf16 | fp16).
 
-    None when the device is unknown (CPUs included) or has no figure for that precision: the MFU
-    cell is then left empty rather than computed against a guess.
+    None when the device is unknown (CPUs included), is a MIG slice (MIG_REASON) or has no figure for
+    that precision: the MFU cell is then left empty rather than computed against a guess.
     """
     if precision not in ("fp32", "tf32", "bf16", "fp16"):
         raise ValueError(f"precision={precision!r} is not one of ['fp32', 'tf32', 'bf16', 'fp16']")

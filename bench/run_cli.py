@@ -75,6 +75,30 @@ def _machine(config: BenchConfig) -> tuple[int, bool]:
     return torch.cuda.device_count(), torch.cuda.is_bf16_supported(including_emulation=False)
 
 
+def _unusable_gpus() -> str | None:
+    """Why the driver's GPUs are out of torch's reach (bench.nvidia), None without a driver's GPU."""
+    import torch
+
+    from bench.nvidia import unusable_gpus
+
+    return unusable_gpus(torch.__version__, torch.version.cuda)
+
+
+def cuda_for_auto() -> bool:
+    """run.device="auto": whether torch can use CUDA. ConfigError when it cannot but the NVIDIA driver shows
+    GPUs (a wheel newer than the driver, a CPU-only wheel, an empty CUDA_VISIBLE_DEVICES): "auto" would
+    otherwise benchmark the CPU of a GPU node and say nothing."""
+    import torch
+
+    if torch.cuda.is_available():
+        return True
+    reason = _unusable_gpus()
+    if reason:
+        raise ConfigError(f"run.device='auto': {reason}. Install a torch this driver runs (make setup), or "
+                          "pass --set run.device=cpu to measure the CPU on purpose")
+    return False
+
+
 def _comparable(config: BenchConfig) -> dict:
     data = config.to_dict()
     data.pop("debug")  # test-only fault injection may differ between a run and its resumption
@@ -268,12 +292,20 @@ def main(args: argparse.Namespace) -> int:
     if retry and not args.resume:
         return _error(f"--retry={args.retry!r}: needs --resume (it re-runs cells of an existing run folder)")
     try:
-        config = load_config(args.config, args.set)
+        config = load_config(args.config, args.set, cuda_available=cuda_for_auto)
         gpu_count, bf16_ok = _machine(config)
+        if config.run.device == "cuda" and not gpu_count:  # asked for cuda: say why torch has none
+            reason = _unusable_gpus()
+            if reason:
+                raise ConfigError(f"run.device='cuda': {reason}")
         check_device(config, gpu_count, nnodes=args.nnodes if args.plan_only else 1)
         crowded = cpu_oversubscription(config)
         if crowded:
             print(crowded, file=sys.stderr)
+        from bench.envinfo import timing_warnings
+
+        for warning in timing_warnings(dict(os.environ)):  # recorded in env.json and the report too
+            print(f"warning: {warning}", file=sys.stderr)
         cells = expand(config, bf16_supported=bf16_ok,
                        gpu_count=None if args.plan_only else gpu_count)
         if args.dry_run:

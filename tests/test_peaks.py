@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.metrics import mfu
-from bench.peaks import PEAKS, lookup, peak_flops_per_s
+from bench.peaks import PEAKS, lookup, no_peak_reason, peak_flops_per_s
 
 T = 1e12
 
@@ -59,3 +59,21 @@ def test_bad_precision_is_an_error_and_mfu_composes():
         peak_flops_per_s("NVIDIA H200", "int8")
     assert mfu(494.7 * T, peak_flops_per_s("NVIDIA H200", "bf16")) == pytest.approx(0.5, rel=1e-3)
     assert mfu(1e12, peak_flops_per_s("cpu", "fp32")) is None
+
+
+@pytest.mark.parametrize("name", ["NVIDIA H100 80GB HBM3 MIG 1g.10gb", "NVIDIA H100 80GB HBM3 MIG 7g.80gb",
+                                  "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA H200 MIG 3g.71gb"])
+def test_mig_slices_have_no_peak_and_say_why(name):
+    # a 1g slice has 1/7 of an H100's SMs: the whole GPU's peak would understate MFU up to 7x
+    assert lookup(name) is None
+    assert all(peak_flops_per_s(name, p) is None for p in ("fp32", "tf32", "bf16", "fp16"))
+    assert "MIG" in no_peak_reason(name)
+
+
+@pytest.mark.parametrize("name", ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA H200"])
+def test_full_gpus_keep_their_peak(name):
+    assert no_peak_reason(name) is None and peak_flops_per_s(name, "bf16") > 300 * T
+
+
+def test_unknown_device_reason_names_it():
+    assert "'NVIDIA A10'" in no_peak_reason("NVIDIA A10")

@@ -10,7 +10,7 @@ import pandas as pd
 
 from bench import stats
 from bench.report import tables
-from bench.report.environment import gpu_summary
+from bench.report.environment import gpu_summary, machine_facts
 from bench.report.load import Run
 from bench.schema import CONFIG_KEYS
 
@@ -49,12 +49,37 @@ def env_differences(runs: list[Run]) -> pd.DataFrame:
         "hostname": lambda r: r.env.get("hostname"),
         "git sha": lambda r: r.env.get("git_sha"),
     }
+    per_run = [{name: get(r) for name, get in fields.items()} for r in runs]
+    for values, r in zip(per_run, runs):
+        values.update({field: value for field, value, _ in machine_facts(r.env)})
+    # every variable set in some run's env_vars (one set in one run only differs too)
+    for var in sorted({k for r in runs for k in (r.env.get("env_vars") or {})}):
+        for values, r in zip(per_run, runs):
+            values[var] = (r.env.get("env_vars") or {}).get(var)
     labels = run_labels(runs)
     rows = []
-    for name, get in fields.items():
-        values = ["" if get(r) is None else str(get(r)) for r in runs]
+    for name in per_run[0]:
+        values = ["" if v[name] is None else str(v[name]) for v in per_run]
         rows.append({"field": name, **dict(zip(labels, values)), "differs": len(set(values)) > 1})
     return pd.DataFrame(rows)
+
+
+# Fields that differ between any two runs and say nothing about the machine
+_NOT_MACHINE = ("hostname", "git sha")
+
+
+def difference_list(diff: pd.DataFrame) -> list[str]:
+    """The short list for the summary: 'field: a vs b' for each machine fact or variable that differs
+    (multi-line values such as the topology are named, not quoted)."""
+    value_cols = [c for c in diff.columns if c not in ("field", "differs")]
+    out = []
+    for _, r in diff[diff["differs"] & ~diff["field"].isin(_NOT_MACHINE)].iterrows():
+        values = [r[c] or "unset" for c in value_cols]
+        if any("\n" in v or len(v) > 80 for v in values):
+            out.append(f"{r['field']}: differs (see the table)")
+        else:
+            out.append(f"{r['field']}: " + " vs ".join(values))
+    return out
 
 
 def software_warning(diff: pd.DataFrame) -> str:

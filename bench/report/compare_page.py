@@ -70,6 +70,10 @@ def summary_section(
     warning = compare.software_warning(diff)
     if warning:
         sec.para(warning, "warn")
+    differences = compare.difference_list(diff)
+    if differences:
+        sec.para("Environment differences (machine facts and variables; all fields under Environment "
+                 "differences below):").bullets(differences, "findings")
     ratios = compare.throughput_ratios(joined).set_index("run_b")
     for label in labels[1:]:
         if label in ratios.index:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.envinfo import timing_warnings
 from bench.report import findings, plots, tables, traces
 from bench.report.environment import environment_table
 from bench.report.load import Run, load_run
@@ -77,6 +78,9 @@ def _with_table(
 def findings_section(run: Run, scaling_tables: dict[str, pd.DataFrame]) -> Section:
     """The headline sentences, then whatever the loader noticed about the run folder."""
     sec = Section("Findings", "findings").bullets(findings.headline(run.results, scaling_tables), "findings")
+    # from env_vars, not env.json's env_warnings, so older runs get the same warnings
+    for warning in timing_warnings(run.env.get("env_vars") or {}):
+        sec.para(warning, "warn")
     for note in run.notes:
         sec.para(note, "warn")
     return sec
