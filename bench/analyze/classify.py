@@ -25,15 +25,26 @@ COMM_KERNEL = re.compile(r"^(nccl|rccl|hccl)|nccl(Dev)?Kernel", re.IGNORECASE)
 MEMORY_KERNEL = re.compile(r"^(hip)?(Memcpy|Memset)|^dma")
 ALLREDUCE_KERNEL = re.compile(r"all_?reduce", re.IGNORECASE)
 
-COMPUTE, COMM, MEMORY = 0, 1, 2
+# CUPTI's synchronisation records (`Stream Sync`, `Event Sync`, `Context Sync`). HTA counts those drawn on
+# a stream (tid = the stream, not -1) among the GPU events of its breakdown, in neither compute, nor
+# communication, nor memory (its OTHER kind), so they add to busy time and to non-compute time.
+SYNC_CAT = "cuda_sync"
+# HTA's is_compute_kernel (hta/utils/utils.py NCCL_COMPUTE_KERNEL_RE): a name containing Memcpy or Sync
+# is not computation even when it is not a memory kernel; HTA's kind for it is OTHER.
+NOT_COMPUTE = re.compile(r".*Memcpy|.*Sync")
+
+COMPUTE, COMM, MEMORY, OTHER = 0, 1, 2, 3
 
 
 def gpu_class(name: str, cat: str) -> int:
-    """COMPUTE, COMM or MEMORY for one GPU event."""
+    """COMPUTE, COMM, MEMORY or OTHER for one GPU event (HTA's get_kernel_type, plus decorated NCCL names
+    as communication)."""
     if cat in MEMORY_CATS or MEMORY_KERNEL.match(name):
         return MEMORY
     if COMM_KERNEL.search(name):
         return COMM
+    if cat == SYNC_CAT or NOT_COMPUTE.match(name):
+        return OTHER
     return COMPUTE
 
 

@@ -1,10 +1,15 @@
 """One window's breakdown on a GPU trace (definitions: docs/design.md, "bench analyze", "GPU").
 
 Breakdown (HolisticTraceAnalysis's definitions): the window's GPU activity is every kernel, memcpy and
-memset *launched* from inside it (the runtime call with the same `correlation` started in the window; an
-event without a correlated launch counts by its own start). span = first to last of those; busy = their
-union; compute / comm / memory = the unions of each class; idle = span − busy; overlap = |comm ∩ compute|;
-overlap_pct = overlap / comm; exposed_comm = comm − overlap.
+memset *launched* from inside it (the runtime call with the same `correlation` started in the window). The
+`all` row follows HTA's `_filter_irrelevant_gpu_kernels` with include_last_profiler_step: every GPU event
+launched up to the last step's end (no lower bound), or, with fewer than two steps, every GPU event.
+An event whose launch is not in the trace belongs to no window: it ran for a step the profiler did not
+record (the window opens while the GPU still runs the previous step's kernels); the `all` row counts
+them in `unlaunched_kernels` / `unlaunched_ms` instead. Only a trace with no correlated launch at all
+(GPU events alone) places its events by their own start. span = first to last of the window's events;
+busy = their union; compute / comm / memory = the unions of each class; idle = span − busy; overlap =
+|comm ∩ compute|; overlap_pct = overlap / comm; exposed_comm = comm − overlap.
 
 Utilisation (the TensorBoard plugin's definitions, gpu_metrics_parser.py): kernels clipped to the host
 window by time, divided by the window: gpu_util = |∪ kernels| / window; sm_efficiency = ∫ min(Σ blocks per
@@ -17,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.analyze import classify as C
+from bench.analyze.columns import ALL_STEPS
 from bench.analyze import intervals as iv
 from bench.analyze.comms import collectives, window_bytes_busbw
 from bench.analyze.load import Trace
@@ -32,33 +38,65 @@ def _pct(num: float, den: float) -> float | None:
 class GpuView:
     """A GPU trace's events, classified once; `window(w)` measures one window."""
 
-    def __init__(self, trace: Trace):
-        self.trace = trace
-        gpu = np.flatnonzero(C.cat_mask(trace, C.GPU_CATS))
-        self.ts, self.end = trace.ts[gpu], trace.end[gpu]
+    def __init__(self, trace: Trace, n_steps: int):
+        self.trace, self.n_steps = trace, n_steps  # n_steps: the trace's ProfilerSteps (the `all` rule)
+        gpu = np.flatnonzero(C.cat_mask(trace, C.GPU_CATS) | self._stream_syncs(trace))
+        self.ts, self.end = trace.ts[gpu], trace.end[gpu]  # as recorded: the utilisation columns
         self.cls = C.gpu_classes(trace, gpu)
+        self.is_sync = C.cat_mask(trace, frozenset({C.SYNC_CAT}))[gpu]
         self.is_kernel = C.cat_mask(trace, frozenset({"kernel"}))[gpu]
         self.allreduce = (self.cls == C.COMM) & C.name_mask(trace, C.ALLREDUCE_KERNEL)[gpu]
         self.blocks_per_sm = trace.blocks_per_sm[gpu]
         self.occupancy = trace.occupancy[gpu]
         self.launch = self._launch_times(trace, gpu)
+        # ns-resolution traces (fractional µs): HTA rounds every event inward to whole µs, start up and end
+        # down (hta/common/trace_parser.py round_down_time_stamps; Kineto's ns timestamps made neighbouring
+        # events overlap, pytorch/pytorch#122425). The breakdown does the same; an event shorter than a µs
+        # then has no length (HTA's goes negative).
+        self.rounded = bool(np.any(trace.ts != np.floor(trace.ts)))
+        if self.rounded:
+            self.bts = np.ceil(self.ts)
+            self.bend = np.maximum(np.floor(self.end), self.bts)
+            self.launch = np.ceil(self.launch)
+        else:
+            self.bts, self.bend = self.ts, self.end
         self.host = self._host_roles(trace)
         self.colls = collectives(trace)
 
     @staticmethod
+    def _stream_syncs(trace: Trace) -> np.ndarray:
+        """CUPTI synchronisation records drawn on a stream (tid = the stream, not -1): GPU events to HTA."""
+        sync = C.cat_mask(trace, frozenset({C.SYNC_CAT}))
+        if not sync.any():
+            return sync
+        on_stream = np.array([str(tid) != "-1" for _, tid in trace.threads], dtype=bool)
+        return sync & on_stream[trace.tid_id]
+
+    @staticmethod
     def _launch_times(trace: Trace, gpu: np.ndarray) -> np.ndarray:
-        """Each GPU event's launch: the start of the runtime call with its correlation id, else its own."""
+        """Each GPU event's launch: the start of the runtime call with its correlation id; NaN where that
+        call is not in the trace. A trace with no correlated runtime call at all: each event's own start."""
         runtime = np.flatnonzero(C.cat_mask(trace, C.RUNTIME_CATS) & ~np.isnan(trace.correlation))
-        launch = trace.ts[gpu].copy()
-        if len(runtime):
-            corr = trace.correlation[runtime]
-            order = np.argsort(corr, kind="stable")
-            corr, start = corr[order], trace.ts[runtime][order]
-            want = trace.correlation[gpu]
-            pos = np.clip(np.searchsorted(corr, want), 0, len(corr) - 1)
-            found = corr[pos] == want
-            launch[found] = start[pos[found]]
+        if not len(runtime):
+            return trace.ts[gpu].copy()
+        launch = np.full(len(gpu), np.nan)
+        corr = trace.correlation[runtime]
+        order = np.argsort(corr, kind="stable")
+        corr, start = corr[order], trace.ts[runtime][order]
+        want = trace.correlation[gpu]
+        pos = np.clip(np.searchsorted(corr, want), 0, len(corr) - 1)
+        found = corr[pos] == want
+        launch[found] = start[pos[found]]
         return launch
+
+    def _selected(self, w: Window) -> np.ndarray:
+        """The GPU events the window launched (see the module docstring for the `all` row)."""
+        lo, hi = (np.ceil(w.lo), np.floor(w.hi)) if self.rounded else (w.lo, w.hi)
+        if w.step != ALL_STEPS:  # HTA's iteration of a host event: step.ts <= ts < step.ts + step.dur
+            return (self.launch >= lo) & (self.launch < hi)
+        if self.n_steps < 2:
+            return np.ones(len(self.launch), dtype=bool)
+        return self.launch <= hi  # NaN (not launched in the trace) compares False
 
     def _host_roles(self, trace: Trace) -> dict[str, np.ndarray]:
         """Interval sets for the CPU-exec breakdown (TensorBoard's overview categories)."""
@@ -67,7 +105,7 @@ class GpuView:
         dataloader = ops & C.name_mask(trace, C.DATALOADER)
         runtime = C.cat_mask(trace, C.RUNTIME_CATS)
         sets = lambda m: iv.union(trace.ts[m], trace.end[m])
-        busy_gpu = iv.union(self.ts, self.end)
+        busy_gpu = iv.union(self.ts[~self.is_sync], self.end[~self.is_sync])
         return {
             "ops": sets(ops),
             # everything ranked above "CPU Exec": GPU work, communication, runtime calls, data loading
@@ -77,9 +115,13 @@ class GpuView:
     def window(self, w: Window) -> dict:
         """The summary columns for one window (ms and %; None where not measurable)."""
         row: dict = {}
-        sel = (self.launch >= w.lo) & (self.launch <= w.hi)
+        sel = self._selected(w)
+        if w.step == ALL_STEPS:
+            gone = np.isnan(self.launch)
+            row.update(unlaunched_kernels=int(gone.sum()),
+                       unlaunched_ms=iv.length(iv.union(self.bts[gone], self.bend[gone])) / US_PER_MS)
         if sel.any():
-            ts, end, cls = self.ts[sel], self.end[sel], self.cls[sel]
+            ts, end, cls = self.bts[sel], self.bend[sel], self.cls[sel]
             busy = iv.union(ts, end)
             compute = iv.union(ts[cls == C.COMPUTE], end[cls == C.COMPUTE])
             comm = iv.union(ts[cls == C.COMM], end[cls == C.COMM])

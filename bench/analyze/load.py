@@ -166,7 +166,7 @@ def _num(value) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan
 
 
-_CORRELATED = C.GPU_CATS | C.RUNTIME_CATS  # the categories whose events carry a correlation id
+_CORRELATED = C.GPU_CATS | C.RUNTIME_CATS | {C.SYNC_CAT}  # the categories whose events carry a correlation id
 
 
 def _describes_collective(name) -> bool:

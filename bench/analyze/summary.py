@@ -38,7 +38,7 @@ def analyse_trace(job: TraceJob) -> tuple[list[dict], list[dict]]:
     device = device_of(trace)
     steps = profiler_steps(trace)
     windows = [*steps, whole_window(trace, steps)]
-    view = CpuView(trace) if device == "cpu" else GpuView(trace)
+    view = CpuView(trace) if device == "cpu" else GpuView(trace, len(steps))
     rank = trace_rank(trace)
     ident = {"cell_id": job.cell_id, "trace_file": job.label, "rank": rank}
     summary = [{**ident, "step": w.step, "device": device, **view.window(w)} for w in windows]
