@@ -79,6 +79,9 @@ EXTRA_COLUMNS = (
     "gpu_name",
     "hostname",
     "cell_wall_s",           # wall time of the whole cell on rank 0, warm-up and probes included
+    # NCCL's transports in this cell's launch ("P2P/CUMEM", "NVLS+P2P/CUMEM", "SHM", "NET/IB", ...), from its
+    # INFO log (bench/nccl_log.py; the launcher's); empty for gloo, at world size 1, or without the log
+    "nccl_transport",
 )
 
 RESULT_COLUMNS = CONTRACT_COLUMNS + EXTRA_COLUMNS
@@ -94,7 +97,7 @@ SWEEP_COLUMNS = (
 STRING_COLUMNS = (
     "cell_id", "status", "error", "engine", "model", "model_size", "precision", "comm_dtype", "scaling",
     "device", "backend", "trace_dir", "gpu_name", "hostname", "verdict_vs_torch", "interleaved",
-    "matmul_fp32_precision", "cudnn_fp32_precision",
+    "matmul_fp32_precision", "cudnn_fp32_precision", "nccl_transport",
 )
 
 # The keys that identify a configuration (what compare joins on, what T1 is matched by).

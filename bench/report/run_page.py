@@ -76,7 +76,8 @@ def _with_table(
 
 def findings_section(run: Run, scaling_tables: dict[str, pd.DataFrame]) -> Section:
     """The headline sentences, then whatever the loader noticed about the run folder."""
-    sec = Section("Findings", "findings").bullets(findings.headline(run.results, scaling_tables), "findings")
+    sentences = findings.headline(run.results, scaling_tables, run.env)
+    sec = Section("Findings", "findings").bullets(sentences, "findings")
     for note in run.notes:
         sec.para(note, "warn")
     return sec
