@@ -1,6 +1,6 @@
 """The suite on CUDA/NCCL (skipped without CUDA): every world size the machine has (1, 2, 4, 8), comm dtypes,
 accumulation, autocast with GradScaler, the TF32 flags each cell ran with, memory released between cells,
-positive bus bandwidth, NCCL's transport from its log, and traces
+allocated ≤ reserved ≤ device memory, positive bus bandwidth, NCCL's transport from its log, and traces
 holding GPU and NCCL kernels. Written to pass on 1 GPU and on 8."""
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ def test_gpu_sweep_every_world_size(tmp_path):
         assert r["matmul_fp32_precision"] == flag and r["cudnn_fp32_precision"] == flag
         assert r["sync_wait_ms_p50"] == ""  # host time is enqueue time on CUDA: not reported
         assert float(r["step_time_ms_p50"]) > 0 and float(r["peak_mem_mb"]) > 0
+        # the allocator holds at least what it hands out; the device holds that plus context and NCCL
+        assert float(r["peak_reserved_mb"]) >= float(r["peak_mem_mb"])
+        assert float(r["device_used_mb"]) >= float(r["peak_reserved_mb"])
         if r["world_size"] == "1":
             assert r["allreduce_algbw_gbps"] == "" and float(r["allreduce_busbw_gbps"]) == 0
             assert r["nccl_transport"] == ""  # one rank: NCCL connects nothing

@@ -107,7 +107,8 @@ def test_sweep_world_sizes_1_and_2(tmp_path):
             row["grad_accum"])
         assert row["tokens_per_s"] == "" and row["mfu"] == ""  # not a sequence model; CPU has no peak
         assert (float(row["allreduce_busbw_gbps"]) == 0) == (row["world_size"] == "1")
-        assert row["nccl_transport"] == ""  # gloo: no NCCL transport
+        # gloo: no NCCL transport; CPU: no caching allocator, no device memory
+        assert row["nccl_transport"] == row["peak_reserved_mb"] == row["device_used_mb"] == ""
         # one gzipped trace per rank, loadable as JSON
         assert row["trace_dir"] == f"traces/{row['cell_id']}"
         traces = sorted((out / row["trace_dir"]).glob("*.pt.trace.json.gz"))

@@ -56,8 +56,27 @@ def test_run_group_measures_a_cell(tmp_path, one_rank_group, precision):
     assert row["final_loss"] == row["final_loss"]  # finite, not NaN
     assert row["interleaved"] is False and row["speed_vs_torch"] is None and row["rank_skew_ms_p50"] is None
     assert row["peak_mem_mb"] > 0 and "trace_dir" not in row  # traces come from the profiled pass, later
+    assert row["peak_reserved_mb"] is None and row["device_used_mb"] is None  # CUDA only (peak RSS above)
     assert row["n_params"] == sum(p.numel() for p in torch.nn.Sequential(
         torch.nn.Linear(64, 128), torch.nn.Linear(128, 128), torch.nn.Linear(128, 10)).parameters())
+
+
+def test_cuda_memory_columns_read_the_allocator_and_the_device(monkeypatch):
+    """peak_reserved_mb is the caching allocator's peak; device_used_mb is total − free of cudaMemGetInfo
+    (on CPU, in the test above, both are empty). torch.cuda stubbed: the arithmetic and the sources."""
+    from bench.schema import MiB
+    from bench.worker import measure
+
+    monkeypatch.setattr(measure, "max_over_ranks", lambda value, device: value)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: 96 * MiB)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 64 * MiB)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (700 * MiB, 1000 * MiB))
+    gpu = torch.device("cuda", 0)
+    assert measure.peak_memory_mb(gpu) == 64.0
+    assert measure.peak_reserved_mb(gpu) == 96.0
+    assert measure.device_used_mb(gpu) == 300.0
+    assert measure.peak_reserved_mb(torch.device("cpu")) is None
+    assert measure.device_used_mb(torch.device("cpu")) is None
 
 
 def test_engines_of_a_group_run_side_by_side_and_compare_to_torch(tmp_path, one_rank_group):
