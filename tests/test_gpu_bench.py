@@ -105,7 +105,9 @@ def test_gpu_sweep_every_world_size(tmp_path):
         launches = env["nccl_transport"].values()
         assert {e["world_size"] for e in launches} == set(WORLD_SIZES)
         for e in launches:
-            assert len(e["log_files"]) == e["world_size"] and e["set_by"] == "bench"
+            # one file per rank (one rank may have none, were NCCL not initialised at world size 1)
+            assert len(e["log_files"]) == e["world_size"] or (e["world_size"] == 1 and not e["log_files"])
+            assert e["set_by"] == "bench"
             assert all((out / f).is_file() for f in e["log_files"])
         assert not any("NCCL INFO" in p.read_text() for p in (out / "logs").glob("launch-*.err"))
     assert "traces: " in proc.stdout
