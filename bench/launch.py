@@ -247,7 +247,11 @@ class Launch:
         return self.after_exit(proc.returncode)
 
     def nccl_files(self) -> list[Path]:
-        """This launch's NCCL log files (a user's fixed file name: only if written since the launch began)."""
+        """This launch's NCCL log files (a user's fixed file name: only if written since the launch began);
+        the user's NCCL_DEBUG without a file prints to the ranks' stdout: the launch's .out and .err."""
+        if self.nccl_file is None:
+            return [p for p in (self.logs / f"launch-{self.k}.out", self.logs / f"launch-{self.k}.err")
+                    if p.is_file()]
         return nccl_log.log_files(self.nccl_file, since=None if self.nccl_vars else self.started_at)
 
     def nccl_transport(self) -> str | None:

@@ -143,6 +143,8 @@ lines = json.loads(os.environ["FAKE_NCCL_LINES"])
 if pattern:
     with open(pattern.replace("%h", socket.gethostname()).replace("%p", str(os.getpid())), "w") as f:
         f.write("\n".join(lines) + "\n")
+elif os.environ.get("NCCL_DEBUG"):  # NCCL's default: the rank's stdout
+    print("\n".join(lines), flush=True)
 seen = {v: os.environ.get(v) for v in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")}
 cells = json.load(open(plan))["cells"]
 with open(events, "a") as f:
@@ -199,6 +201,16 @@ def test_launcher_keeps_the_users_nccl_debug_and_reads_their_file(tmp_path, monk
     assert records[0]["nccl_transport"] == "P2P/CUMEM"
     entry = json.loads((run_dir / "env.json").read_text())["nccl_transport"]["0"]
     assert entry["set_by"] == "user" and entry["transport"] == "P2P/CUMEM"
+
+
+def test_launcher_reads_the_ranks_output_when_the_users_nccl_debug_names_no_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    monkeypatch.delenv("NCCL_DEBUG_SUBSYS", raising=False)
+    monkeypatch.delenv("NCCL_DEBUG_FILE", raising=False)
+    run_dir, records = _fake_launch(tmp_path, monkeypatch, "cuda", NET_LINES[3:4])
+    assert records[0]["nccl_transport"] == "NET/Socket"
+    entry = json.loads((run_dir / "env.json").read_text())["nccl_transport"]["0"]
+    assert entry["log_files"] == ["logs/launch-0.out", "logs/launch-0.err"] and entry["set_by"] == "user"
 
 
 def test_launcher_on_cpu_sets_no_nccl_variables(tmp_path, monkeypatch):
