@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import results
+from bench import nccl_log, results
 from bench.config import BenchConfig
 from bench.lifetime import die_with_parent
 from bench.matrix import Cell, groups
@@ -203,7 +203,11 @@ class Launch:
         self.current: list[str] = []      # the group in flight (cells not yet finished)
         self.profiling: str | None = None  # the cell whose profiled pass is in flight
         self.started_any = False
-        self.mark = self.heard = time.time()  # last finish (overhead figure); last sign of progress
+        # launch start; last finish (overhead figure); last sign of progress
+        self.started_at = self.mark = self.heard = time.time()
+        # NCCL's INFO log (which transport it chose): ours per rank, or the user's own NCCL_DEBUG_FILE
+        self.nccl_vars = nccl_log.debug_env(self.config.run.device, self.logs, k, os.environ)
+        self.nccl_file = (self.nccl_vars or os.environ).get("NCCL_DEBUG_FILE")
 
     def command(self) -> list[str]:
         plan_path = self.logs / f"launch-{self.k}.plan.json"
@@ -216,7 +220,8 @@ class Launch:
     def run(self) -> list[Cell]:
         """Start the launch and follow it to its end; returns the cells still to run."""
         cmd, r = self.command(), self.config.run
-        env = os.environ | launch_env(r.device, r.threads_for(self.ws)) | {"PYTHONUNBUFFERED": "1"}
+        env = (os.environ | launch_env(r.device, r.threads_for(self.ws)) | self.nccl_vars
+               | {"PYTHONUNBUFFERED": "1"})
         (self.logs / f"launch-{self.k}.cmd").write_text(" ".join(cmd) + "\n")
         with open(self.logs / f"launch-{self.k}.out", "w") as out, \
                 open(self.logs / f"launch-{self.k}.err", "w") as err:
@@ -237,7 +242,23 @@ class Launch:
                 raise
         # Workers may outlive a torchrun that died abnormally: make sure none is left.
         kill_groups(proc, self.worker_pgids)
+        if self.config.run.device == "cuda":
+            nccl_log.record_launch(self.sweep.run_dir, self.k, self.ws, self.nccl_files(), self.nccl_vars)
         return self.after_exit(proc.returncode)
+
+    def nccl_files(self) -> list[Path]:
+        """This launch's NCCL log files (a user's fixed file name: only if written since the launch began);
+        the user's NCCL_DEBUG without a file prints to the ranks' stdout: the launch's .out and .err."""
+        if self.nccl_file is None:
+            return [p for p in (self.logs / f"launch-{self.k}.out", self.logs / f"launch-{self.k}.err")
+                    if p.is_file()]
+        return nccl_log.log_files(self.nccl_file, since=None if self.nccl_vars else self.started_at)
+
+    def nccl_transport(self) -> str | None:
+        """The transports NCCL's log shows so far for this launch (None on CPU or without connections)."""
+        if self.config.run.device != "cuda":
+            return None
+        return nccl_log.summary(nccl_log.parse_files(self.nccl_files()))
 
     def follow_events(self, outcomes_only: bool = False) -> None:
         """Read the events written since the last call; record finished cells and their traces."""
@@ -280,7 +301,9 @@ class Launch:
         self.mark = ev["t"]
         if cell.cell_id in self.current:
             self.current.remove(cell.cell_id)
-        self.sweep.record(results.record_from_event(cell, self.config, ev))
+        record = results.record_from_event(cell, self.config, ev)
+        # the launcher owns nccl_transport: NCCL's log of this launch, read when the cell finishes
+        self.sweep.record(record | {"nccl_transport": self.nccl_transport()})
 
     def time_limit_s(self) -> float:
         """The watchdog's limit on silence (RunConfig.watchdog_limit_s): run.cell_timeout_s since the last

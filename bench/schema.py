@@ -82,6 +82,11 @@ EXTRA_COLUMNS = (
     "loss_scale",            # fp16: the GradScaler's scale at the end of the cell; empty otherwise
     "skipped_steps",         # fp16: optimizer steps skipped for inf/NaN gradients, whole cell, max over ranks
     "skipped_timed_steps",   # fp16: those among the timed steps (> 0: the cell is flagged in the report)
+    # NCCL's transports in this cell's launch ("P2P/CUMEM", "NVLS+P2P/CUMEM", "SHM", "NET/IB", ...), from its
+    # INFO log (bench/nccl_log.py; the launcher's); empty for gloo, at world size 1, or without the log
+    "nccl_transport",
+    "peak_reserved_mb",      # peak held by torch's CUDA caching allocator in the memory pass; CPU: empty
+    "device_used_mb",        # the GPU's used memory (total − free) at the memory pass's end; CPU: empty
 )
 
 RESULT_COLUMNS = CONTRACT_COLUMNS + EXTRA_COLUMNS
@@ -97,7 +102,7 @@ SWEEP_COLUMNS = (
 STRING_COLUMNS = (
     "cell_id", "status", "error", "engine", "model", "model_size", "precision", "comm_dtype", "scaling",
     "device", "backend", "trace_dir", "gpu_name", "hostname", "verdict_vs_torch", "interleaved",
-    "matmul_fp32_precision", "cudnn_fp32_precision",
+    "matmul_fp32_precision", "cudnn_fp32_precision", "nccl_transport",
 )
 
 # The keys that identify a configuration (what compare joins on, what T1 is matched by).

@@ -1,6 +1,7 @@
 """The suite on CUDA/NCCL (skipped without CUDA): every world size the machine has (1, 2, 4, 8), comm dtypes,
 accumulation, autocast with GradScaler, the TF32 flags each cell ran with, memory released between cells,
-positive bus bandwidth, and traces holding GPU and NCCL kernels. Written to pass on 1 GPU and on 8."""
+allocated ≤ reserved ≤ device memory, positive bus bandwidth, NCCL's transport from its log, and traces
+holding GPU and NCCL kernels. Written to pass on 1 GPU and on 8."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import csv
 import gc
 import gzip
 import json
+import os
 
 import pytest
 import torch
 import torch.distributed as dist
 from test_runner import read_csv, run_bench
 
+from bench import nccl_log
 from bench.config import load_config
 from bench.matrix import expand
 from bench.schema import RESULT_COLUMNS, MiB
@@ -53,6 +56,7 @@ def test_gpu_sweep_every_world_size(tmp_path):
                      "matrix.precision=fp16,tf32", "matrix.comm_dtype=none,fp16,bf16",
                      "matrix.grad_accum=1,2", "profile.cells=*-fp16-cnone-ga1-*", timeout=1400)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    own_nccl_debug = any(v in os.environ for v in nccl_log.DEBUG_VARS)  # then the launcher keeps the user's
     columns, rows = read_csv(out)
     assert tuple(columns) == RESULT_COLUMNS
     assert {r["status"] for r in rows} <= {"ok", "skipped"}
@@ -67,10 +71,16 @@ def test_gpu_sweep_every_world_size(tmp_path):
         assert r["matmul_fp32_precision"] == flag and r["cudnn_fp32_precision"] == flag
         assert r["sync_wait_ms_p50"] == ""  # host time is enqueue time on CUDA: not reported
         assert float(r["step_time_ms_p50"]) > 0 and float(r["peak_mem_mb"]) > 0
+        # the allocator holds at least what it hands out; the device holds that plus context and NCCL
+        assert float(r["peak_reserved_mb"]) >= float(r["peak_mem_mb"])
+        assert float(r["device_used_mb"]) >= float(r["peak_reserved_mb"])
         if r["world_size"] == "1":
             assert r["allreduce_algbw_gbps"] == "" and float(r["allreduce_busbw_gbps"]) == 0
+            assert r["nccl_transport"] == ""  # one rank: NCCL connects nothing
         else:
             assert float(r["allreduce_busbw_gbps"]) > 0
+            if not own_nccl_debug:  # bench's NCCL_DEBUG=INFO log: the transport of every connection
+                assert r["nccl_transport"], r["cell_id"]
     with open(out / "allreduce_sweep.csv", newline="") as f:
         sweep = list(csv.DictReader(f))
     wire = {"none": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -92,6 +102,15 @@ def test_gpu_sweep_every_world_size(tmp_path):
             assert any(n.startswith(("ncclDevKernel", "ncclKernel")) for n in names), r["cell_id"]
     env = json.loads((out / "env.json").read_text())
     assert env["gpu_count"] == GPUS and env["nccl"] and "tf32" not in env
+    if not own_nccl_debug:  # one NCCL log per rank in logs/, none of it in the ranks' stderr
+        launches = env["nccl_transport"].values()
+        assert {e["world_size"] for e in launches} == set(WORLD_SIZES)
+        for e in launches:
+            # one file per rank (one rank may have none, were NCCL not initialised at world size 1)
+            assert len(e["log_files"]) == e["world_size"] or (e["world_size"] == 1 and not e["log_files"])
+            assert e["set_by"] == "bench"
+            assert all((out / f).is_file() for f in e["log_files"])
+        assert not any("NCCL INFO" in p.read_text() for p in (out / "logs").glob("launch-*.err"))
     assert "traces: " in proc.stdout
 
 

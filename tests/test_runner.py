@@ -107,6 +107,8 @@ def test_sweep_world_sizes_1_and_2(tmp_path):
             row["grad_accum"])
         assert row["tokens_per_s"] == "" and row["mfu"] == ""  # not a sequence model; CPU has no peak
         assert (float(row["allreduce_busbw_gbps"]) == 0) == (row["world_size"] == "1")
+        # gloo: no NCCL transport; CPU: no caching allocator, no device memory
+        assert row["nccl_transport"] == row["peak_reserved_mb"] == row["device_used_mb"] == ""
         # one gzipped trace per rank, loadable as JSON
         assert row["trace_dir"] == f"traces/{row['cell_id']}"
         traces = sorted((out / row["trace_dir"]).glob("*.pt.trace.json.gz"))
@@ -138,6 +140,7 @@ def test_sweep_world_sizes_1_and_2(tmp_path):
     assert set(ENV_KEYS) <= set(env) and env["device"] == "cpu" and env["backend"] == "gloo"
     assert "OMP_NUM_THREADS" in env["env_vars"]
     assert (out / "config.toml").is_file() and list((out / "logs").glob("launch-*.err"))
+    assert "nccl_transport" not in env and not list((out / "logs").glob("nccl-*"))  # no NCCL on CPU
     assert "overhead per cell" in proc.stdout
     assert_no_orphans(out)
 

@@ -56,12 +56,31 @@ def test_run_group_measures_a_cell(tmp_path, one_rank_group, precision):
     assert row["final_loss"] == row["final_loss"]  # finite, not NaN
     assert row["interleaved"] is False and row["speed_vs_torch"] is None and row["rank_skew_ms_p50"] is None
     assert row["peak_mem_mb"] > 0 and "trace_dir" not in row  # traces come from the profiled pass, later
+    assert row["peak_reserved_mb"] is None and row["device_used_mb"] is None  # CUDA only (peak RSS above)
     assert row["n_params"] == sum(p.numel() for p in torch.nn.Sequential(
         torch.nn.Linear(64, 128), torch.nn.Linear(128, 128), torch.nn.Linear(128, 10)).parameters())
     if precision == "fp16":  # GradScaler's scale at the end, nothing skipped on this tame model
         assert (row["loss_scale"], row["skipped_steps"], row["skipped_timed_steps"]) == (2.0**16, 0, 0)
     else:
         assert row["loss_scale"] is row["skipped_steps"] is row["skipped_timed_steps"] is None
+
+
+def test_cuda_memory_columns_read_the_allocator_and_the_device(monkeypatch):
+    """peak_reserved_mb is the caching allocator's peak; device_used_mb is total − free of cudaMemGetInfo
+    (on CPU, in the test above, both are empty). torch.cuda stubbed: the arithmetic and the sources."""
+    from bench.schema import MiB
+    from bench.worker import measure
+
+    monkeypatch.setattr(measure, "max_over_ranks", lambda value, device: value)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: 96 * MiB)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 64 * MiB)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (700 * MiB, 1000 * MiB))
+    gpu = torch.device("cuda", 0)
+    assert measure.peak_memory_mb(gpu) == 64.0
+    assert measure.peak_reserved_mb(gpu) == 96.0
+    assert measure.device_used_mb(gpu) == 300.0
+    assert measure.peak_reserved_mb(torch.device("cpu")) is None
+    assert measure.device_used_mb(torch.device("cpu")) is None
 
 
 def test_engines_of_a_group_run_side_by_side_and_compare_to_torch(tmp_path, one_rank_group):
@@ -162,22 +181,29 @@ def test_an_engine_20_percent_slower_is_found_slower(one_rank_group):
     import statistics
     import time
 
+    # Up to three measurements, as the A/A test: on a loaded machine the step time the 20 % is taken from
+    # can move between calibration and measurement; one measurement must find "slower" at about 1/1.2.
     a, b = _torch_trainers(2)
     for _ in range(3):
         a.step(), b.step()
-    per_step = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        a.step()
-        per_step.append(time.perf_counter() - t0)
-    extra = 0.2 * statistics.median(per_step)
+    seen = []
+    for _ in range(3):
+        per_step = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            a.step()
+            per_step.append(time.perf_counter() - t0)
+        extra = 0.2 * statistics.median(per_step)
 
-    def slow_step():
-        b.step()
-        time.sleep(extra)  # 20 % of a step on top of the same work
+        def slow_step():
+            b.step()
+            time.sleep(extra)  # 20 % of a step on top of the same work
 
-    ratio, low, high, verdict = _ratio_and_verdict([a.step, slow_step])
-    assert verdict == "slower" and 0.7 < ratio < 0.95, (ratio, low, high)
+        ratio, low, high, verdict = _ratio_and_verdict([a.step, slow_step])
+        seen.append((verdict, ratio, low, high))
+        if verdict == "slower" and 0.7 < ratio < 0.95:
+            break
+    assert seen[-1][0] == "slower" and 0.7 < seen[-1][1] < 0.95, seen
 
 
 def test_pick_device_wraps_local_rank_only_onto_a_single_visible_gpu(monkeypatch):

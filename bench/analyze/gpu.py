@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from bench.analyze import classify as C
-from bench.analyze.columns import ALL_STEPS
 from bench.analyze import intervals as iv
+from bench.analyze.columns import ALL_STEPS
 from bench.analyze.comms import collectives, window_bytes_busbw
 from bench.analyze.load import Trace
 from bench.analyze.steps import Window

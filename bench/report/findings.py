@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench import stats
+from bench import nccl_log, stats
+from bench.project.collectives import allreduce_cost
+from bench.project.network import FABRICS, preset_network
 from bench.report import slices, tables
+
+# An all-reduce busbw below this fraction of the NVLink preset's figure (bench/project/network.py) for the
+# same message size and rank count is "far below": a lost P2P path costs several-fold, noise does not.
+BUSBW_FLOOR_FRACTION = 0.25
+# The NVLink presets by GPU name (the presets are 8-GPU NVSwitch systems' nccl-tests figures).
+NVLINK_PRESETS = (("H100", "h100-nvlink"), ("H200", "h100-nvlink"), ("A100", "a100-nvlink"))
+SLURM_HINT = ("Under SLURM, `--gpus-per-task=1` puts each rank in a cgroup that sees only its own GPU, so "
+              "NCCL cannot map its peers' memory and falls back to host memory or the network: launch with "
+              "`--gpu-bind=none` or `--gpus-per-node` (README, SLURM).")
 
 
 def _setting(r) -> str:
@@ -179,6 +190,50 @@ def _drop_sentence(first: pd.Series, scaling: str, loss: float, exposed: float) 
     )
 
 
+def nvlink_preset(gpu_name: str) -> str | None:
+    """The NVLink preset (bench/project/network.py) for a GPU name, or None."""
+    return next((preset for key, preset in NVLINK_PRESETS if key in str(gpu_name)), None)
+
+
+def expected_busbw_gbps(preset: str, size_bytes: float, n: int) -> float:
+    """The busbw nccl-tests would report for one all-reduce of `size_bytes` on n ranks of the preset's node:
+    algbw = S / t with t the projection's cost (latency included), busbw = algbw · 2(n−1)/n."""
+    t_us = allreduce_cost(preset_network(preset, gpus_per_node=max(n, 8)), size_bytes, n).total_us
+    return size_bytes / (t_us * 1e3) * 2 * (n - 1) / n
+
+
+def transport_warnings(df: pd.DataFrame, env: dict | None) -> list[str]:
+    """Per world size on one node whose `nvidia-smi topo -m` shows NVLink: NCCL connected the GPUs through
+    host memory (SHM) or the network (NET), or the probe's all-reduce busbw is below BUSBW_FLOOR_FRACTION of
+    the NVLink preset's figure. Said with the transport, the measured and the expected bandwidth."""
+    env = env or {}
+    if not len(df) or "nccl_transport" not in df or not nccl_log.topology_has_nvlink(env.get("topology")):
+        return []
+    gpus = env.get("gpu_count") or 0
+    ok = df[(df["status"] == "ok") & (df["world_size"] > 1) & (df["world_size"] <= gpus)]
+    out = []
+    for n, at_n in ok.groupby("world_size", sort=True):
+        transports = sorted({t for t in at_n["nccl_transport"] if t})
+        slow_path = [t for t in transports if any(p.split("/")[0] in ("SHM", "NET") for p in t.split("+"))]
+        measured = at_n.dropna(subset=["allreduce_busbw_gbps", "allreduce_bytes"])
+        best = measured.loc[measured["allreduce_busbw_gbps"].idxmax()] if len(measured) else None
+        preset = nvlink_preset(best["gpu_name"]) if best is not None and "gpu_name" in best else None
+        expected = (expected_busbw_gbps(preset, float(best["allreduce_bytes"]), int(n))
+                    if preset in FABRICS else None)
+        bw = "" if best is None else (
+            f"; all-reduce bus bandwidth {best['allreduce_busbw_gbps']:.1f} GB/s at "
+            f"{best['allreduce_bytes'] / 2**20:.1f} MiB"
+            + (f" against ≈{expected:.0f} GB/s for the {preset} preset" if expected else ""))
+        if slow_path:
+            out.append(f"At {int(n)} ranks NCCL connected the GPUs via {', '.join(slow_path)} although "
+                       f"`nvidia-smi topo -m` shows NVLink between them{bw}. {SLURM_HINT}")
+        elif expected and best["allreduce_busbw_gbps"] < BUSBW_FLOOR_FRACTION * expected:
+            via = f" (NCCL transport {', '.join(transports) or 'not recorded'})"
+            out.append(f"At {int(n)} ranks the all-reduce bus bandwidth is far below the NVLink node's{via}"
+                       f"{bw}, under {BUSBW_FLOOR_FRACTION:.0%} of it. {SLURM_HINT}")
+    return out
+
+
 def status_summary(df: pd.DataFrame) -> list[str]:
     """How many cells produced no numbers, by status."""
     bad = df[df["status"] != "ok"]
@@ -191,13 +246,13 @@ def status_summary(df: pd.DataFrame) -> list[str]:
     ]
 
 
-def headline(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) -> list[str]:
-    """All headline sentences, in reading order."""
+def headline(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame], env: dict | None = None) -> list[str]:
+    """All headline sentences, in reading order (`env`: env.json, for the transport warnings)."""
     if not len(df):
         return [
             "The run has no cells yet: results.csv has no rows (did the runner stop before the first cell?)."
         ]
-    sentences = engines_per_world_size(df) + efficiency_drops(df, scaling_tables) + unstable_cells(df)
-    sentences += skipped_optimizer_steps(df)
+    sentences = (engines_per_world_size(df) + transport_warnings(df, env)
+                 + efficiency_drops(df, scaling_tables) + unstable_cells(df) + skipped_optimizer_steps(df))
     why = tables.efficiency_unavailable(df)
     return sentences + ([why] if why else []) + status_summary(df)

@@ -77,7 +77,8 @@ def _with_table(
 
 def findings_section(run: Run, scaling_tables: dict[str, pd.DataFrame]) -> Section:
     """The headline sentences, then whatever the loader noticed about the run folder."""
-    sec = Section("Findings", "findings").bullets(findings.headline(run.results, scaling_tables), "findings")
+    sentences = findings.headline(run.results, scaling_tables, run.env)
+    sec = Section("Findings", "findings").bullets(sentences, "findings")
     # from env_vars, not env.json's env_warnings, so older runs get the same warnings
     for warning in timing_warnings(run.env.get("env_vars") or {}):
         sec.para(warning, "warn")

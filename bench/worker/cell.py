@@ -82,7 +82,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     release(device)
     progress("memory")
     for row, cell in zip(rows, cells):
-        row["peak_mem_mb"] = solo_peak_memory_mb(cell, config, device, rank, world_size)
+        row |= solo_peak_memory(cell, config, device, rank, world_size)
         row["steps_wall_s"] = clock.seconds / len(cells)
         row["interleaved"] = len(cells) > 1
     add_speed_vs_torch(cells, rows)
@@ -140,19 +140,23 @@ def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int) -> l
     return [metrics.step_times_over_ranks(ranks) for ranks in rounds]
 
 
-def solo_peak_memory_mb(cell: Cell, config: BenchConfig, device: torch.device, rank: int,
-                        world_size: int) -> float:
+def solo_peak_memory(cell: Cell, config: BenchConfig, device: torch.device, rank: int,
+                     world_size: int) -> dict[str, float | None]:
     """Collective. The cell's trainer alone (nothing else resident): peak memory of a few training steps,
-    before any parity clone or probe buffer exists; max over ranks, MiB."""
+    before any parity clone or probe buffer exists; max over ranks, MiB. peak_mem_mb: allocated (CPU: RSS);
+    peak_reserved_mb: the caching allocator's; device_used_mb: the GPU's used memory with the trainer still
+    resident (the allocator keeps its peak blocks, so ≈ reserved + context, NCCL and cuBLAS memory)."""
     measure.reset_peak_memory(device)
     trainer = Trainer(cell, config, device, rank, world_size, MEMORY_STEPS)
     for _ in range(MEMORY_STEPS):
         trainer.step()
     sync_device(device)
-    peak = measure.peak_memory_mb(device)
+    out = {"peak_mem_mb": measure.peak_memory_mb(device),
+           "peak_reserved_mb": measure.peak_reserved_mb(device),
+           "device_used_mb": measure.device_used_mb(device)}
     del trainer
     release(device)
-    return peak
+    return out
 
 
 def timed_values(per_rank: list[list[float]], global_batch: int) -> dict:

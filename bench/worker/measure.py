@@ -178,7 +178,8 @@ def allreduce_probe(trainer: Trainer, iters: int) -> Probe:
 
 
 def reset_peak_memory(device: torch.device) -> None:
-    """Start a new peak: CUDA's allocator statistics, or the process's peak RSS (Linux VmHWM)."""
+    """Start a new peak: CUDA's allocator statistics (allocated and reserved), or the process's peak RSS
+    (Linux VmHWM)."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return
@@ -199,6 +200,24 @@ def peak_memory_mb(device: torch.device) -> float:
         except (OSError, AttributeError):
             local = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MiB  # Linux: KiB
     return max_over_ranks(local, device)
+
+
+def peak_reserved_mb(device: torch.device) -> float | None:
+    """Collective on CUDA. The peak memory torch's caching allocator held since `reset_peak_memory` (its
+    blocks, allocated or cached), MiB, max over ranks; None on CPU (no allocator of its own to report)."""
+    if device.type != "cuda":
+        return None
+    return max_over_ranks(torch.cuda.max_memory_reserved(device) / MiB, device)
+
+
+def device_used_mb(device: torch.device) -> float | None:
+    """Collective on CUDA. The device's used memory now (cudaMemGetInfo: total − free), MiB, max over ranks:
+    the allocator's reserved memory plus what it does not see (CUDA context, NCCL buffers, cuBLAS
+    workspaces) and any other process on the GPU; None on CPU."""
+    if device.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    return max_over_ranks((total - free) / MiB, device)
 
 
 def work_per_step(trainer: Trainer, steps: list[list]) -> tuple[float | None, float | None]:
