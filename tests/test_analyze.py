@@ -10,7 +10,18 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from analyze_fixtures import CPU_META, GPU_META, cpu_events, gpu_events, write_trace
+from analyze_fixtures import (
+    CPU_META,
+    GPU,
+    GPU_META,
+    STREAM,
+    cpu_events,
+    gpu_events,
+    kernel,
+    runtime,
+    write_trace,
+    x,
+)
 
 from bench.analyze import classify as C
 from bench.analyze import cli
@@ -58,6 +69,10 @@ def test_weighted_time_caps_the_sum_of_concurrent_values():
     ("Memcpy DtoD (Device -> Device)", "gpu_memcpy", C.MEMORY),
     ("Memset (Device)", "gpu_memset", C.MEMORY),
     ("void at::native::vectorized_elementwise_kernel<4>(int)", "kernel", C.COMPUTE),
+    # HTA's OTHER: neither compute nor communication nor memory (busy time, non-compute time)
+    ("Stream Sync", "cuda_sync", C.OTHER),
+    ("void copy_kernel_Memcpy<float>(float*)", "kernel", C.OTHER),
+    ("cudaEventSync_helper", "kernel", C.OTHER),
 ])
 def test_gpu_kernel_classes(name, cat, expected):
     assert C.gpu_class(name, cat) == expected
@@ -101,6 +116,60 @@ def test_gpu_events_belong_to_the_step_that_launched_them(tmp_path):
     assert s2["gpu_util_pct"] == approx(20)              # clipped to [100,200]: 20 of 100
     assert whole["span_ms"] == approx(220e-3) and whole["idle_ms"] == approx(100e-3)
     assert whole["gpu_util_pct"] == approx(100 * 80 / 200)                      # [10,70] + [180,200]
+
+
+def test_kernels_launched_outside_the_trace_belong_to_no_window(tmp_path):
+    # A kernel whose launch is not in the file ran for a step the profiler did not record (HTA drops it):
+    # corr 99 at [2,8] has no runtime call. Every breakdown figure is as without it; the all row counts it.
+    orphan = kernel("void at::native::vectorized_elementwise_kernel<4>(int)", 2, 6, 99, 1.0, 50)
+    rows, _ = rows_by_step(write_trace(tmp_path / "t.json", [*gpu_events(), orphan], GPU_META))
+    base, _ = rows_by_step(write_trace(tmp_path / "base.json", gpu_events(), GPU_META))
+    for step in ("1", "all"):
+        for column in ("span_ms", "busy_ms", "compute_ms", "idle_ms"):
+            assert rows[step][column] == approx(base[step][column]), (step, column)
+    assert rows["all"]["unlaunched_kernels"] == 1 and rows["all"]["unlaunched_ms"] == approx(6e-3)
+    assert base["all"]["unlaunched_kernels"] == 0 and base["all"]["unlaunched_ms"] == 0
+    assert "unlaunched_kernels" not in rows["1"]  # a whole-trace figure
+
+
+def test_the_all_row_counts_launches_before_the_first_step_as_hta(tmp_path):
+    # HTA keeps every GPU event correlated with a host event up to the last step's end, with no lower
+    # bound: a kernel launched at −20 (before ProfilerStep#1 at 0) runs [−15,−5]: in `all`, in no step.
+    early = [runtime(-20, 98), kernel("ampere_sgemm_128x64_nn", -15, 10, 98, 1.0, 50)]
+    rows, _ = rows_by_step(write_trace(tmp_path / "t.json", [*gpu_events(), *early], GPU_META))
+    assert rows["all"]["span_ms"] == approx(245e-3)          # −15 → 230
+    assert rows["all"]["compute_ms"] == approx((30 + 20 + 50 + 10) * 1e-3)
+    assert rows["1"]["span_ms"] == approx(80e-3)             # 10 → 90, as before
+
+
+def test_ns_resolution_traces_are_rounded_inward_as_hta(tmp_path):
+    # Fractional µs (Kineto's ns-resolution traces): HTA rounds each start up and each end down to whole µs
+    # (pytorch/pytorch#122425). GEMM [10.4,20.6] → [11,20]: 9 µs; a 0.6 µs kernel [30.2,30.8] → no length;
+    # their launches 5.2 and 25.7 → 6 and 26, inside step 1 [0,100).
+    events = [
+        x("ProfilerStep#1", "user_annotation", 0, 100), x("ProfilerStep#2", "user_annotation", 100, 100),
+        runtime(5.2, 1), runtime(25.7, 2),
+        kernel("ampere_sgemm_128x64_nn", 10.4, 10.2, 1, 1.0, 50),
+        kernel("void at::native::vectorized_elementwise_kernel<4>(int)", 30.2, 0.6, 2, 1.0, 50),
+    ]
+    rows, _ = rows_by_step(write_trace(tmp_path / "t.json", events, GPU_META))
+    assert rows["1"]["compute_ms"] == approx(9e-3) and rows["1"]["busy_ms"] == approx(9e-3)
+    assert rows["1"]["span_ms"] == approx(19e-3)             # 11 → 30 (the short kernel's end, rounded down)
+
+
+def test_syncs_on_a_stream_are_busy_but_not_compute(tmp_path):
+    # CUPTI's Stream Sync on stream 7 [92,96] (its cudaStreamSynchronize at 91): HTA's OTHER kind, busy
+    # and non-compute time. A Context Sync on no stream (tid −1) is not a GPU event.
+    syncs = [runtime(91, 97, "cudaStreamSynchronize"),
+             x("Stream Sync", "cuda_sync", 92, 4, pid=GPU, tid=STREAM, correlation=97, stream=STREAM),
+             runtime(95, 96, "cudaDeviceSynchronize"),
+             x("Context Sync", "cuda_sync", 96, 3, pid=GPU, tid=-1, correlation=96, stream=-1)]
+    rows, _ = rows_by_step(write_trace(tmp_path / "t.json", [*gpu_events(), *syncs], GPU_META))
+    s1 = rows["1"]
+    assert s1["span_ms"] == approx(86e-3)                    # 10 → 96
+    assert s1["busy_ms"] == approx(74e-3)                    # [10,70] + [80,90] + [92,96]
+    assert s1["compute_ms"] == approx(50e-3) and s1["memory_ms"] == approx(10e-3)
+    assert s1["gpu_util_pct"] == approx(60)                  # kernels only, as the TensorBoard plugin
 
 
 def test_rocm_trace_is_rocm_and_measured_alike(tmp_path):
@@ -176,10 +245,10 @@ def test_per_rank_figures_do_not_depend_on_the_ranks_clocks(tmp_path):
     a = analyse_trace(TraceJob(write_trace(tmp_path / "a.json", gpu_events(), GPU_META), "a"))
     b = analyse_trace(TraceJob(write_trace(tmp_path / "b.json", gpu_events(), GPU_META, shift=1.7e9), "b"))
     strip = lambda rows: [{k: v for k, v in r.items() if k != "trace_file"} for r in rows]
-    for x, y in zip(strip(a[0]) + strip(a[1]), strip(b[0]) + strip(b[1])):
-        assert x.keys() == y.keys()
-        for k in x:
-            assert x[k] == y[k] or (isinstance(x[k], float) and math.isclose(x[k], y[k], abs_tol=1e-6)), k
+    for u, y in zip(strip(a[0]) + strip(a[1]), strip(b[0]) + strip(b[1])):
+        assert u.keys() == y.keys()
+        for k in u:
+            assert u[k] == y[k] or (isinstance(u[k], float) and math.isclose(u[k], y[k], abs_tol=1e-6)), k
 
 
 # ---- bad files and the command --------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from bench.analyze.load import find_trace_files
 from bench.analyze.summary import TraceJob, analyse
 
 DATA = Path(__file__).parent / "data" / "traces"
-TOLERANCE = 0.02  # "within a few percent": 2 % of the rank's GPU span, or 2 points of a percentage
 
 
 def whole_rows(folder: Path) -> pd.DataFrame:
@@ -24,31 +23,51 @@ def whole_rows(folder: Path) -> pd.DataFrame:
     return summary[summary["step"] == "all"].set_index("rank")
 
 
+# Every GPU trace of HTA's own test data (tests/data/traces/README.md) that has a ProfilerStep window and
+# that HTA 0.5 itself can analyse, except triton_example (below): bench analyze's `all` row must give HTA's
+# figures. Left out, with the reason: rank_unavailable/rank_not_found (HTA raises IndexError on it: no GPU
+# kernel), triton_example (HTA counts a host `cpu_op` that carries a `stream` argument, Triton's launcher, as
+# a 94 µs GPU kernel; we count GPU activity only), and the traces without ProfilerStep marks.
+HTA_GPU_TRACES = [
+    "a100-8rank-rank3", "sampled-2rank", "v100-2rank-rank1", "v100-2rank-many-kernels", "a100-2rank-rank0",
+    "a100-16rank-rank0", "v100-1rank-ns", "mi250-1rank", "a100-event-sync", "tiny-2step-base",
+    "tiny-2step-test",
+]
+WITHIN = 0.01  # compute, communication, idle and span within 1 % of HTA's figure; overlap within 1 point
+
+
+def near(ours_us: float, ref_us: float) -> bool:
+    return abs(ours_us - ref_us) <= WITHIN * abs(ref_us) + 1.0  # + 1 µs: HTA's whole microseconds
+
+
 @pytest.mark.filterwarnings("ignore::Warning:hta.*")  # HTA 0.5's own pandas deprecation warnings
-@pytest.mark.parametrize("folder", ["a100-8rank-rank3", "sampled-2rank"])
+@pytest.mark.parametrize("folder", HTA_GPU_TRACES)
 def test_gpu_breakdown_agrees_with_holistic_trace_analysis(folder):
     hta = pytest.importorskip("hta.trace_analysis")
     ours = whole_rows(DATA / "hta" / folder)
     ta = hta.TraceAnalysis(trace_dir=str(DATA / "hta" / folder), include_last_profiler_step=True)
-    temporal = ta.get_temporal_breakdown(visualize=False).set_index("rank")
-    overlap = ta.get_comm_comp_overlap(visualize=False).set_index("rank")
-    assert sorted(temporal.index) == sorted(ours.index)
-    for rank, ref in temporal.iterrows():
-        mine = ours.loc[rank]
-        span_us = ref["kernel_time(us)"]
-        assert mine["span_ms"] * 1e3 == pytest.approx(span_us, rel=TOLERANCE)
-        assert abs(mine["compute_ms"] * 1e3 - ref["compute_time(us)"]) <= TOLERANCE * span_us
-        assert abs(mine["idle_ms"] * 1e3 - ref["idle_time(us)"]) <= TOLERANCE * span_us
+    temporal = ta.get_temporal_breakdown(visualize=False)
+    overlap = ta.get_comm_comp_overlap(visualize=False)
+    assert len(temporal) == len(ours)
+    if len(ours) > 1:  # several ranks: matched by rank
+        temporal, overlap = temporal.set_index("rank"), overlap.set_index("rank")
+        pairs = [(ours.loc[rank], ref, overlap.loc[rank]) for rank, ref in temporal.iterrows()]
+    else:
+        pairs = [(ours.iloc[0], temporal.iloc[0], overlap.iloc[0] if len(overlap) else None)]
+    for mine, ref, ov in pairs:
+        assert near(mine["span_ms"] * 1e3, ref["kernel_time(us)"]), (mine["span_ms"], ref["kernel_time(us)"])
+        assert near(mine["compute_ms"] * 1e3, ref["compute_time(us)"]), (mine["compute_ms"], ref)
+        assert near(mine["idle_ms"] * 1e3, ref["idle_time(us)"]), (mine["idle_ms"], ref)
         # HTA's non-compute time is the busy time outside compute kernels: our busy − compute
-        assert abs((mine["busy_ms"] - mine["compute_ms"]) * 1e3 - ref["non_compute_time(us)"]) \
-            <= TOLERANCE * span_us
-        assert abs(mine["overlap_pct"] - overlap.loc[rank, "comp_comm_overlap_pctg"]) <= 100 * TOLERANCE
-    # The kernel-type breakdown (summed over ranks): each class's union includes its overlaps with others.
+        assert near((mine["busy_ms"] - mine["compute_ms"]) * 1e3, ref["non_compute_time(us)"])
+        if ov is not None and pd.notna(mine["overlap_pct"]):
+            assert abs(mine["overlap_pct"] - ov["comp_comm_overlap_pctg"]) <= 1.0
+    # The kernel-type breakdown (summed over ranks): HTA sums durations, we take unions; the same here,
+    # where no two kernels of a class run at once.
     kinds, _ = ta.get_gpu_kernel_breakdown(visualize=False, include_memory_kernels=True)
-    classes = (("COMPUTATION", "compute_ms"), ("COMMUNICATION", "comm_ms"), ("MEMORY", "memory_ms"))
-    for kind, column in classes:
+    for kind, column in (("COMMUNICATION", "comm_ms"), ("MEMORY", "memory_ms")):
         ref_us = kinds[kinds["kernel_type"].str.contains(kind)]["sum"].sum()
-        assert abs(ours[column].sum() * 1e3 - ref_us) <= TOLERANCE * ours["span_ms"].sum() * 1e3, kind
+        assert near(ours[column].sum() * 1e3, ref_us), (kind, ours[column].sum() * 1e3, ref_us)
 
 
 def test_real_cpu_only_trace():

@@ -195,7 +195,7 @@ def test_an_engine_20_percent_slower_is_found_slower(one_rank_group):
             per_step.append(time.perf_counter() - t0)
         extra = 0.2 * statistics.median(per_step)
 
-        def slow_step():
+        def slow_step(extra=extra):
             b.step()
             time.sleep(extra)  # 20 % of a step on top of the same work
 

@@ -51,12 +51,13 @@ class GpuView:
         self.launch = self._launch_times(trace, gpu)
         # ns-resolution traces (fractional µs): HTA rounds every event inward to whole µs, start up and end
         # down (hta/common/trace_parser.py round_down_time_stamps; Kineto's ns timestamps made neighbouring
-        # events overlap, pytorch/pytorch#122425). The breakdown does the same; an event shorter than a µs
-        # then has no length (HTA's goes negative).
+        # events overlap, pytorch/pytorch#122425). The breakdown does the same; an event that rounds to less
+        # than nothing (shorter than a µs) becomes an instant at its rounded end, where HTA gives it a
+        # negative length: the span is HTA's, its busy time differs by that fraction of a µs.
         self.rounded = bool(np.any(trace.ts != np.floor(trace.ts)))
         if self.rounded:
-            self.bts = np.ceil(self.ts)
-            self.bend = np.maximum(np.floor(self.end), self.bts)
+            self.bend = np.floor(self.end)
+            self.bts = np.minimum(np.ceil(self.ts), self.bend)
             self.launch = np.ceil(self.launch)
         else:
             self.bts, self.bend = self.ts, self.end
