@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 
 import pytest
@@ -17,7 +18,7 @@ from bench.config import (
     to_toml,
     usable_cpus,
 )
-from bench.matrix import expand
+from bench.matrix import estimate_seconds, expand
 
 
 def run_cli(*argv: str) -> int:
@@ -105,7 +106,8 @@ def test_cli_value_types():
 
 
 def test_resolved_toml_round_trips():
-    for preset, cuda in (("cpu-smoke", False), ("default", False), ("default", True), ("gpu-node", True)):
+    for preset, cuda in (("cpu-smoke", False), ("default", False), ("default", True), ("gpu-node", True),
+                         ("gpu-node-quick", True)):
         config = load_config(preset, cuda_available=cuda)
         assert config_from_dict(tomllib.loads(to_toml(config))) == config
 
@@ -179,11 +181,12 @@ def test_profile_cells_selects_cells_by_pattern(capsys):
     assert load_config("cpu-smoke").profile.cells == ("*",)  # default: every cell
     off = load_config("cpu-smoke", ["profile.enabled=false"])
     assert not any(off.profile.covers(c.cell_id) for c in expand(off))
-    gpu = load_config("gpu-node", cuda_available=True)
-    cells = [c for c in expand(gpu) if gpu.profile.covers(c.cell_id)]
-    # 4 engines × 4 world sizes × strong and weak
-    assert len(cells) == 32 and {c.engine for c in cells} == set(gpu.matrix.engine)
-    assert {c.world_size for c in cells} == {1, 2, 4, 8}
+    for preset in ("gpu-node", "gpu-node-quick"):
+        gpu = load_config(preset, cuda_available=True)
+        cells = [c for c in expand(gpu) if gpu.profile.covers(c.cell_id)]
+        # 4 engines × 4 world sizes × strong and weak
+        assert len(cells) == 32 and {c.engine for c in cells} == set(gpu.matrix.engine)
+        assert {c.world_size for c in cells} == {1, 2, 4, 8}
     sets = ["matrix.scaling=strong", "profile.cells=*-ga1-*", "matrix.grad_accum=1,2", "matrix.engine=torch",
             "matrix.world_size=2"]
     assert run_cli("--config", "cpu-smoke", *[a for s in sets for a in ("--set", s)], "--dry-run") == 0
@@ -206,3 +209,23 @@ def test_threads_per_rank_share_the_cpus_this_process_may_use(monkeypatch):
     assert load_config("cpu-smoke", ["run.threads_per_rank=3"]).run.threads_for(2) == 3  # as set
     monkeypatch.delattr("os.sched_getaffinity", raising=False)  # macOS: no affinity mask
     assert usable_cpus() == 64 and run.threads_for(2) == 32
+
+
+@pytest.mark.parametrize("preset,minutes", [("gpu-node", None), ("gpu-node-quick", 30)])
+def test_gpu_node_presets_say_their_cell_count_and_estimate(preset, minutes):
+    """Each GPU-node preset's comment states its real cell count and the --dry-run estimate; the quick one
+    is a first look: under `minutes` by that estimate, on the same model as gpu-node."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "bench" / "configs" / f"{preset}.toml").read_text()
+    config = load_config(preset, cuda_available=True)
+    cells = expand(config)
+    assert f"# {len(cells)} cells (" in text
+    estimate = estimate_seconds(config, cells)
+    stated = re.search(r"`--dry-run` estimates ~([\d.]+) (h|min)", text)
+    seconds = float(stated[1]) * (3600 if stated[2] == "h" else 60) if stated else None
+    assert seconds == pytest.approx(estimate, rel=0.05)
+    if minutes:
+        assert estimate < minutes * 60
+        node = load_config("gpu-node", cuda_available=True).workload
+        assert (config.workload.model, config.workload.model_size) == (node.model, node.model_size)

@@ -18,7 +18,7 @@ from bench.schema import RESULT_COLUMNS
 from bench.worker import process
 from bench.worker.cell import compute_only_rounds, run_group, steps_needed
 from bench.worker.profiling import profile_cell
-from bench.worker.trainer import Instrument, Precision, Trainer
+from bench.worker.trainer import Instrument, Precision, Trainer, build_on
 from bench.workloads import get_workload
 from bench.workloads.mrpc import StagedPairs
 
@@ -384,3 +384,28 @@ def test_the_optimizer_is_fused_on_cuda_for_every_precision():
     params = [torch.nn.Parameter(torch.ones(3))]
     assert make_optimizer(params, torch.device("cuda", 0)).defaults["fused"] is True
     assert make_optimizer(params, torch.device("cpu")).defaults["fused"] is None
+
+
+def test_models_are_built_on_the_cells_device_and_identical(tmp_path, one_rank_group, monkeypatch):
+    """build_on creates the parameters on the device (meta stands in for a GPU: nothing on CPU, nothing
+    copied); a workload with build_on_device False (hf:, loaded from files) is built on CPU, then moved.
+    Every engine of a group starts from the same weights."""
+    workload = get_workload("transformer", "tiny")
+    seen = []
+    build = type(workload).build_model
+    monkeypatch.setattr(type(workload), "build_model",
+                        lambda self: (seen.append(torch.get_default_device().type), build(self))[1])
+    model = build_on(workload, torch.device("meta"))
+    assert seen == ["meta"] and {p.device.type for p in model.parameters()} == {"meta"}
+    monkeypatch.setattr(workload, "build_on_device", False, raising=False)
+    model = build_on(workload, torch.device("meta"))
+    assert seen == ["meta", "cpu"] and {p.device.type for p in model.parameters()} == {"meta"}
+    from bench.workloads.hf import HFWorkload
+    assert HFWorkload.build_on_device is False
+    config = smoke_config(["matrix.world_size=1", "matrix.grad_accum=1"])
+    cells = [c for c in expand(config) if c.world_size == 1]
+    assert {c.engine for c in cells} == {"torch", "naive", "bucketed", "overlap"}
+    trainers = [Trainer(c, config, torch.device("cpu"), 0, 1, 2) for c in cells]
+    first = [p.detach() for p in trainers[0].model.parameters()]
+    for trainer in trainers[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(first, trainer.model.parameters(), strict=True))

@@ -99,6 +99,10 @@ class Workload(abc.ABC):
     # config error naming it (a silently ignored option is a mis-measured run). None: not declared (a user
     # workload may read any), nothing is checked.
     uses_options: tuple[str, ...] | None = None
+    # The runner calls build_model under `with torch.device(<the cell's device>)`, so the parameters are
+    # created and initialised there (a GPU initialises a 360M-parameter model in a fraction of the time a
+    # CPU takes, and nothing is copied). False: built on CPU, then moved (for a model loaded from files).
+    build_on_device: bool = True
 
     def __init__(self, size: str, options: WorkloadOptions | None = None):
         self.size = size
@@ -106,11 +110,14 @@ class Workload(abc.ABC):
 
     @abc.abstractmethod
     def build_model(self) -> nn.Module:
-        """A freshly initialised model on CPU; deterministic under the caller's `torch.manual_seed`.
+        """A freshly initialised model; deterministic under the caller's `torch.manual_seed`.
 
-        Called once per cell on every rank, after `torch.manual_seed(run.seed)`; the runner moves it to the
-        device and wraps it in the cell's engine. Every parameter that requires a gradient must get one in
-        every step (the engines reject unused parameters). Buffers (e.g. BatchNorm's) are allowed.
+        Called once per cell on every rank, after `torch.manual_seed(run.seed)`, under
+        `with torch.device(device)` (unless `build_on_device` is False): tensors created without an explicit
+        device land on the cell's device. The runner then moves it to the device (a tensor placed elsewhere
+        explicitly is moved there) and wraps it in the cell's engine. Every parameter that requires a
+        gradient must get one in every step (the engines reject unused parameters). Buffers (e.g.
+        BatchNorm's) are allowed.
         """
 
     @abc.abstractmethod

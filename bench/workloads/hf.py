@@ -77,6 +77,10 @@ class HFWorkload(Workload):
         self.seq_len = self.options.seq_len or DEFAULT_SEQ_LEN
         self._non_embedding_params: int | None = None
 
+    # from_pretrained reads the weights from files on CPU; under a default-device context its placement
+    # depends on the transformers version, which no test here covers on a GPU: built on CPU, then moved.
+    build_on_device = False
+
     def build_model(self) -> nn.Module:
         import transformers
         from transformers import AutoModelForSequenceClassification
