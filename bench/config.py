@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.schema import COMM_DTYPE_ALIASES, COMM_DTYPES, DEFAULT_BUCKET_MB, ENGINES, PRECISIONS, SCALINGS
+from bench import engines
+from bench.schema import COMM_DTYPE_ALIASES, COMM_DTYPES, DEFAULT_BUCKET_MB, PRECISIONS, SCALINGS
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEVICES = ("auto", "cpu", "cuda")
@@ -80,7 +81,7 @@ MAX_THREADS = 4096
 class MatrixConfig:
     """The axes: each a list, the sweep is their cross product (see bench.matrix)."""
 
-    engine: tuple[str, ...] = ENGINES
+    engine: tuple[str, ...] = engines.names()
     world_size: tuple[int, ...] = (1, 2)
     bucket_cap_mb: tuple[float, ...] = (DEFAULT_BUCKET_MB,)
     precision: tuple[str, ...] = ("fp32",)
@@ -92,11 +93,14 @@ class MatrixConfig:
         for f in dataclasses.fields(self):
             if not getattr(self, f.name):
                 _fail(f"matrix.{f.name}", list(getattr(self, f.name)), "must list at least one value")
-        _check_choices("matrix.engine", self.engine, ENGINES)
+        _check_choices("matrix.engine", self.engine, engines.names())
         _check_min("matrix.world_size", self.world_size, 1, maximum=MAX_WORLD_SIZE)
         _check_min("matrix.bucket_cap_mb", self.bucket_cap_mb, 0, strict=True, maximum=MAX_BUCKET_MB)
         _check_choices("matrix.precision", self.precision, PRECISIONS)
         _check_choices("matrix.comm_dtype", self.comm_dtype, COMM_DTYPES + tuple(COMM_DTYPE_ALIASES))
+        # aliases resolved here, once: everything after the config sees only COMM_DTYPES
+        resolved = tuple(dict.fromkeys(COMM_DTYPE_ALIASES.get(c, c) for c in self.comm_dtype))
+        object.__setattr__(self, "comm_dtype", resolved)
         _check_min("matrix.grad_accum", self.grad_accum, 1, maximum=MAX_STEPS)
         _check_choices("matrix.scaling", self.scaling, SCALINGS)
 

@@ -2,12 +2,13 @@
 combinations kept as `skipped` cells carrying their reason.
 
 Collapse rules (cells that would measure the same thing get one id):
-- `naive` all-reduces one parameter at a time: its bucket size means nothing (bucket_cap_mb empty, "bna").
-- comm_dtype "fp32" is no compression: the same as "none".
+- an engine without buckets (`naive`: one all-reduce per parameter): its bucket size means nothing
+  (bucket_cap_mb empty, "bna"). (comm_dtype "fp32" = "none" is resolved by the config.)
 Skip rules (recorded with status `skipped`, the reason in `error`):
 - a compressed comm_dtype at world size 1: nothing is communicated, so it is the comm_dtype=none cell;
 - bf16 on a GPU that does not support it;
-- engine torch with comm_dtype bf16 on CPU: torch's bf16_compress_hook requires CUDA and NCCL;
+- what an engine says it cannot run (`Engine.skip_reason`; torch with comm_dtype bf16 on CPU: its
+  bf16_compress_hook requires CUDA and NCCL);
 - a world size above the GPUs present, when run.skip_world_sizes_above_gpus is set (else a config error).
 """
 
@@ -18,8 +19,9 @@ import itertools
 import re
 from dataclasses import dataclass
 
+from bench import engines
 from bench.config import BenchConfig
-from bench.schema import COMM_DTYPE_ALIASES
+from bench.schema import DEFAULT_BUCKET_MB
 from bench.workloads import model_label
 
 
@@ -52,6 +54,12 @@ class Cell:
                 f"-c{self.comm_dtype}-ga{self.grad_accum}-{self.scaling}-gb{self.global_batch}")
         return re.sub(r"[^A-Za-z0-9._-]", "_", text)
 
+    @property
+    def wrap_bucket_mb(self) -> float:
+        """The cap the engine is built with: the cell's, or for an engine without buckets (which ignores
+        it) the default. `bucket_cap_mb` None means only "no buckets"; the default is never implied by it."""
+        return DEFAULT_BUCKET_MB if self.bucket_cap_mb is None else self.bucket_cap_mb
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self) | {"cell_id": self.cell_id}
 
@@ -78,14 +86,13 @@ def expand(config: BenchConfig, bf16_supported: bool = True, gpu_count: int | No
         sorted(set(m.world_size)), m.engine, m.bucket_cap_mb, m.precision, m.comm_dtype, m.grad_accum,
         m.scaling,
     ):
-        comm = COMM_DTYPE_ALIASES.get(comm, comm)
-        bucket = None if engine == "naive" else float(bucket)
+        bucket = float(bucket) if engines.get(engine).has_buckets else None
         prb = per_rank_batch(scaling, ws, w.global_batch, w.per_rank_batch)
         reason = ""
         if comm != "none" and ws == 1:
             reason = f"comm_dtype={comm} at world_size=1: nothing is communicated (same as comm_dtype=none)"
-        elif engine == "torch" and comm == "bf16" and config.run.device == "cpu":
-            reason = "engine=torch, comm_dtype=bf16: torch's bf16_compress_hook needs CUDA and NCCL"
+        elif engines.get(engine).skip_reason(comm, config.run.device):
+            reason = engines.get(engine).skip_reason(comm, config.run.device)
         elif precision == "bf16" and config.run.device == "cuda" and not bf16_supported:
             reason = "precision=bf16: this GPU does not support bf16"
         elif config.run.device == "cuda" and gpu_count is not None and ws > gpu_count:

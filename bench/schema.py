@@ -6,14 +6,43 @@ commands read them. A number that was not measured is empty (NaN in pandas), nev
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # ---- vocabularies: the values a row may carry (config validates against them, the report reads them) ----
 STATUSES = ("ok", "failed", "timeout", "oom", "diverged", "skipped")
-ENGINES = ("torch", "naive", "bucketed", "overlap")
+# (engines: bench/engines/ is their registry, `bench.engines.names()` their vocabulary)
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 SCALINGS = ("strong", "weak")
-# All-reduce compression. "none" sends the gradients' own dtype; a row only ever carries these values.
-COMM_DTYPES = ("none", "fp16", "bf16")
-# Spellings a config may use for a value above (the matrix collapses them): fp32 gradients sent as fp32.
+
+
+@dataclass(frozen=True)
+class WireDtype:
+    """What a `comm_dtype` puts on the wire. torch_dtype: the torch dtype name gradients are cast to (None:
+    their own dtype, no compression); wire: its name where bandwidths are looked up (the projection's
+    networks, the probe); bytes: per element on the wire (for "none" the gradients' fp32: every workload
+    keeps fp32 parameters, precision is autocast); torch_hook: torch DDP's default comm hook for it."""
+
+    name: str
+    torch_dtype: str | None
+    wire: str
+    bytes: int
+    torch_hook: str | None
+
+    def on_wire(self, fp32_bytes: int) -> int:
+        """The bytes a message of `fp32_bytes` of fp32 gradients takes on the wire."""
+        return max(1, int(fp32_bytes * self.bytes / 4))
+
+
+# All-reduce compression, the one table (engines, probe and projection read it). A row only ever carries
+# these names.
+WIRE_DTYPES = {w.name: w for w in (
+    WireDtype("none", None, "fp32", 4, None),
+    WireDtype("fp16", "float16", "fp16", 2, "fp16_compress_hook"),
+    WireDtype("bf16", "bfloat16", "bf16", 2, "bf16_compress_hook"),
+)}
+COMM_DTYPES = tuple(WIRE_DTYPES)
+# Spellings a config may use for a value above, resolved once, at the config boundary (config.py): fp32
+# gradients sent as fp32 are "none".
 COMM_DTYPE_ALIASES = {"fp32": "none"}
 
 # ---- shared defaults and units -------------------------------------------------------------------------

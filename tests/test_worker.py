@@ -43,7 +43,9 @@ def test_run_group_measures_a_cell(tmp_path, one_rank_group, precision):
     (cell,) = expand(config)
     ((status, error, row),) = run_group([cell], config, torch.device("cpu"), 0, 1)
     assert (status, error) == ("ok", None) and "status" not in row
-    assert set(row) - set(RESULT_COLUMNS) == {"step_times_ms", "steps_wall_s", "allreduce_sweep"}
+    assert set(row) - set(RESULT_COLUMNS) == {"step_times_ms", "steps_wall_s", "allreduce_sweep",
+                                              "bucket_sizes_bytes"}
+    assert sum(row["bucket_sizes_bytes"]) == row["n_params"] * 4  # every fp32 gradient in one bucket once
     assert row["n_timed_steps"] == len(row["step_times_ms"]) == 6  # timed_steps × repeats
     assert row["step_time_ms_p50"] > 0 and row["compute_only_ms_p50"] > 0
     assert row["step_time_ms_ci95_low"] <= row["step_time_ms_p50"] <= row["step_time_ms_ci95_high"]
@@ -238,9 +240,10 @@ def test_sync_wait_is_empty_on_cuda():
     # ddp_core's last_sync_wait_ms is host time: on CUDA that is the time to enqueue the wait, not the wait.
     model = torch.nn.Linear(2, 2)
     model.last_sync_wait_ms = 1.5
-    assert engines.sync_wait_ms(model, torch.device("cpu")) == 1.5
-    assert engines.sync_wait_ms(model, torch.device("cuda", 0)) is None
-    assert engines.sync_wait_ms(torch.nn.Linear(2, 2), torch.device("cpu")) is None  # torch DDP: not said
+    overlap, torch_ddp = engines.get("overlap"), engines.get("torch")
+    assert overlap.sync_wait_ms(model, torch.device("cpu")) == 1.5
+    assert overlap.sync_wait_ms(model, torch.device("cuda", 0)) is None
+    assert torch_ddp.sync_wait_ms(torch.nn.Linear(2, 2), torch.device("cpu")) is None  # torch DDP: not said
 
 
 class HostReads(TorchDispatchMode):

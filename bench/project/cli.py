@@ -16,7 +16,8 @@ from bench.project.inputs import InputError, read_sweep, read_timeline
 from bench.project.measured import Measured, fits_table, measured_fits
 from bench.project.network import FABRICS, INTER_NODE, custom_network, preset_network
 from bench.project.project import configurations, median_abs_error, projection_table, validation_table
-from bench.report.load import RunError, load_run
+from bench.report.load import RunError, cells_jsonl_rows, load_run
+from bench.schema import WIRE_DTYPES
 
 MEASURED = "measured"
 DEFAULT_WORLD_SIZES = "1,2,4,8,16,32,64,128,256,512,1024"
@@ -117,7 +118,8 @@ def main(args: argparse.Namespace) -> int:
         presets = _networks(args, world_sizes)
         run = load_run(args.run_dir)
         timeline, sweep = read_timeline(args.run_dir), read_sweep(args.run_dir)
-        configs = configurations(run.results, timeline, _layout(run.config.get("workload", {})))
+        configs = configurations(run.results, timeline,
+                                 _layout(args.run_dir, run.config.get("workload", {})))
     except (UsageError, InputError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
         return 2
@@ -171,12 +173,18 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _layout(workload_table: dict):
-    """Bucket sizes rebuilt from the workload (bench.project.layout, imported only when a configuration
-    has no trace), cached per configuration."""
+def _layout(run_dir: Path, workload_table: dict):
+    """Each configuration's bucket sizes on the wire: the layout its cell recorded (cells.jsonl
+    `bucket_sizes_bytes`, as the engine reported it; no torch needed), else — a run folder written before
+    cells recorded it — rebuilt from the workload (bench.project.layout imports torch), cached."""
+    jsonl = run_dir / "cells.jsonl"
+    records = cells_jsonl_rows(jsonl) if jsonl.exists() else []
+    recorded = {r["cell_id"]: r["bucket_sizes_bytes"] for r in records if r.get("bucket_sizes_bytes")}
     cache: dict = {}
 
     def sizes(base) -> list[int]:
+        if base["cell_id"] in recorded:
+            return [WIRE_DTYPES[base["comm_dtype"]].on_wire(s) for s in recorded[base["cell_id"]]]
         from bench.project.layout import engine_bucket_sizes, workload_options
 
         cap = None if base["bucket_cap_mb"] != base["bucket_cap_mb"] else float(base["bucket_cap_mb"])

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.project.simulate import Buckets
+from bench.schema import WIRE_DTYPES
 
 TIMELINE_FILE = "bucket_timeline.csv"
 TIMELINE_COLUMNS = ("cell_id", "trace_file", "rank", "step", "engine", "bucket", "bytes", "ready_ms",
@@ -22,7 +23,7 @@ SWEEP_COLUMNS = ("cell_id", "world_size", "backend", "dtype", "size_bytes", "tim
 DTYPES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32",
           "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16",
           "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16"}
-COMM_DTYPE_WIRE = {"none": "fp32", "fp16": "fp16", "bf16": "bf16"}  # results.csv comm_dtype → wire dtype
+COMM_DTYPE_WIRE = {name: w.wire for name, w in WIRE_DTYPES.items()}  # results.csv comm_dtype → wire dtype
 
 
 class InputError(ValueError):

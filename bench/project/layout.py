@@ -3,16 +3,16 @@
 The model is built on the meta device (shapes only, no memory, nothing initialised for real), and the
 engine's rule is applied to its trainable parameters in reverse registration order: one message per
 parameter for `naive`; ddp_core's `assign_buckets` at `bucket_cap_mb` for the others (torch DDP's rule,
-bench.engines.bucket_sizes_bytes). Parameters are fp32 in every workload (precision is autocast), so a
+bench.engines.torch_ddp.assigned_sizes). Parameters are fp32 in every workload (precision is autocast), so a
 compressed comm dtype halves the bytes on the wire.
 """
 
 from __future__ import annotations
 
-from bench.engines import DEFAULT_BUCKET_MB, bucket_sizes_bytes
+from bench import engines
+from bench.engines.torch_ddp import assigned_sizes
+from bench.schema import DEFAULT_BUCKET_MB, WIRE_DTYPES
 from bench.workloads import WorkloadOptions, get_workload
-
-WIRE_FACTOR = {"none": 1.0, "fp16": 0.5, "bf16": 0.5}  # fp32 gradients → bytes on the wire
 
 
 def workload_options(workload_table: dict) -> WorkloadOptions:
@@ -36,11 +36,12 @@ def engine_bucket_sizes(engine: str, model: str, model_size: str, bucket_cap_mb:
     """Wire bytes of each all-reduce the engine issues per synced backward, in issue order."""
     import torch
 
-    if engine == "naive":
+    if not engines.get(engine).has_buckets:
         sizes = parameter_sizes(model, model_size, options)
     else:
         with torch.device("meta"):
             module = get_workload(model, model_size, options).build_model()
         cap = DEFAULT_BUCKET_MB if bucket_cap_mb is None else bucket_cap_mb
-        sizes = bucket_sizes_bytes("torch", module, cap)
-    return [max(1, int(s * WIRE_FACTOR[comm_dtype])) for s in sizes]
+        sizes = assigned_sizes(module, cap)
+    return [WIRE_DTYPES[comm_dtype].on_wire(s) for s in sizes]
+

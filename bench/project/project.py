@@ -15,11 +15,12 @@ from itertools import accumulate
 
 import pandas as pd
 
-from bench import metrics
+from bench import engines, metrics
 from bench.project.inputs import COMM_DTYPE_WIRE, InputError, ReadyTimes, timeline_buckets
 from bench.project.measured import Measured
 from bench.project.network import Network
 from bench.project.simulate import Buckets, Compute, simulate_step
+from bench.schema import WIRE_DTYPES
 
 CONFIG_COLUMNS = ("engine", "model", "model_size", "bucket_cap_mb", "precision", "comm_dtype", "grad_accum",
                   "scaling")
@@ -33,7 +34,6 @@ VALIDATION_COLUMNS = ("cell_id", "world_size", "measured_step_ms", "predicted_st
                       "error_with_measured_compute_pct", "conditions", "timeline_source", "network_source",
                       "reason")
 INT_COLUMNS = ("grad_accum", "world_size", "nodes", "per_rank_batch", "global_batch")
-OVERLAPPING_ENGINES = ("torch", "overlap")  # issue a bucket's all-reduce as soon as it is ready
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def uniform_buckets(engine: str, sizes: list[int], how: str) -> Buckets:
     """No trace: gradients arrive uniformly in bytes over backward in reverse parameter order, so bucket i
     is ready once the bytes of buckets 0..i are; engines that reduce after backward get every bucket at its
     end."""
-    if engine in OVERLAPPING_ENGINES:
+    if engines.get(engine).overlaps_backward:  # a bucket's all-reduce starts as soon as it is ready
         total = sum(sizes)
         ready = tuple(c / total for c in accumulate(sizes))
     else:
@@ -86,7 +86,7 @@ def row_bucket_sizes(row: pd.Series) -> list[int]:
     """Sizes from the row alone: n_buckets messages, all but the last as large as the probed (largest)
     one, the last taking what remains of n_params·4 bytes (equal shares when that does not fit)."""
     n, largest = int(row["n_buckets"]), int(row["allreduce_bytes"])
-    wire = {"none": 4, "fp16": 2, "bf16": 2}[row["comm_dtype"]]
+    wire = WIRE_DTYPES[row["comm_dtype"]].bytes
     total = int(row["n_params"]) * wire
     rest = total - (n - 1) * largest
     return [largest] * (n - 1) + [rest] if 0 < rest <= largest else [max(1, total // n)] * n

@@ -52,7 +52,7 @@ class Run:
         return devices[0] if len(devices) == 1 else "unknown"
 
 
-def _cells_jsonl_rows(path: Path) -> list[dict]:
+def cells_jsonl_rows(path: Path) -> list[dict]:
     """cells.jsonl's rows: the latest line of each cell_id (a later line supersedes an earlier one, in the
     order cells first appear), a line cut short by a kill ignored — the rule of bench.results.read_records,
     restated here because the report does not import the runner (which imports torch)."""
@@ -79,7 +79,7 @@ def _read_rows(run_dir: Path) -> tuple[pd.DataFrame, list[str]]:
     results.csv (derived from it) is cross-checked — a truncated or stale results.csv is said, not trusted."""
     csv_path, jsonl_path = run_dir / "results.csv", run_dir / "cells.jsonl"
     if jsonl_path.is_file():
-        rows = _cells_jsonl_rows(jsonl_path)
+        rows = cells_jsonl_rows(jsonl_path)
         df = pd.DataFrame(rows, columns=None if rows else list(RESULT_COLUMNS)).drop(
             columns=["step_times_ms", "cell", "allreduce_sweep"], errors="ignore")
         if not csv_path.is_file():

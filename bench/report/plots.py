@@ -20,8 +20,11 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from bench.engines import names as engine_names  # noqa: E402
 from bench.report import slices, tables  # noqa: E402
-from bench.schema import ENGINES, PRECISIONS  # noqa: E402
+from bench.schema import PRECISIONS  # noqa: E402
+
+ENGINES = engine_names()
 
 DPI = 110
 PANEL = (3.3, 2.6)  # inches per panel

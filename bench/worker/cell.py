@@ -75,6 +75,9 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
         tokens, flops = measure.work_per_step(trainer, timed_steps)
         row |= exposed_values(row["step_times_ms"], samples) | work_values(trainer, row, tokens, flops)
         row |= probe_values(measure.allreduce_probe(trainer, r.probe_iters), world_size)
+        # the layout the engine used, as it reports it (cells.jsonl): what `bench project` reads
+        row["bucket_sizes_bytes"] = trainer.engine.bucket_sizes_bytes(trainer.model,
+                                                                      trainer.cell.wrap_bucket_mb)
     for row, trainer, timed in zip(rows, trainers, skipped_timed):
         row |= {"loss_scale": trainer.precision.loss_scale(), "skipped_steps": skipped_steps(trainer),
                 "skipped_timed_steps": timed}
@@ -111,11 +114,11 @@ def release(device: torch.device) -> None:
 
 def phase_pass(trainer: Trainer) -> dict[str, float | None]:
     """One step with device syncs between phases → forward/backward/optimizer ms, and the engine's own
-    end-of-backward wait (ddp_core on CPU only: see engines.sync_wait_ms)."""
+    end-of-backward wait (ddp_core on CPU only: see Engine.sync_wait_ms)."""
     clock = PhaseClock(trainer.device)
     trainer.step(clock)
     return {"forward": clock.ms["forward"], "backward": clock.ms["backward"],
-            "sync_wait": engines.sync_wait_ms(trainer.model, trainer.device),
+            "sync_wait": trainer.engine.sync_wait_ms(trainer.model, trainer.device),
             "optimizer": clock.ms["opt_step"]}
 
 
@@ -231,10 +234,10 @@ def probe_values(probe: measure.Probe, world_size: int) -> dict:
 def add_speed_vs_torch(cells: list[Cell], rows: list[dict]) -> None:
     """Per non-torch engine of the group, against the group's torch DDP cell: the median over rounds of
     torch step / engine step, its 95 % interval, and the verdict. Empty without a torch cell."""
-    torch_rows = [row for cell, row in zip(cells, rows) if cell.engine == "torch"]
+    torch_rows = [row for cell, row in zip(cells, rows) if engines.get(cell.engine).reference]
     for cell, row in zip(cells, rows):
         ratio = low = high = None
-        if torch_rows and cell.engine != "torch":
+        if torch_rows and not engines.get(cell.engine).reference:
             ratio, low, high = stats.paired_ratio(torch_rows[0]["step_times_ms"], row["step_times_ms"])
         row |= {"speed_vs_torch": ratio, "speed_vs_torch_ci95_low": low, "speed_vs_torch_ci95_high": high,
                 "verdict_vs_torch": stats.verdict(low, high)}

@@ -1,7 +1,7 @@
 """Which cells of a launch run side by side: those that differ only in engine, when their models fit.
 
-naive has no bucket size (its cell id says `bna`), so it joins the group at torch DDP's default bucket size
-(the torch cell the report compares it with), else the first group of its configuration.
+An engine without buckets (naive: its cell id says `bna`) joins the group at torch DDP's default bucket
+size (the reference cell the report compares it with), else the first group of its configuration.
 
 One decision for all ranks. Every rank must build the same trainers in the same order, or their
 collectives pair up wrongly (a hang, or NCCL broadcasts of different sizes, which it does not check). So
@@ -58,7 +58,7 @@ def engine_groups(cells: list[Cell]) -> list[list[Cell]]:
         if cell.bucket_cap_mb is not None:
             groups.setdefault(tuple(getattr(cell, k) for k in GROUP_KEYS), []).append(cell)
     for cell in cells:
-        if cell.bucket_cap_mb is None:  # naive
+        if cell.bucket_cap_mb is None:  # an engine without buckets
             key = {k: getattr(cell, k) for k in GROUP_KEYS}
             same = [g for g in groups
                     if all(v == key[k] for k, v in zip(GROUP_KEYS, g) if k != "bucket_cap_mb")]

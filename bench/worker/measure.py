@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from bench import engines, stats
+from bench import stats
 from bench.peaks import peak_flops_per_s
-from bench.schema import MiB
+from bench.schema import WIRE_DTYPES, MiB
 from bench.worker.trainer import Trainer, sync_device
 
 
@@ -158,9 +158,10 @@ def allreduce_probe(trainer: Trainer, iters: int) -> Probe:
     largest bucket are timed once per launch (`_SWEEP_TIMES`); the largest bucket is timed for every cell.
     """
     cell, device, ws = trainer.cell, trainer.device, dist.get_world_size()
-    sizes = engines.bucket_sizes_bytes(cell.engine, trainer.model, cell.bucket_cap_mb)
+    sizes = trainer.engine.bucket_sizes_bytes(trainer.model, cell.wrap_bucket_mb)
     grads = gradient_dtype(trainer.model)
-    dtype = engines.COMM_TORCH_DTYPES[cell.comm_dtype] or grads
+    wire = WIRE_DTYPES[cell.comm_dtype].torch_dtype
+    dtype = getattr(torch, wire) if wire else grads
     numel = max(1, max(sizes) // grads.itemsize)  # bucket sizes are in the gradients' dtype
     nbytes = numel * dtype.itemsize
     if iters == 0 or ws == 1:

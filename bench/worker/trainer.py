@@ -136,7 +136,8 @@ class Trainer:
         self.workload = get_workload(cell.model, cell.model_size, config.workload.options())
         module = build_on(self.workload, device)
         self.n_params = sum(p.numel() for p in module.parameters() if p.requires_grad)
-        self.model = engines.wrap(cell.engine, module, cell.bucket_cap_mb, cell.comm_dtype, device)
+        self.engine = engines.get(cell.engine)
+        self.model = self.engine.wrap(module, cell.wrap_bucket_mb, cell.comm_dtype, device)
         self.optimizer = make_optimizer(self.model.parameters(), device)
         self.precision = Precision(cell.precision, device, n_steps)
         per_step = cell.per_rank_batch * cell.grad_accum

@@ -1,0 +1,34 @@
+"""`naive`, `bucketed`, `overlap`: ddp_core's three strategies (ddp_core/distributed.py)."""
+
+from __future__ import annotations
+
+from bench.engines.base import Engine
+from bench.schema import WIRE_DTYPES
+
+
+class DdpCore(Engine):
+    def wrap(self, module, bucket_cap_mb, comm_dtype, device):
+        import torch
+
+        import ddp_core
+
+        dtype = WIRE_DTYPES[comm_dtype].torch_dtype
+        return ddp_core.DistributedDataParallel(module, strategy=self.name, bucket_cap_mb=bucket_cap_mb,
+                                                comm_dtype=getattr(torch, dtype) if dtype else None)
+
+    def bucket_sizes_bytes(self, model, bucket_cap_mb):
+        return [int(s) for s in model.bucket_sizes_bytes]  # naive: one per parameter
+
+    def sync_wait_ms(self, model, device):
+        """ddp_core's `last_sync_wait_ms`, on CPU only. With gloo a collective's `wait()` blocks the host
+        until the reduction is done, so host time is the wait; with NCCL `wait()` only makes the current
+        stream wait and returns at once (the host time would be the time to enqueue)."""
+        return None if device.type == "cuda" else getattr(model, "last_sync_wait_ms", None)
+
+
+ENGINES = (
+    DdpCore("naive", "ddp_core: one blocking all-reduce per parameter after backward", has_buckets=False,
+            overlaps_backward=False),
+    DdpCore("bucketed", "ddp_core: flat buckets reduced after backward", overlaps_backward=False),
+    DdpCore("overlap", "ddp_core: a bucket's async all-reduce starts from the hook that completes it"),
+)
