@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -23,13 +22,12 @@ from pathlib import Path
 
 from bench import nccl_log, results
 from bench.config import BenchConfig
-from bench.lifetime import die_with_parent
+from bench.lifetime import die_with_parent, kill_groups
 from bench.matrix import Cell, groups
 from bench.progress import Progress
 from bench.schema import ERROR_TAIL_LINES, error_text
 
 POLL_S = 0.05          # events-file poll period
-TERM_GRACE_S = 5.0     # SIGTERM → SIGKILL grace when a launch is killed
 
 
 # A Python exception's line in a log: "ValueError: ...", "torch.OutOfMemoryError: ..." (torchrun's
@@ -76,70 +74,6 @@ class EventReader:
         lines = data.split(b"\n")
         self.partial = lines.pop()  # incomplete last line (or b"")
         return [json.loads(line) for line in lines if line.strip()]
-
-
-def _children() -> dict[int, list[int]]:
-    """ppid → pids of every process, from /proc (Linux)."""
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        tree.setdefault(ppid, []).append(int(entry))
-    return tree
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of `pid`."""
-    tree, out, todo = _children(), [], [pid]
-    while todo:
-        for child in tree.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
-        return None
-
-
-def kill_groups(proc: subprocess.Popen, extra_pgids: set[int]) -> None:
-    """Stop a launch: SIGTERM, then SIGKILL after a grace period, to the launch's process group and the
-    groups of its workers (torchrun starts each worker in a session of its own), by id only."""
-    own = os.getpgid(0)
-    pgids = {proc.pid, *extra_pgids} | {g for p in descendants(proc.pid) if (g := _pgid(p)) is not None}
-    pgids.discard(own)
-
-    def signal_all(sig):
-        for pgid in pgids:
-            try:
-                os.killpg(pgid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    signal_all(signal.SIGTERM)
-    deadline = time.monotonic() + TERM_GRACE_S
-    while time.monotonic() < deadline and (proc.poll() is None or any(_alive_group(g) for g in pgids)):
-        time.sleep(0.05)
-    signal_all(signal.SIGKILL)
-    proc.wait()
-
-
-def _alive_group(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 @dataclass

@@ -14,8 +14,10 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 POLL_S = 0.5          # the watchdog's period: a rank is gone within about this long after its launcher
@@ -69,8 +71,6 @@ def leftovers(run_dir) -> list[int]:
     the ranks' pids from their hello events, kept only while their command line still names this run's
     launch plans (a reused pid belongs to someone else and is left alone)."""
     import json
-    from pathlib import Path
-
     logs = Path(run_dir) / "logs"
     pids = set()
     for pid_file in logs.glob("launch-*.pid"):
@@ -108,3 +108,72 @@ def stop(pids: list[int]) -> None:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.05)
+
+
+# ---- stopping a launch: its process group and its workers' (torchrun gives each a session) ----------
+
+TERM_GRACE_S = 5.0     # SIGTERM → SIGKILL grace when a launch is killed
+
+
+def _children() -> dict[int, list[int]]:
+    """ppid → pids of every process, from /proc (Linux)."""
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid`."""
+    tree, out, todo = _children(), [], [pid]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def kill_groups(proc: subprocess.Popen, extra_pgids: set[int]) -> None:
+    """Stop a launch: SIGTERM, then SIGKILL after a grace period, to the launch's process group and the
+    groups of its workers (torchrun starts each worker in a session of its own), by id only."""
+    own = os.getpgid(0)
+    pgids = {proc.pid, *extra_pgids} | {g for p in descendants(proc.pid) if (g := _pgid(p)) is not None}
+    pgids.discard(own)
+
+    def signal_all(sig):
+        for pgid in pgids:
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    signal_all(signal.SIGTERM)
+    deadline = time.monotonic() + TERM_GRACE_S
+    while time.monotonic() < deadline and (proc.poll() is None or any(_alive_group(g) for g in pgids)):
+        time.sleep(0.05)
+    signal_all(signal.SIGKILL)
+    proc.wait()
+
+
+def _alive_group(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True

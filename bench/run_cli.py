@@ -379,22 +379,8 @@ def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) ->
 
 
 # What --report runs after the sweep, in order: each writes into the run folder what the report shows.
-REPORT_STEPS = ("analyze", "project")  # analyze first: project reads its bucket_timeline.csv
-
-
 def write_report(run_dir: Path) -> int:
-    """--report: the REPORT_STEPS commands on the run folder, then bench.report.build_report(run_dir),
-    imported lazily (pandas and matplotlib only when asked for); the results stay valid whatever they do."""
-    from bench.__main__ import main as bench_main
-    from bench.report import build_report as build
+    """--report: analyze, project and the report on the run folder (bench.pipeline, imported lazily)."""
+    from bench.pipeline import after_run
 
-    for step in REPORT_STEPS:
-        if bench_main([step, str(run_dir)]) != 0:
-            print(f"`bench {step} {run_dir}` failed (above); the report goes on without it", file=sys.stderr)
-    try:
-        index = build(run_dir)
-    except Exception as e:  # a report bug must not hide that the sweep's results are complete
-        print(f"report failed ({type(e).__name__}: {e}); results are in {run_dir}", file=sys.stderr)
-        return 1
-    print(f"report: {index}")
-    return 0
+    return after_run(run_dir)

@@ -59,3 +59,18 @@ def test_a_plug_in_engine_runs_end_to_end_and_the_later_stages_import_no_torch(t
         proc = subprocess.run([sys.executable, "-c", code, *command], capture_output=True, text=True,
                               cwd=REPO, timeout=240)
         assert proc.returncode == 0, (command, proc.stderr[-3000:])
+
+
+def test_after_a_run_analyze_project_and_report_are_called_as_functions(tmp_path, capsys):
+    # bench run --report's last stage on a run folder this suite wrote (tests/data/traces/README.md)
+    import shutil
+    from pathlib import Path
+
+    from bench.pipeline import after_run
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(TESTS) / "data" / "traces" / "ddpbench-cpu-run", run)
+    assert after_run(run) == 0
+    out = capsys.readouterr().out
+    assert (run / "trace_summary.csv").is_file() and (run / "projection" / "projection.csv").is_file()
+    assert "report: " in out and Path(out.split("report: ")[-1].split()[0]).is_file()

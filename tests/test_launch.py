@@ -8,7 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.launch import EventReader, descendants, kill_groups, summary_line, tail
+from bench.launch import EventReader, summary_line, tail
+from bench.lifetime import descendants, kill_groups
 
 # A parent in its own session that starts a child in another session (as torchrun starts its workers),
 # prints the child's pid, then both sleep.

@@ -64,7 +64,7 @@ COLLECTIVE_ARGS_EVENT = "record_param_comms"
 DATALOADER = re.compile(r"^enumerate\((DataLoader|DataPipe)\)#")  # TensorBoard's "DataLoader" category
 
 # The engines' and the bench worker's record_function labels (ddp_core/buckets.py, ddp_core/distributed.py,
-# bench/worker.py `step`).
+# bench/worker/trainer.py `Trainer.step`).
 DDP_CORE_ALLREDUCE = re.compile(r"^ddp_core\.allreduce\.(bucket\d+|param\..+)$")
 BACKWARD_LABEL = "backward"
 AUTOGRAD_BACKWARD_OP = re.compile(r"^autograd::engine::evaluate_function:")
