@@ -334,3 +334,18 @@ def test_notes_say_which_baseline_cell_has_no_numbers():
     vs_torch = tables.engines_vs_torch(df)
     assert _by(vs_torch, world_size=1)["note"] == "torch cell failed: no reason recorded"
     assert _by(vs_torch, world_size=2)["delta_p50_pct"] == pytest.approx(-9.0909, abs=1e-4)  # (50 − 55) / 55
+
+
+def test_each_concept_has_one_colour_in_every_figure():
+    # exposed communication was orange in the phase bars and red in the Why breakdown, where orange also
+    # meant hidden communication: both figures now take it from bench/report/style.py
+    from bench.report import style, why_section
+
+    parts = {label: color for _, label, color in why_section.PARTS}
+    assert parts["exposed communication"] == style.EXPOSED_COMM
+    assert parts["hidden communication"] == style.HIDDEN_COMM != style.EXPOSED_COMM
+    concepts = (style.COMPUTE, style.EXPOSED_COMM, style.HIDDEN_COMM, style.MEMORY, style.IDLE,
+                style.THRESHOLD)
+    assert len(set(concepts)) == len(concepts)
+    source = (Path(style.__file__).parent / "plots.py").read_text()
+    assert "tab:orange" not in source and "tab:red\"" not in source.split("def _bar_status")[0]

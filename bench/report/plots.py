@@ -22,17 +22,14 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from bench.engines import names as engine_names  # noqa: E402
 from bench.report import slices, tables  # noqa: E402
+from bench.report import style as look  # noqa: E402
+from bench.report.style import DPI, ENGINE_COLORS, PANEL, PRECISION_COLORS, SPARE_COLORS  # noqa: E402
 from bench.schema import PRECISIONS  # noqa: E402
 
 ENGINES = engine_names()
 
-DPI = 110
-PANEL = (3.3, 2.6)  # inches per panel
 MAX_COLS = 4  # world-size facets wrap after this many panels
 THROUGHPUT = "throughput (samples/s)"
-ENGINE_COLORS = dict(zip(ENGINES, ("tab:blue", "tab:brown", "tab:orange", "tab:green")))
-PRECISION_COLORS = dict(zip(PRECISIONS, ("#3d3d3d", "tab:cyan", "tab:purple", "tab:pink")))
-SPARE_COLORS = ("tab:olive", "tab:gray", "tab:red", "#17becf")
 COMM_STYLES = (("-", "o", ""), ("--", "s", "///"), ("-.", "^", "..."))  # line, marker, hatch; none first
 SOLID = COMM_STYLES[0]
 
@@ -206,14 +203,14 @@ def _legend_line(label: str, color: str, style=SOLID, **kw) -> Line2D:
 def _efficiency_axes(axes, top: float) -> list:
     """The ideal (100 %) and threshold lines on efficiency panels; their legend keys."""
     for ax in axes:
-        ax.axhline(100, ls="--", color="0.45", lw=1)
-        ax.axhline(tables.EFFICIENCY_THRESHOLD_PCT, ls=":", color="tab:red", lw=1.2)
+        ax.axhline(100, ls="--", color=look.IDEAL, lw=1)
+        ax.axhline(tables.EFFICIENCY_THRESHOLD_PCT, ls=":", color=look.THRESHOLD, lw=1.2)
     axes[0].set_ylim(0, max(110.0, top + 10))
     axes[0].set_ylabel("efficiency (%)")
     threshold = f"{tables.EFFICIENCY_THRESHOLD_PCT:.0f} % efficiency threshold"
     return [
-        _legend_line("100 % efficiency (ideal)", "0.45", ("--", None), lw=1),
-        _legend_line(threshold, "tab:red", (":", None), lw=1.2),
+        _legend_line("100 % efficiency (ideal)", look.IDEAL, ("--", None), lw=1),
+        _legend_line(threshold, look.THRESHOLD, (":", None), lw=1.2),
     ]
 
 
@@ -451,8 +448,8 @@ def phases(table: pd.DataFrame, path: Path) -> Path | None:
     x = list(range(len(t)))
     compute = t["compute_only_ms_p50"].astype(float).fillna(0)
     exposed = t["exposed_comm_ms"].astype(float).fillna(0).clip(lower=0)
-    ax.bar(x, compute, color="tab:blue")
-    ax.bar(x, exposed, bottom=compute, color="tab:orange")
+    ax.bar(x, compute, color=look.COMPUTE)
+    ax.bar(x, exposed, bottom=compute, color=look.EXPOSED_COMM)
     top = float((compute + exposed).max() or 1.0)
     for i, r in t.iterrows():
         if r["status"] != "ok":
@@ -463,8 +460,8 @@ def phases(table: pd.DataFrame, path: Path) -> Path | None:
     ax.set(ylabel="time per step (ms)", ylim=(0, top * 1.12))
     ax.grid(False, axis="x")
     handles = [
-        Patch(color="tab:blue", label="compute-only step (p50)"),
-        Patch(color="tab:orange", label="exposed communication (p50 step − compute-only)"),
+        Patch(color=look.COMPUTE, label="compute-only step (p50)"),
+        Patch(color=look.EXPOSED_COMM, label="exposed communication (p50 step − compute-only)"),
     ]
     return _save(fig, path, handles)
 

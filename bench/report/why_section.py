@@ -17,12 +17,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.analyze import tables as trace_tables  # noqa: E402
+from bench.report import style  # noqa: E402
 from bench.report.render import Section, write_csv  # noqa: E402
 
 SUMMARY = "trace_summary.csv"
-PARTS = (("compute_alone_ms", "compute", "tab:blue"), ("exposed_comm_ms", "exposed communication", "tab:red"),
-         ("hidden_comm_ms", "hidden communication", "tab:orange"), ("memory_alone_ms", "memory", "tab:gray"),
-         ("idle_ms", "idle / CPU", "0.85"))
+PARTS = (("compute_alone_ms", "compute", style.COMPUTE),
+         ("exposed_comm_ms", "exposed communication", style.EXPOSED_COMM),
+         ("hidden_comm_ms", "hidden communication", style.HIDDEN_COMM),
+         ("memory_alone_ms", "memory", style.MEMORY),
+         ("idle_ms", "idle / CPU", style.IDLE))
 
 
 def breakdown_figure(table: pd.DataFrame, path: Path) -> Path | None:
