@@ -4,8 +4,9 @@ Precedence (lowest first): dataclass defaults < the preset's tables < the preset
 table for the device the run resolves to < `--set section.key=value` from the command line.
 
 Every value is checked when its section is built (`__post_init__`); what depends on the machine (GPU count,
-precisions the device can run) is checked by `check_device`. A bad value raises `ConfigError`, whose
-message names the key and the value; the CLI turns it into exit code 2 before anything is created.
+precisions the device can run, CPU oversubscription) is checked by the run stage, bench/run_checks.py. A
+bad value raises `ConfigError`, whose message names the key and the value; the CLI turns it into exit
+code 2 before anything is created.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class ConfigError(ValueError):
 ECHO_CHARS = 80  # a value longer than this is shortened in messages (a 100 KB value is not echoed whole)
 
 
-def _fail(key: str, value, why: str):
+def fail(key: str, value, why: str):
+    """Raise ConfigError naming the key and its value (shortened) and why."""
     text = repr(value)
     if len(text) > ECHO_CHARS:
         text = text[:ECHO_CHARS - 1] + "…"
@@ -51,7 +53,7 @@ def _fail(key: str, value, why: str):
 def _check_choices(key: str, values, choices) -> None:
     for v in values:
         if v not in choices:
-            _fail(key, v, f"must be one of {list(choices)}")
+            fail(key, v, f"must be one of {list(choices)}")
 
 
 def _check_min(key: str, values, minimum, strict: bool = False, maximum: float | None = None) -> None:
@@ -59,12 +61,12 @@ def _check_min(key: str, values, minimum, strict: bool = False, maximum: float |
     false with everything, so it would pass a plain bound check (and, as a timeout, turn the watchdog off)."""
     for v in values:
         if isinstance(v, float) and not math.isfinite(v):
-            _fail(key, v, "must be a finite number")
+            fail(key, v, "must be a finite number")
         if (v <= minimum) if strict else (v < minimum):
-            _fail(key, v, f"must be {'>' if strict else '>='} {minimum}"
+            fail(key, v, f"must be {'>' if strict else '>='} {minimum}"
                   + (f" and <= {maximum:g}" if maximum is not None else ""))
         if maximum is not None and v > maximum:
-            _fail(key, v, f"must be <= {maximum:g} ({'>' if strict else '>='} {minimum})")
+            fail(key, v, f"must be <= {maximum:g} ({'>' if strict else '>='} {minimum})")
 
 
 # Upper bounds: far beyond any real run, low enough that a typo (1e30 MiB buckets, 1e300 s) is caught
@@ -92,7 +94,7 @@ class MatrixConfig:
     def __post_init__(self):
         for f in dataclasses.fields(self):
             if not getattr(self, f.name):
-                _fail(f"matrix.{f.name}", list(getattr(self, f.name)), "must list at least one value")
+                fail(f"matrix.{f.name}", list(getattr(self, f.name)), "must list at least one value")
         _check_choices("matrix.engine", self.engine, engines.names())
         _check_min("matrix.world_size", self.world_size, 1, maximum=MAX_WORLD_SIZE)
         _check_min("matrix.bucket_cap_mb", self.bucket_cap_mb, 0, strict=True, maximum=MAX_BUCKET_MB)
@@ -162,7 +164,7 @@ class RunConfig:
     pg_timeout_s: float | str = "auto"
     skip_world_sizes_above_gpus: bool = False  # true: such cells are `skipped`; false: a config error
     interleave: bool = True         # cells differing only in engine are stepped side by side, round-robin
-    allow_oversubscribe: bool = False  # CPU: allow more ranks than OVERSUBSCRIBE_FACTOR × the cores
+    allow_oversubscribe: bool = False  # CPU: more ranks than run_checks.OVERSUBSCRIBE_FACTOR × the cores
 
     def __post_init__(self):
         _check_choices("run.device", [self.device], DEVICES)
@@ -178,9 +180,9 @@ class RunConfig:
             _check_min("run.pg_timeout_s", [self.pg_timeout_s], 0, strict=True, maximum=MAX_SECONDS)
         if isinstance(self.pg_timeout_s, str):
             if self.pg_timeout_s != "auto":
-                _fail("run.pg_timeout_s", self.pg_timeout_s, "must be \"auto\" or a number of seconds")
+                fail("run.pg_timeout_s", self.pg_timeout_s, "must be \"auto\" or a number of seconds")
         elif self.pg_timeout_s <= self.watchdog_limit_s(first_cell=True):
-            _fail("run.pg_timeout_s", self.pg_timeout_s,
+            fail("run.pg_timeout_s", self.pg_timeout_s,
                   f"must exceed the watchdog's limit run.cell_timeout_s={self.cell_timeout_s:g} + "
                   f"run.startup_timeout_s={self.startup_timeout_s:g}, or a hung collective kills its rank "
                   "(recorded `failed`) before the watchdog records `timeout`; or use \"auto\"")
@@ -240,10 +242,10 @@ class ProfileConfig:
         _check_min("profile.active", [self.active], 1, maximum=MAX_STEPS)
         _check_min("profile.repeat", [self.repeat], 1, maximum=MAX_STEPS)
         if not self.cells:
-            _fail("profile.cells", [], "must list at least one pattern (\"*\": every cell)")
+            fail("profile.cells", [], "must list at least one pattern (\"*\": every cell)")
         for pattern in self.cells:
             if not isinstance(pattern, str) or not pattern.strip():
-                _fail("profile.cells", pattern, "must be a glob pattern over cell ids, e.g. \"*-ws8-*\"")
+                fail("profile.cells", pattern, "must be a glob pattern over cell ids, e.g. \"*-ws8-*\"")
 
     def covers(self, cell_id: str) -> bool:
         """Whether the cell `cell_id` gets a profiled pass."""
@@ -266,7 +268,7 @@ class DebugConfig:
         if self.fault:
             kind, _, pattern = self.fault.partition("@")
             if kind not in FAULT_KINDS or not pattern:
-                _fail("debug.fault", self.fault, "must be 'hang@<cell-id substring>' or 'crash@<...>'")
+                fail("debug.fault", self.fault, "must be 'hang@<cell-id substring>' or 'crash@<...>'")
 
     def fault_for(self, cell_id: str) -> str | None:
         """The fault kind injected into `cell_id`, or None."""
@@ -289,7 +291,7 @@ class BenchConfig:
         if "strong" in self.matrix.scaling:
             for ws in self.matrix.world_size:
                 if self.workload.global_batch % ws:
-                    _fail("workload.global_batch", self.workload.global_batch,
+                    fail("workload.global_batch", self.workload.global_batch,
                           f"strong scaling needs it divisible by every world size; world_size={ws}")
         from bench.workloads import get_workload
 
@@ -306,7 +308,7 @@ class BenchConfig:
                    if uses is not None and k not in uses}
         if ignored:
             key, value = next(iter(ignored.items()))
-            _fail(f"workload.{key}", value, f"model {self.workload.model!r} does not use it "
+            fail(f"workload.{key}", value, f"model {self.workload.model!r} does not use it "
                   f"(it reads {list(uses) or 'no options'}); leave it out")
 
     def to_dict(self) -> dict:
@@ -355,11 +357,11 @@ def _convert(key: str, hint, value, from_cli: bool):
                 return value.lower() == "true"
             return hint(value)
         except ValueError:
-            _fail(key, value, f"must be a {hint.__name__}")
+            fail(key, value, f"must be a {hint.__name__}")
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
-        _fail(key, value, f"must be a {hint.__name__}")
+        fail(key, value, f"must be a {hint.__name__}")
     return value
 
 
@@ -402,7 +404,7 @@ def _build(tables: dict, cli: dict[str, str]) -> BenchConfig:
         hints = _hints(cls)
         values = {}
         if not isinstance(tables.get(name, {}), dict):
-            _fail(name, tables[name], "must be a table ([" + name + "] with keys)")
+            fail(name, tables[name], "must be a table ([" + name + "] with keys)")
         raw = dict(tables.get(name, {}))
         raw_cli = {k.partition(".")[2]: v for k, v in cli.items() if k.partition(".")[0] == name}
         for key, value in list(raw.items()) + list(raw_cli.items()):
@@ -415,7 +417,7 @@ def _build(tables: dict, cli: dict[str, str]) -> BenchConfig:
         sections[name] = cls(**values)
     description = cli.get("description", tables.get("description", ""))
     if not isinstance(description, str):
-        _fail("description", description, "must be a string")
+        fail("description", description, "must be a string")
     return BenchConfig(description=description, **sections)
 
 
@@ -460,13 +462,13 @@ def load_config(name_or_path: str, overrides: list[str] | None = None,
     cli = parse_set(overrides or [])
     for name in (*SECTIONS, *DEVICE_SECTIONS):
         if name in tables and not isinstance(tables[name], dict):
-            _fail(name, tables[name], "must be a table ([" + name + "] with keys)")
+            fail(name, tables[name], "must be a table ([" + name + "] with keys)")
     device = cli.get("run.device", tables.get("run", {}).get("device", RunConfig.device))
     if not isinstance(device, str):
-        _fail("run.device", device, f"must be one of {list(DEVICES)}")
+        fail("run.device", device, f"must be one of {list(DEVICES)}")
     device = device.strip()
     if device not in DEVICES:
-        _fail("run.device", device, f"must be one of {list(DEVICES)}")
+        fail("run.device", device, f"must be one of {list(DEVICES)}")
     if device == "auto":
         if cuda_available is None:
             import torch
@@ -478,7 +480,7 @@ def load_config(name_or_path: str, overrides: list[str] | None = None,
     for section in DEVICE_SECTIONS:
         table = tables.get(section, {})
         if not isinstance(table, dict):
-            _fail(section, table, "must be a table of dotted keys")
+            fail(section, table, "must be a table of dotted keys")
         if section == f"on_{device}":
             for key, value in _flatten(table):
                 _apply(tables, key, value)
@@ -521,39 +523,3 @@ def to_toml(config: BenchConfig) -> str:
         lines += ["", f"[{section}]"]
         lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]
     return "\n".join(lines) + "\n"
-
-
-# ---- checks that need the machine -------------------------------------------------------------------
-
-OVERSUBSCRIBE_FACTOR = 4  # CPU ranks per core beyond which a run is refused unless allowed
-
-
-def cpu_oversubscription(config: BenchConfig, cores: int | None = None) -> str | None:
-    """On CPU: a warning when a launch's ranks × threads exceed the cores (timings then measure the
-    scheduler); ConfigError past OVERSUBSCRIBE_FACTOR ranks per core unless run.allow_oversubscribe."""
-    if config.run.device != "cpu":
-        return None
-    cores = cores or usable_cpus()
-    ws = max(config.matrix.world_size)
-    if ws > OVERSUBSCRIBE_FACTOR * cores and not config.run.allow_oversubscribe:
-        _fail("matrix.world_size", ws, f"{ws} CPU ranks on {cores} cores is more than {OVERSUBSCRIBE_FACTOR} "
-              "per core; set run.allow_oversubscribe=true to run it anyway")
-    busy = ws * config.run.threads_for(ws)
-    if busy > cores:
-        return (f"warning: world size {ws} × {config.run.threads_for(ws)} thread(s) per rank = {busy} busy "
-                f"threads on {cores} CPU cores: ranks share cores, so step times include waiting for them")
-    return None
-
-
-def check_device(config: BenchConfig, gpu_count: int, nnodes: int = 1) -> None:
-    """World sizes within the GPUs present (× nodes) and precisions the device can run."""
-    if config.run.device == "cuda":
-        if gpu_count < 1:
-            _fail("run.device", "cuda", "no CUDA device is present")
-        too_big = [ws for ws in config.matrix.world_size if ws > gpu_count * nnodes]
-        if too_big and not config.run.skip_world_sizes_above_gpus:
-            _fail("matrix.world_size", too_big[0], f"above the {gpu_count * nnodes} GPUs present")
-    else:
-        for precision in config.matrix.precision:
-            if precision in ("tf32", "fp16"):
-                _fail("matrix.precision", precision, "CPU cannot run it (CPU runs fp32 or bf16)")

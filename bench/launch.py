@@ -23,7 +23,7 @@ from pathlib import Path
 from bench import nccl_log, results
 from bench.config import BenchConfig
 from bench.lifetime import die_with_parent, kill_groups
-from bench.matrix import Cell, groups
+from bench.matrix import Cell, by_launch
 from bench.progress import Progress
 from bench.schema import ERROR_TAIL_LINES, error_text
 
@@ -102,8 +102,8 @@ class Sweep:
         self.progress.finish(summary_line(record))
 
     def run(self, cells: list[Cell]) -> SweepStats:
-        for ws, group in groups(cells).items():
-            pending, carried = list(group), []
+        for ws, launch_cells in by_launch(cells).items():
+            pending, carried = list(launch_cells), []
             while pending:
                 launch = Launch(self, ws, pending, carried, self.first_launch + self.stats.launches)
                 self.stats.launches += 1

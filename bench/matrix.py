@@ -104,8 +104,9 @@ def expand(config: BenchConfig, bf16_supported: bool = True, gpu_count: int | No
     return list(cells.values())
 
 
-def groups(cells: list[Cell]) -> dict[int, list[Cell]]:
-    """Runnable cells by world size: each group is served by one launch."""
+def by_launch(cells: list[Cell]) -> dict[int, list[Cell]]:
+    """Runnable cells by world size: one launch (torchrun) serves each world size. (A "group" is only ever
+    the cells a launch steps side by side: bench/worker/groups.py.)"""
     out: dict[int, list[Cell]] = {}
     for cell in cells:
         if not cell.skip_reason:
@@ -241,7 +242,7 @@ def estimate_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None
     n_params, n_tensors = model_size_counts(config)
     r, p = config.run, config.profile
     runnable = [c for c in cells if not c.skip_reason]
-    total = rates.run_s + rates.launch_s * len(groups(runnable))
+    total = rates.run_s + rates.launch_s * len(by_launch(runnable))
     for cell in runnable:
         total += estimate_cell_seconds(config, rates, cell, flops, n_params, n_tensors)
         if p.covers(cell.cell_id):

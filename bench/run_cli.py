@@ -24,15 +24,14 @@ from bench import results
 from bench.config import (
     BenchConfig,
     ConfigError,
-    check_device,
     config_from_dict,
-    cpu_oversubscription,
     load_config,
     read_tables,
     resolve_path,
     to_toml,
 )
-from bench.matrix import Cell, estimate_seconds, expand, groups
+from bench.matrix import Cell, by_launch, estimate_seconds, expand
+from bench.run_checks import check_device, cpu_oversubscription
 from bench.schema import STATUSES, TRACE_GLOB, MiB, backend_for
 
 RETRYABLE = tuple(s for s in STATUSES if s not in ("ok", "skipped"))  # what --retry may name
@@ -219,7 +218,7 @@ def dry_run(config: BenchConfig, cells: list[Cell]) -> int:
               + ("  [profiled]" if cell.cell_id in profiled else ""))
     est = estimate_seconds(config, cells)
     print(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} skipped, "
-          f"{len(groups(runnable))} launches; estimated wall time ~{est / 60:.1f} min "
+          f"{len(by_launch(runnable))} launches; estimated wall time ~{est / 60:.1f} min "
           f"(bench.matrix.RATES: calibrated on a 2-core CPU and one H100; GPU all-reduce speed assumed)")
     return 0
 

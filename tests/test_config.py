@@ -12,13 +12,13 @@ from bench.config import (
     PG_TIMEOUT_MARGIN_S,
     BenchConfig,
     ConfigError,
-    check_device,
     config_from_dict,
     load_config,
     to_toml,
     usable_cpus,
 )
 from bench.matrix import estimate_seconds, expand
+from bench.run_checks import check_device
 
 
 def run_cli(*argv: str) -> int:

@@ -15,11 +15,11 @@ from bench.matrix import (
     RATES,
     Cell,
     Rates,
+    by_launch,
     estimate_cell_seconds,
     estimate_seconds,
     estimate_step_seconds,
     expand,
-    groups,
     model_size_counts,
     per_rank_batch,
 )
@@ -44,7 +44,7 @@ def test_cross_product_and_naive_bucket_collapse():
     assert all(c.bucket_cap_mb is None and "-bna-" in c.cell_id for c in by_engine["naive"])
     assert len(by_engine["overlap"]) == 4 and len(cells) == 2 + 3 * 4
     assert [c.world_size for c in cells] == sorted(c.world_size for c in cells)  # grouped by world size
-    assert set(groups(cells)) == {1, 2}
+    assert set(by_launch(cells)) == {1, 2}
 
 
 def test_comm_dtype_collapse_and_skip():
@@ -54,7 +54,7 @@ def test_comm_dtype_collapse_and_skip():
     skipped = [c for c in cells if c.skip_reason]
     assert [(c.world_size, c.comm_dtype) for c in skipped] == [(1, "fp16")]
     assert "nothing is communicated" in skipped[0].skip_reason
-    assert 1 not in [c.world_size for c in groups(cells)[2]]
+    assert 1 not in [c.world_size for c in by_launch(cells)[2]]
 
 
 def test_torch_bf16_comm_hook_skipped_on_cpu():

@@ -66,18 +66,19 @@ def main(argv: list[str] | None = None) -> int:
             if not process.launcher_alive(plan.get("launcher_pid"), device):
                 print("bench.worker: the launcher is gone; stopping", file=sys.stderr)
                 return 1
-            run_and_report(group, config, device, events, facts)
+            run_and_emit(group, config, device, events, facts)
         for cell in to_profile:
-            profile_and_report(cell, config, device, run_dir, events)
+            profile_and_emit(cell, config, device, run_dir, events)
         dist.barrier()
     finally:
         dist.destroy_process_group()
     return 0
 
 
-def run_and_report(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
-                   facts: dict) -> None:
-    """Run one group of cells on this rank and write its events; re-raises a failure after reporting it."""
+def run_and_emit(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
+                 facts: dict) -> None:
+    """Run one group of cells on this rank and write its events; a failure is re-raised after its "error"
+    event."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     ids = [c.cell_id for c in group]
     if rank == 0:
@@ -90,7 +91,7 @@ def run_and_report(group: list[Cell], config: BenchConfig, device: torch.device,
             else (lambda phase: None)
         outcomes = run_group(group, config, device, rank, ws, progress)
     except Exception as e:
-        report_error(events, ids, e, "cell")
+        emit_error(events, ids, e, "cell")
         raise
     if rank == 0:
         wall = (time.perf_counter() - t_group) / len(group)
@@ -100,23 +101,24 @@ def run_and_report(group: list[Cell], config: BenchConfig, device: torch.device,
     release(device)
 
 
-def profile_and_report(cell: Cell, config: BenchConfig, device: torch.device, run_dir: Path,
-                       events: Events) -> None:
-    """The cell's profiled pass (its row is already recorded); re-raises a failure after reporting it."""
+def profile_and_emit(cell: Cell, config: BenchConfig, device: torch.device, run_dir: Path,
+                     events: Events) -> None:
+    """The cell's profiled pass (its row is already recorded); a failure is re-raised after its "error"
+    event."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     if rank == 0:
         events.emit(event="profile", cell_id=cell.cell_id)
     try:
         trace_dir = profile_cell(cell, config, device, rank, ws, run_dir)
     except Exception as e:
-        report_error(events, [cell.cell_id], e, "profile")
+        emit_error(events, [cell.cell_id], e, "profile")
         raise
     if rank == 0:
         events.emit(event="traced", cell_id=cell.cell_id, trace_dir=trace_dir)
     release(device)
 
 
-def report_error(events: Events, cell_ids: list[str], error: Exception, phase: str) -> None:
+def emit_error(events: Events, cell_ids: list[str], error: Exception, phase: str) -> None:
     """An "error" event: status oom or failed, the exception first, then the traceback's tail."""
     status = "oom" if isinstance(error, torch.OutOfMemoryError) else "failed"
     text = error_text(f"{type(error).__name__}: {error}", traceback.format_exc().strip().splitlines())

@@ -43,7 +43,7 @@ def profiled_pass(step: Callable[[], object], p: ProfileConfig, trace_dir: Path,
             dist.barrier()  # ranks enter each profiled step, and so the recorded window, together
             step()
             prof.step()
-    dist.barrier()  # every rank's trace is written before rank 0 reports the cell
+    dist.barrier()  # every rank's trace is written before rank 0 emits the cell's "traced" event
 
 
 def profile_cell(cell: Cell, config: BenchConfig, device, rank: int, world_size: int, run_dir: Path) -> str:
