@@ -12,7 +12,7 @@ TRACE_SUMMARY_COLUMNS = (
     "span_ms", "busy_ms", "compute_ms", "comm_ms", "memory_ms", "idle_ms", "overlap_ms", "overlap_pct",
     "exposed_comm_ms", "allreduce_ms", "allreduce_share_of_kernel_pct", "gpu_util_pct", "sm_efficiency_pct",
     "achieved_occupancy_pct", "cpu_exec_pct", "comm_bytes", "comm_busbw_gbps",
-    "unlaunched_kernels", "unlaunched_ms",
+    "unlaunched_kernels", "unlaunched_ms", "barrier_ms", "exposed_comm_excl_barrier_ms",
 )
 
 BUCKET_TIMELINE_COLUMNS = (
