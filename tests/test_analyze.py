@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from analyze_fixtures import (
+    COMM_STREAM,
     CPU_META,
     GPU,
     GPU_META,
@@ -222,6 +223,25 @@ def test_cpu_breakdown_by_hand(tmp_path):
     assert s["comm_busbw_gbps"] == approx(4000 * 1.0 / 320e-6 / 1e9)   # sole group of 2: factor 2·1/2
     for column in ("memory_ms", "gpu_util_pct", "sm_efficiency_pct", "achieved_occupancy_pct"):
         assert column not in s
+    # the witness leaves the profiled pass's barrier out: all-reduce [420,700] less compute [440,500] = 220
+    assert s["barrier_ms"] == approx(40e-3)           # gloo:barrier [10,50]
+    assert s["exposed_comm_excl_barrier_ms"] == approx(220e-3)
+
+
+def test_gpu_barrier_kernel_is_not_the_witness_communication(tmp_path):
+    """NCCL runs a barrier as a one-element all-reduce: only its launch inside c10d::barrier tells."""
+    nccl = "ncclDevKernel_AllReduce_Sum_u8_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    events = gpu_events() + [
+        x("c10d::barrier", "cpu_op", 1, 3), runtime(2, 9),
+        kernel(nccl, 2, 6, 9, 0.1, 1, stream=COMM_STREAM),          # [2,8]: before any compute, all exposed
+        runtime(40, 10), kernel(nccl, 95, 3, 10, 0.1, 1, stream=COMM_STREAM),  # launched outside: counts
+    ]
+    rows, _ = rows_by_step(write_trace(tmp_path / "t.json", events, GPU_META))
+    s1 = rows["1"]
+    # communication [2,8] + [30,60] + [95,98]; compute [10,40] + [50,70]
+    assert s1["comm_ms"] == approx(39e-3) and s1["exposed_comm_ms"] == approx(19e-3)  # HTA's: barrier in
+    assert s1["barrier_ms"] == approx(6e-3)
+    assert s1["exposed_comm_excl_barrier_ms"] == approx(13e-3)   # [40,50] + [95,98]
 
 
 def test_cpu_bucket_timeline_matches_gloo_events_in_order(tmp_path):

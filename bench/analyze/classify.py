@@ -56,6 +56,12 @@ PROFILER_STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
 # background thread that runs it (gloo:*). torch names them "<backend>:<collective>".
 HOST_COLLECTIVE = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
 HOST_ALLREDUCE = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):all_?reduce")
+# A barrier synchronises ranks and carries no data: the profiled pass puts one before every step (inside the
+# ProfilerStep range), so the witness of exposed communication leaves it out. On the host it is
+# `<backend>:barrier` (gloo's worker thread); on a GPU NCCL runs it as a one-element all-reduce kernel,
+# recognisable only by its launch inside the `c10d::barrier` op.
+HOST_BARRIER = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):barrier")
+BARRIER_ISSUE_OP = re.compile(r"^c10d::barrier")
 # The host side of communication, never compute: c10d's dispatcher ops (issue, and for blocking calls the
 # wait), the args carrier record_param_comms, functional collectives' waits.
 COLLECTIVE_HOST_OP = re.compile(r"^(c10d::|c10d_functional::|_c10d_functional::|record_param_comms$)")

@@ -1,4 +1,5 @@
-"""`python -m bench analyze PATH [--out DIR]`: trace_summary.csv and bucket_timeline.csv from Kineto traces.
+"""`python -m bench analyze PATH [--out DIR]`: trace_summary.csv and bucket_timeline.csv from Kineto traces,
+and for a run folder witnesses.csv (the two witnesses of exposed communication, bench.analyze.tables).
 
 PATH is a run folder (results/<run-id>: its results.csv maps each cell's `trace_dir` to cell_id and
 engine), a folder of traces, or one trace file; any `*.json` / `*.json.gz` Chrome trace is accepted. The
@@ -16,11 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.analyze import tables
 from bench.analyze.load import find_trace_files
 from bench.analyze.summary import TraceJob, analyse
 
 SUMMARY_FILE = "trace_summary.csv"
 TIMELINE_FILE = "bucket_timeline.csv"
+WITNESS_FILE = "witnesses.csv"
 RESULTS_FILE = "results.csv"
 
 
@@ -104,4 +107,10 @@ def main(args: argparse.Namespace) -> int:
     print(f"analysed {n_ok}/{len(jobs)} trace files in {time.perf_counter() - t0:.1f} s")
     print(f"summary: {out / SUMMARY_FILE}")
     print(f"bucket timeline: {out / TIMELINE_FILE}")
+    if args.path.is_dir() and (args.path / RESULTS_FILE).is_file():
+        # the report reads this file and never recomputes it
+        witnesses = tables.witnesses(summary, pd.read_csv(args.path / RESULTS_FILE, dtype={"cell_id": str}))
+        witnesses.to_csv(out / WITNESS_FILE, index=False)
+        n_dis = int(witnesses["disagree"].fillna(False).sum())
+        print(f"witnesses: {out / WITNESS_FILE} ({n_dis} of {len(witnesses)} cells disagree)")
     return 1 if errors else 0

@@ -1,4 +1,4 @@
-"""The two output files' columns, in order: the contract readers (report, projection) rely on.
+"""The output files' columns, in order: the contract readers (report, projection) rely on.
 
 trace_summary.csv: one row per (trace file, profiler step) and one `step = all` row per file.
 bucket_timeline.csv: one row per gradient-bucket all-reduce in a profiled step (docs/design.md).
@@ -12,12 +12,21 @@ TRACE_SUMMARY_COLUMNS = (
     "span_ms", "busy_ms", "compute_ms", "comm_ms", "memory_ms", "idle_ms", "overlap_ms", "overlap_pct",
     "exposed_comm_ms", "allreduce_ms", "allreduce_share_of_kernel_pct", "gpu_util_pct", "sm_efficiency_pct",
     "achieved_occupancy_pct", "cpu_exec_pct", "comm_bytes", "comm_busbw_gbps",
-    "unlaunched_kernels", "unlaunched_ms",
+    "unlaunched_kernels", "unlaunched_ms", "barrier_ms", "exposed_comm_excl_barrier_ms",
 )
 
 BUCKET_TIMELINE_COLUMNS = (
     "cell_id", "trace_file", "rank", "step", "engine", "bucket", "bytes", "ready_ms", "comm_start_ms",
     "comm_end_ms", "backward_ms",
+)
+
+# witnesses.csv (a run folder only): per profiled cell, the two witnesses of exposed communication per step,
+# their 95 % intervals / ranges and the engine's sync overhead they are corrected for (docs/design.md).
+WITNESS_COLUMNS = (
+    "cell_id", "world_size", "timer_exposed_comm_ms", "trace_exposed_comm_ms", "sync_overhead_ms", "disagree",
+    "timer_exposed_comm_ms_low", "timer_exposed_comm_ms_high", "trace_exposed_comm_ms_low",
+    "trace_exposed_comm_ms_high", "sync_overhead_ms_low", "sync_overhead_ms_high", "sync_overhead_from",
+    "step_minus_compute_only_ms",
 )
 
 ALL_STEPS = "all"  # the `step` of the whole-window row

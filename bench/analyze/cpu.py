@@ -13,7 +13,7 @@ from __future__ import annotations
 from bench.analyze import classify as C
 from bench.analyze import intervals as iv
 from bench.analyze.comms import collectives, window_bytes_busbw
-from bench.analyze.gpu import US_PER_MS, _pct
+from bench.analyze.gpu import US_PER_MS, _barrier_columns, _pct
 from bench.analyze.load import Trace
 from bench.analyze.steps import Window, main_thread
 
@@ -31,6 +31,8 @@ class CpuView:
         self.compute = iv.subtract(sets(main_ops), sets(host_side))
         coll = C.name_mask(trace, C.HOST_COLLECTIVE) & ~ops
         self.comm = sets(coll)
+        barrier = coll & C.name_mask(trace, C.HOST_BARRIER)
+        self.barrier, self.comm_excl_barrier = sets(barrier), sets(coll & ~barrier)
         self.allreduce = sets(coll & C.name_mask(trace, C.HOST_ALLREDUCE))
         # TensorBoard's CPU Exec: operator time not under communication
         self.exec = iv.subtract(sets(ops), self.comm)
@@ -56,5 +58,7 @@ class CpuView:
             # no kernels on a CPU: the device's work is its operators plus its collectives
             allreduce_share_of_kernel_pct=_pct(allreduce, compute_len + comm_len),
         )
+        row.update(_barrier_columns(iv.clip(self.barrier, w.lo, w.hi),
+                                    iv.clip(self.comm_excl_barrier, w.lo, w.hi), compute))
         row["comm_bytes"], row["comm_busbw_gbps"] = window_bytes_busbw(self.colls, w.lo, w.hi, row["comm_ms"])
         return row

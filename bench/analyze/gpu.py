@@ -35,6 +35,14 @@ def _pct(num: float, den: float) -> float | None:
     return 100.0 * num / den if den > 0 else None
 
 
+def _barrier_columns(barrier: np.ndarray, comm_excl_barrier: np.ndarray, compute: np.ndarray) -> dict:
+    """barrier_ms = |barrier|; exposed_comm_excl_barrier_ms = |communication other than barriers ∖ compute|
+    (the trace's witness of exposed communication: the profiled pass's per-step barrier is not the
+    training step's communication)."""
+    return {"barrier_ms": iv.length(barrier) / US_PER_MS,
+            "exposed_comm_excl_barrier_ms": iv.length(iv.subtract(comm_excl_barrier, compute)) / US_PER_MS}
+
+
 class GpuView:
     """A GPU trace's events, classified once; `window(w)` measures one window."""
 
@@ -48,7 +56,8 @@ class GpuView:
         self.allreduce = (self.cls == C.COMM) & C.name_mask(trace, C.ALLREDUCE_KERNEL)[gpu]
         self.blocks_per_sm = trace.blocks_per_sm[gpu]
         self.occupancy = trace.occupancy[gpu]
-        self.launch = self._launch_times(trace, gpu)
+        self.launch, launch_tid = self._launch_times(trace, gpu)
+        self.barrier = (self.cls == C.COMM) & self._in_barrier(trace, self.launch, launch_tid)
         # ns-resolution traces (fractional µs): HTA rounds every event inward to whole µs, start up and end
         # down (hta/common/trace_parser.py round_down_time_stamps; Kineto's ns timestamps made neighbouring
         # events overlap, pytorch/pytorch#122425). The breakdown does the same; an event that rounds to less
@@ -74,21 +83,33 @@ class GpuView:
         return sync & on_stream[trace.tid_id]
 
     @staticmethod
-    def _launch_times(trace: Trace, gpu: np.ndarray) -> np.ndarray:
-        """Each GPU event's launch: the start of the runtime call with its correlation id; NaN where that
-        call is not in the trace. A trace with no correlated runtime call at all: each event's own start."""
+    def _launch_times(trace: Trace, gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each GPU event's launch: the start of the runtime call with its correlation id, and that call's
+        thread (-1 where none); NaN where that call is not in the trace. A trace with no correlated runtime
+        call at all: each event's own start."""
         runtime = np.flatnonzero(C.cat_mask(trace, C.RUNTIME_CATS) & ~np.isnan(trace.correlation))
+        tid = np.full(len(gpu), -1, dtype=np.int64)
         if not len(runtime):
-            return trace.ts[gpu].copy()
+            return trace.ts[gpu].copy(), tid
         launch = np.full(len(gpu), np.nan)
         corr = trace.correlation[runtime]
         order = np.argsort(corr, kind="stable")
-        corr, start = corr[order], trace.ts[runtime][order]
+        corr, start, thread = corr[order], trace.ts[runtime][order], trace.tid_id[runtime][order]
         want = trace.correlation[gpu]
         pos = np.clip(np.searchsorted(corr, want), 0, len(corr) - 1)
         found = corr[pos] == want
-        launch[found] = start[pos[found]]
-        return launch
+        launch[found], tid[found] = start[pos[found]], thread[pos[found]]
+        return launch, tid
+
+    @staticmethod
+    def _in_barrier(trace: Trace, launch: np.ndarray, launch_tid: np.ndarray) -> np.ndarray:
+        """Whether each GPU event was launched inside a `c10d::barrier` op on the launching thread (NCCL's
+        barrier is a one-element all-reduce kernel; only its issue says it is a barrier)."""
+        ops = np.flatnonzero(C.cat_mask(trace, C.HOST_OP_CATS) & C.name_mask(trace, C.BARRIER_ISSUE_OP))
+        inside = np.zeros(len(launch), dtype=bool)
+        for i in ops:
+            inside |= ((launch_tid == trace.tid_id[i]) & (launch >= trace.ts[i]) & (launch < trace.end[i]))
+        return inside
 
     def _selected(self, w: Window) -> np.ndarray:
         """The GPU events the window launched (see the module docstring for the `all` row)."""
@@ -130,7 +151,9 @@ class GpuView:
             span = float(end.max() - ts.min())
             overlap = iv.length(iv.intersect(comm, compute))
             comm_len = iv.length(comm)
-            ar = self.allreduce[sel]
+            ar, bar = self.allreduce[sel], self.barrier[sel]
+            comm_excl_barrier = iv.union(ts[(cls == C.COMM) & ~bar], end[(cls == C.COMM) & ~bar])
+            row.update(_barrier_columns(iv.union(ts[bar], end[bar]), comm_excl_barrier, compute))
             kernel_time = float((end - ts)[self.is_kernel[sel]].sum())
             row.update(
                 span_ms=span / US_PER_MS, busy_ms=iv.length(busy) / US_PER_MS,

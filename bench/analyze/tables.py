@@ -3,8 +3,8 @@
 - rank_summary: the whole-window row of every (cell, trace file, rank), with the run's engine and world size.
 - breakdown: per (engine, world_size), the mean step split into compute alone / hidden communication /
   exposed communication / memory alone / idle, which add up to the span, with all-reduce share and overlap.
-- two_witnesses: per cell, exposed communication from the timers beside the trace's, and whether they
-  disagree by more than their noise.
+- witnesses: per profiled cell, exposed communication from the timers (less the engine's sync overhead,
+  sync_overhead) beside the trace's (less the profiled pass's barrier), and whether their intervals part.
 - seeds_table: per cell, the seeds' table (GPU util, SM efficiency, occupancy, CPU exec, kernels,
   communication, all-reduce share) from the traces.
 Definitions: docs/design.md, "bench analyze".
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench.analyze.columns import ALL_STEPS
+from bench.analyze.columns import ALL_STEPS, WITNESS_COLUMNS
 
 RUN_KEYS = ("engine", "world_size", "grad_accum", "precision", "bucket_cap_mb")
 
@@ -78,32 +78,73 @@ def breakdown(summary: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def two_witnesses(summary: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
-    """Per cell: exposed communication per step from the timers and from the trace, and their difference.
+# What must match for a world-size-1 cell to measure another cell's sync overhead: the engine's work
+# outside communication depends on the engine, the gradients (model, dtype, buckets) and how often it syncs.
+SYNC_KEYS = ("engine", "model", "model_size", "seq_len", "bucket_cap_mb", "precision", "comm_dtype",
+             "grad_accum")
+SYNC_COLUMNS = ["sync_overhead_ms", "sync_overhead_ms_low", "sync_overhead_ms_high"]
 
-    timer = results.exposed_comm_ms (p50 step − p50 compute-only step), noise = half the width of its 95 %
-    interval (exposed_comm_ms_ci95_low/high) where the run has one, else step p90 − p50 (older runs).
-    trace = median of exposed_comm_ms over the cell's profiled steps on every rank, noise = their range
-    (max − min). `disagree` when |trace − timer| > timer noise + trace noise; empty when a side is missing.
+
+def _step_minus_compute(results: pd.DataFrame) -> pd.DataFrame:
+    """results.exposed_comm_ms (p50 step − p50 compute-only) with its 95 % interval; a run without the
+    interval columns (older) gets ± (step p90 − p50)."""
+    value = results["exposed_comm_ms"]
+    spread = results.get("step_time_ms_p90", np.nan) - results.get("step_time_ms_p50", np.nan)
+    low = results.get("exposed_comm_ms_ci95_low", pd.Series(np.nan, index=results.index))
+    high = results.get("exposed_comm_ms_ci95_high", pd.Series(np.nan, index=results.index))
+    return pd.DataFrame({"value": value, "low": low.where(low.notna(), value - spread),
+                         "high": high.where(high.notna(), value + spread)}, index=results.index)
+
+
+def sync_overhead(results: pd.DataFrame) -> pd.DataFrame:
+    """Per results row: what no_sync skips besides communication, from the world-size-1 cell of the same
+    SYNC_KEYS and per-rank batch (at world size 1, the cell itself), else the one of the nearest per-rank
+    batch (the larger on a tie), named in `sync_overhead_from`. Columns SYNC_COLUMNS, sync_overhead_from."""
+    diff = _step_minus_compute(results)
+    keys = [k for k in SYNC_KEYS if k in results.columns]
+    key = pd.Series([tuple(map(str, r)) for r in results[keys].itertuples(index=False)], index=results.index)
+    batch = results.get("per_rank_batch", pd.Series(np.nan, index=results.index)).astype(float)
+    ones = results.index[(results["world_size"] == 1) & diff["value"].notna()]
+    out = pd.DataFrame(np.nan, index=results.index, columns=SYNC_COLUMNS)
+    out["sync_overhead_from"] = pd.Series(pd.NA, index=results.index, dtype="string")
+    for i in results.index:
+        candidates = [j for j in ones if key[j] == key[i]]
+        if not candidates:
+            continue
+        gap = {j: abs(batch[j] - batch[i]) if pd.notna(batch[j] - batch[i]) else 0.0 for j in candidates}
+        j = min(candidates, key=lambda j: (gap[j], -batch[j] if pd.notna(batch[j]) else 0.0))
+        out.loc[i, SYNC_COLUMNS] = diff.loc[j].to_numpy()
+        source = results.at[j, "cell_id"]
+        if gap[j] > 0:
+            source = f"{source} (per-rank batch {batch[j]:g}, none at {batch[i]:g})"
+        out.loc[i, "sync_overhead_from"] = "itself" if j == i else source
+    return out
+
+
+def witnesses(summary: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
+    """Per profiled cell: exposed communication per step from the timers and from the trace (WITNESS_COLUMNS).
+
+    timer = (p50 step − p50 compute-only) − sync_overhead, its interval by interval arithmetic on the two
+    95 % intervals [e_lo − s_hi, e_hi − s_lo]. trace = median of exposed_comm_excl_barrier_ms over the cell's
+    profiled steps on every rank, its interval = [min, max] of them. `disagree` when the two intervals do
+    not overlap; empty when a side is missing.
     """
     steps = _per_step(summary).dropna(subset=["cell_id"])
-    trace = steps.groupby("cell_id")["exposed_comm_ms"].agg(
-        trace_exposed_comm_ms="median", trace_noise_ms=lambda s: s.max() - s.min())
-    keep = [c for c in ("cell_id", "engine", "world_size", "grad_accum", "exposed_comm_ms",
-                        "step_time_ms_p50", "step_time_ms_p90") if c in results.columns]
-    out = results[keep].rename(columns={"exposed_comm_ms": "timer_exposed_comm_ms"})
-    spread = results["step_time_ms_p90"] - results["step_time_ms_p50"]
-    if {"exposed_comm_ms_ci95_low", "exposed_comm_ms_ci95_high"} <= set(results.columns):
-        half = (results["exposed_comm_ms_ci95_high"] - results["exposed_comm_ms_ci95_low"]) / 2
-        spread = half.where(half.notna(), spread)
-    out["timer_noise_ms"] = spread
-    out = out.drop(columns=["step_time_ms_p50", "step_time_ms_p90"]).merge(
-        trace.reset_index(), on="cell_id", how="inner")
-    out["difference_ms"] = out["trace_exposed_comm_ms"] - out["timer_exposed_comm_ms"]
-    noise = out["timer_noise_ms"] + out["trace_noise_ms"]
-    disagree = out["difference_ms"].abs() > noise
-    out["disagree"] = disagree.astype("boolean").where(out["difference_ms"].notna() & noise.notna())
-    return out.reset_index(drop=True)
+    trace = steps.groupby("cell_id")["exposed_comm_excl_barrier_ms"].agg(
+        trace_exposed_comm_ms="median", trace_exposed_comm_ms_low="min", trace_exposed_comm_ms_high="max")
+    diff, sync = _step_minus_compute(results), sync_overhead(results)
+    out = pd.concat([results[["cell_id", "world_size"]], sync], axis=1)
+    out["step_minus_compute_only_ms"] = diff["value"]
+    out["timer_exposed_comm_ms"] = diff["value"] - sync["sync_overhead_ms"]
+    out["timer_exposed_comm_ms_low"] = diff["low"] - sync["sync_overhead_ms_high"]
+    out["timer_exposed_comm_ms_high"] = diff["high"] - sync["sync_overhead_ms_low"]
+    out = out.merge(trace.reset_index(), on="cell_id", how="inner")
+    apart = ((out["trace_exposed_comm_ms_low"] > out["timer_exposed_comm_ms_high"])
+             | (out["trace_exposed_comm_ms_high"] < out["timer_exposed_comm_ms_low"]))
+    known = out[["timer_exposed_comm_ms_low", "timer_exposed_comm_ms_high", "trace_exposed_comm_ms_low",
+                 "trace_exposed_comm_ms_high"]].notna().all(axis=1)
+    out["disagree"] = apart.astype("boolean").where(known)
+    return out[list(WITNESS_COLUMNS)].reset_index(drop=True)
 
 
 def seeds_table(summary: pd.DataFrame, results: pd.DataFrame | None = None) -> pd.DataFrame:

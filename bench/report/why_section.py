@@ -1,6 +1,7 @@
 """The run page's "Why" section: the traces' breakdown (what `bench analyze` wrote into the run folder)
 explaining the scaling tables — per engine and world size the stacked breakdown of a step, the all-reduce
-share and overlap; the two witnesses of exposed communication; the seeds' table.
+share and overlap; the two witnesses of exposed communication (RUN/witnesses.csv, as bench analyze wrote
+it); the seeds' table.
 
 The report never analyses traces itself (bench.analyze does, `bench run --report` runs it first): without
 RUN/trace_summary.csv the section says how to get it.
@@ -17,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.analyze import tables as trace_tables  # noqa: E402
+from bench.analyze.cli import WITNESS_FILE as WITNESSES  # noqa: E402
 from bench.report import style  # noqa: E402
 from bench.report.render import Section, write_csv  # noqa: E402
 
@@ -50,6 +52,35 @@ def breakdown_figure(table: pd.DataFrame, path: Path) -> Path | None:
     return path
 
 
+def _witnesses(sec: Section, run_dir: Path, out_dir: Path) -> Section:
+    """The two witnesses of exposed communication as `bench analyze` wrote them (RUN/witnesses.csv):
+    read, counted and shown, never recomputed here."""
+    path = run_dir / WITNESSES
+    if not path.is_file():
+        return sec.para(f"No {WITNESSES} (written by an older `bench analyze`): rerun `python -m bench "
+                        f"analyze {run_dir}` for the two witnesses of exposed communication.", "note")
+    try:
+        witnesses = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        return sec.para(f"{path} cannot be read ({e}); rerun `python -m bench analyze {run_dir}`.", "warn")
+    if not len(witnesses):
+        return sec
+    flag = witnesses["disagree"].astype(str).str.lower()
+    disagree = witnesses[flag == "true"]
+    judged = int(flag.isin(["true", "false"]).sum())
+    ones = disagree[disagree["world_size"] == 1]
+    sec.para("Exposed communication per step, two witnesses. Timers: (step − compute-only under no_sync) "
+             "− sync_overhead_ms, the engine's work that no_sync skips besides communication, measured at "
+             "world size 1 (sync_overhead_from names the cell). Trace: the profiled steps' exposed "
+             "communication, the profiled pass's barrier left out. They disagree when the timers' 95 % "
+             "interval and the trace's range over steps and ranks do not overlap: "
+             f"{len(disagree)} of {judged} cells ({len(ones)} at world size 1)"
+             + (f": {', '.join(disagree['cell_id'].head(5))}{', …' if len(disagree) > 5 else ''}"
+                if len(disagree) else "") + ". Definitions: docs/design.md, Two witnesses.", "formula")
+    write_csv(witnesses, out_dir / "tables" / "why_two_witnesses.csv")
+    return sec.table(witnesses, "tables/why_two_witnesses.csv")
+
+
 def why_section(run_dir: Path, results: pd.DataFrame, out_dir: Path) -> Section:
     """The section; a note on how to make it when the run's traces have not been analysed."""
     sec = Section("Why: the traces' breakdown", "why")
@@ -71,15 +102,7 @@ def why_section(run_dir: Path, results: pd.DataFrame, out_dir: Path) -> Section:
         sec.image(figure.relative_to(out_dir).as_posix(), "breakdown of a profiled step")
     write_csv(table, out_dir / "tables" / "why_breakdown.csv")
     sec.table(table, "tables/why_breakdown.csv")
-    witnesses = trace_tables.two_witnesses(summary, results)
-    if len(witnesses):
-        disagree = witnesses[witnesses["disagree"].fillna(False).astype(bool)]
-        sec.para(f"Exposed communication, two witnesses: the timers (step − compute-only) and the traces. "
-                 f"{len(disagree)} of {len(witnesses)} cells disagree by more than their noise"
-                 + (f" ({', '.join(disagree['cell_id'].head(5))}{', …' if len(disagree) > 5 else ''})"
-                    if len(disagree) else "") + ".")
-        write_csv(witnesses, out_dir / "tables" / "why_two_witnesses.csv")
-        sec.table(witnesses, "tables/why_two_witnesses.csv")
+    sec = _witnesses(sec, Path(run_dir), out_dir)
     seeds = trace_tables.seeds_table(summary, results)
     if len(seeds):
         write_csv(seeds, out_dir / "tables" / "why_seeds_table.csv")
