@@ -134,3 +134,30 @@ def test_cli_writes_the_new_tables(tmp_path):
                           ("launch_stats.csv", LAUNCH_STATS_COLUMNS), ("stragglers.csv", STRAGGLER_COLUMNS)):
         assert tuple(pd.read_csv(tmp_path / "out" / name).columns) == columns
 
+
+def test_run_folder_views_in_the_why_section(tmp_path):
+    from bench.analyze import hta_tables
+    from bench.report.why_section import why_section
+
+    run = tmp_path / "run"
+    write_trace(run / "traces" / "c1" / "rank0.json", two_rank_events(0))
+    write_trace(run / "traces" / "c1" / "rank1.json", two_rank_events(1))
+    write_trace(run / "traces" / "c2" / "rank0.json", host_bound_events())
+    results = pd.DataFrame({"cell_id": ["c1", "c2"], "trace_dir": ["traces/c1", "traces/c2"],
+                            "engine": "torch", "world_size": [2, 1], "exposed_comm_ms": 0.1,
+                            "step_time_ms_p50": 1.0, "step_time_ms_p90": 1.1,
+                            "slowest_rank": [1, None], "rank_skew_ms_p50": [0.02, None]})
+    results.to_csv(run / "results.csv", index=False)
+    assert cli.main(argparse.Namespace(path=run, out=None)) == 0
+    launch = hta_tables.launch_table(pd.read_csv(run / "launch_stats.csv", dtype={"cell_id": str}))
+    c2 = launch.set_index("cell_id").loc["c2"]
+    assert (c2["launch_bound_steps"], c2["steps"], c2["launches"]) == (1, 1, 10)
+    idle = hta_tables.idle_table(pd.read_csv(run / "idle_breakdown.csv", dtype={"cell_id": str}))
+    assert idle.set_index("cell_id").loc["c2", "host_wait_ms"] == pytest.approx(0.081)   # 9 gaps of 9 µs
+    (tmp_path / "report" / "plots").mkdir(parents=True)   # the page builder makes it
+    sec = why_section(run, results, tmp_path / "report")
+    text = "\n".join(sec.md)
+    assert "1 of 2 profiled cells have launch-bound steps: c2" in text
+    assert "cell c1: rank 1 last in 2 of 3 steps" in text and "rank_skew_ms_p50 0.02 ms" in text
+    for name in ("why_idle.csv", "why_launch.csv", "why_stragglers.csv"):
+        assert (tmp_path / "report" / "tables" / name).is_file()
