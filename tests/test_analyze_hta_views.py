@@ -161,3 +161,25 @@ def test_run_folder_views_in_the_why_section(tmp_path):
     assert "cell c1: rank 1 last in 2 of 3 steps" in text and "rank_skew_ms_p50 0.02 ms" in text
     for name in ("why_idle.csv", "why_launch.csv", "why_stragglers.csv"):
         assert (tmp_path / "report" / "tables" / name).is_file()
+
+
+def test_per_cell_tables_sum_streams_and_average_steps():
+    from bench.analyze import hta_tables
+
+    # one cell, one file, two steps; step 1 waits on two streams (1 + 3 ms host, 2 ms other), step 2 on one
+    idle = pd.DataFrame({"cell_id": "c", "trace_file": "f", "step": ["1", "1", "2", "all"],
+                         "stream": [7, 20, 7, 7], "idle_ms": [3.0, 3.0, 2.0, 99.0],
+                         "host_wait_ms": [1.0, 3.0, 2.0, 99.0], "kernel_wait_ms": 0.0,
+                         "other_wait_ms": [2.0, 0.0, 0.0, 0.0]})
+    row = hta_tables.idle_table(idle).iloc[0]
+    # per step: (6, 4, 0, 2) and (2, 2, 0, 0); mean (4, 3, 0, 1); the `all` row is not a step
+    assert (row["idle_ms"], row["host_wait_ms"], row["other_wait_ms"]) == (4, 3, 1)
+    assert row["host_wait_pct"] == 75
+    launch = pd.DataFrame({"cell_id": "c", "trace_file": "f", "step": ["1", "2", "3", "all"],
+                           "launches": [10, 20, 30, 60], "launch_delay_us_p50": [1.0, 5.0, 100.0, 4.0],
+                           "short_kernels_pct": 50.0, "host_us_per_launch": 20.0, "gpu_busy_pct": 10.0,
+                           "host_wait_pct": [80.0, 20.0, None, 50.0],
+                           "launch_bound": [True, False, None, True]})
+    row = hta_tables.launch_table(launch).iloc[0]
+    assert (row["launches"], row["launch_delay_us_p50"]) == (20, 5)      # mean of steps; median of p50s
+    assert (row["launch_bound_steps"], row["steps"]) == (1, 3)           # an empty flag is not a flagged step
