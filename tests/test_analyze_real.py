@@ -7,13 +7,15 @@ import argparse
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from bench.analyze import cli, tables
 from bench.analyze.columns import WITNESS_COLUMNS
 from bench.analyze.load import find_trace_files
-from bench.analyze.summary import TraceJob, analyse
+from bench.analyze.stragglers import persistent_stragglers
+from bench.analyze.summary import TraceJob, analyse, analyse_tables
 
 DATA = Path(__file__).parent / "data" / "traces"
 
@@ -34,6 +36,7 @@ HTA_GPU_TRACES = [
     "a100-16rank-rank0", "v100-1rank-ns", "mi250-1rank", "a100-event-sync", "tiny-2step-base",
     "tiny-2step-test",
 ]
+ROCM_TRACES = {"mi250-1rank"}
 WITHIN = 0.01  # compute, communication, idle and span within 1 % of HTA's figure; overlap within 1 point
 
 
@@ -41,12 +44,19 @@ def near(ours_us: float, ref_us: float) -> bool:
     return abs(ours_us - ref_us) <= WITHIN * abs(ref_us) + 1.0  # + 1 µs: HTA's whole microseconds
 
 
-@pytest.mark.filterwarnings("ignore::Warning:hta.*")  # HTA 0.5's own pandas deprecation warnings
-@pytest.mark.parametrize("folder", HTA_GPU_TRACES)
-def test_gpu_breakdown_agrees_with_holistic_trace_analysis(folder):
+@pytest.fixture(scope="module", params=HTA_GPU_TRACES)
+def hta_trace(request):
+    """(folder, HTA's TraceAnalysis of it): module-scoped, so pytest groups the tests by trace and HTA
+    parses each one once."""
     hta = pytest.importorskip("hta.trace_analysis")
+    folder = request.param
+    return folder, hta.TraceAnalysis(trace_dir=str(DATA / "hta" / folder), include_last_profiler_step=True)
+
+
+@pytest.mark.filterwarnings("ignore::Warning:hta.*")  # HTA 0.5's own pandas deprecation warnings
+def test_gpu_breakdown_agrees_with_holistic_trace_analysis(hta_trace):
+    folder, ta = hta_trace
     ours = whole_rows(DATA / "hta" / folder)
-    ta = hta.TraceAnalysis(trace_dir=str(DATA / "hta" / folder), include_last_profiler_step=True)
     temporal = ta.get_temporal_breakdown(visualize=False)
     overlap = ta.get_comm_comp_overlap(visualize=False)
     assert len(temporal) == len(ours)
@@ -69,6 +79,54 @@ def test_gpu_breakdown_agrees_with_holistic_trace_analysis(folder):
     for kind, column in (("COMMUNICATION", "comm_ms"), ("MEMORY", "memory_ms")):
         ref_us = kinds[kinds["kernel_type"].str.contains(kind)]["sum"].sum()
         assert near(ours[column].sum() * 1e3, ref_us), (kind, ours[column].sum() * 1e3, ref_us)
+
+
+@pytest.mark.filterwarnings("ignore::Warning:hta.*")
+def test_idle_breakdown_and_launch_stats_agree_with_holistic_trace_analysis(hta_trace):
+    folder, ta = hta_trace
+    frames, errors = analyse_tables(TraceJob(p, p.name) for p in find_trace_files(DATA / "hta" / folder))
+    assert errors == []
+    ranks = sorted(ta.t.get_ranks())
+    # idle: per rank, stream and category, HTA's get_idle_time_breakdown (consecutive_kernel_delay = 30 µs)
+    ref, _ = ta.get_idle_time_breakdown(ranks=ranks, visualize=False)
+    ref = ref.pivot_table(index=["rank", "stream"], columns="idle_category", values="idle_time",
+                          aggfunc="sum").reindex(columns=["host_wait", "kernel_wait", "other"]).fillna(0.0)
+    idle = frames["idle_breakdown.csv"]
+    idle = idle[idle["step"] == "all"].assign(rank=lambda d: d["rank"].fillna(ranks[0]).astype(int),
+                                              stream=lambda d: d["stream"].astype(int))
+    mine = idle.set_index(["rank", "stream"])[["host_wait_ms", "kernel_wait_ms", "other_wait_ms"]] * 1e3
+    mine.columns = [f"{kind}_ours" for kind in ref.columns]
+    both = ref.join(mine, how="outer").fillna(0.0)  # a stream with one event: HTA lists zeros, we no row
+    for kind in ref.columns:
+        for theirs, ours in zip(both[kind], both[f"{kind}_ours"]):
+            assert near(ours, theirs), (folder, kind, ours, theirs)
+    # launch statistics: HTA's per-launch table, summarised as ours on the `all` row
+    launch = frames["launch_stats.csv"].query("step == 'all'")
+    for rank, df in ta.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False).items():
+        row = launch[launch["rank"].fillna(ranks[0]) == rank]
+        if not len(df):  # HTA knows CUDA's launch calls only; we also count HIP's (the MI250 trace: 14)
+            assert row.empty or folder in ROCM_TRACES
+            continue
+        row = row.iloc[0]
+        assert row["launches"] == len(df), (folder, rank)
+        for ours, theirs in (("launch_delay_us", "launch_delay"), ("cpu_duration_us", "cpu_duration"),
+                             ("gpu_duration_us", "gpu_duration")):
+            p50, p90 = np.percentile(df[theirs], [50, 90])
+            for q, value in (("p50", p50), ("p90", p90), ("max", df[theirs].max())):
+                assert near(row[f"{ours}_{q}"], value), (folder, ours, q, row[f"{ours}_{q}"], value)
+        assert near(row["short_kernels_pct"], 100 * (df["gpu_duration"] < 10).mean())
+
+
+@pytest.mark.filterwarnings("ignore::Warning:hta.*")
+def test_straggler_matches_holistic_trace_analysis_on_the_two_rank_job():
+    hta = pytest.importorskip("hta.trace_analysis")
+    folder = DATA / "hta" / "sampled-2rank"
+    frames, _ = analyse_tables(TraceJob(p, p.name) for p in find_trace_files(folder))
+    ours = persistent_stragglers(frames["stragglers.csv"]).iloc[0]
+    # ours: rank 1 joins the last gradient all-reduce 30.0 and 22.3 ms after rank 0 in steps 551 and 552
+    assert (ours["straggler_rank"], ours["steps_last"], ours["steps"]) == (1, 2, 2) and ours["persistent"]
+    ta = hta.TraceAnalysis(trace_dir=str(folder), include_last_profiler_step=True)
+    assert ta.get_potential_stragglers(num_candidates=1) == [ours["straggler_rank"]]
 
 
 def test_real_cpu_only_trace():
@@ -103,6 +161,11 @@ def test_run_folder_bucket_timeline_matches_the_engines_buckets(tmp_path, capsys
             assert (step["ready_ms"] <= step["backward_ms"]).all()
     witnesses = pd.read_csv(run / cli.WITNESS_FILE)     # a run folder also gets the two witnesses
     assert list(witnesses.columns) == list(WITNESS_COLUMNS)
+    # stragglers: every cell's two ranks compared in each profiled step; CPU traces have no kernels
+    stragglers = pd.read_csv(run / "stragglers.csv")
+    assert len(stragglers) == 3 * 2 and (stragglers["ranks"] == 2).all()
+    assert stragglers["straggler_rank"].isin([0, 1]).all() and (stragglers["late_by_ms"] >= 0).all()
+    assert pd.read_csv(run / "idle_breakdown.csv").empty and pd.read_csv(run / "launch_stats.csv").empty
     assert set(witnesses["cell_id"]) == set(results["cell_id"])
     # the profiled pass's per-step barrier is in every profiled step (gloo:barrier inside ProfilerStep) and
     # counts as communication in HTA's columns, not in the witness's

@@ -1,5 +1,6 @@
-"""`python -m bench analyze PATH [--out DIR]`: trace_summary.csv and bucket_timeline.csv from Kineto traces,
-and for a run folder witnesses.csv (the two witnesses of exposed communication, bench.analyze.tables).
+"""`python -m bench analyze PATH [--out DIR]`: trace_summary.csv, bucket_timeline.csv, idle_breakdown.csv,
+launch_stats.csv and stragglers.csv (summary.TABLES) from Kineto traces, and for a run folder
+witnesses.csv (the two witnesses of exposed communication, bench.analyze.tables).
 
 PATH is a run folder (results/<run-id>: its results.csv maps each cell's `trace_dir` to cell_id and
 engine), a folder of traces, or one trace file; any `*.json` / `*.json.gz` Chrome trace is accepted. The
@@ -17,14 +18,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.analyze import tables
+from bench.analyze import tables as witness_tables
 from bench.analyze.load import find_trace_files
-from bench.analyze.summary import TraceJob, analyse
+from bench.analyze.summary import SUMMARY_FILE, TIMELINE_FILE, TraceJob, analyse_tables
 
-SUMMARY_FILE = "trace_summary.csv"
-TIMELINE_FILE = "bucket_timeline.csv"
-WITNESS_FILE = "witnesses.csv"
 RESULTS_FILE = "results.csv"
+WITNESS_FILE = "witnesses.csv"
 
 
 class AnalyzeInputError(Exception):
@@ -96,20 +95,23 @@ def main(args: argparse.Namespace) -> int:
         print(f"bench analyze: {exc}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    summary, timeline, errors = analyse(jobs)
+    tables, errors = analyse_tables(jobs)
     errors = missing + errors
     for line in errors:
         print(f"bench analyze: {line}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
-    summary.to_csv(out / SUMMARY_FILE, index=False)
-    timeline.to_csv(out / TIMELINE_FILE, index=False)
-    n_ok = summary["trace_file"].nunique()
+    for name, frame in tables.items():
+        frame.to_csv(out / name, index=False)
+    n_ok = tables[SUMMARY_FILE]["trace_file"].nunique()
     print(f"analysed {n_ok}/{len(jobs)} trace files in {time.perf_counter() - t0:.1f} s")
     print(f"summary: {out / SUMMARY_FILE}")
     print(f"bucket timeline: {out / TIMELINE_FILE}")
+    others = [n for n in tables if n not in (SUMMARY_FILE, TIMELINE_FILE)]
+    print(f"idle breakdown, launch statistics, stragglers: {', '.join(str(out / n) for n in others)}")
     if args.path.is_dir() and (args.path / RESULTS_FILE).is_file():
         # the report reads this file and never recomputes it
-        witnesses = tables.witnesses(summary, pd.read_csv(args.path / RESULTS_FILE, dtype={"cell_id": str}))
+        results = pd.read_csv(args.path / RESULTS_FILE, dtype={"cell_id": str})
+        witnesses = witness_tables.witnesses(tables[SUMMARY_FILE], results)
         witnesses.to_csv(out / WITNESS_FILE, index=False)
         n_dis = int(witnesses["disagree"].fillna(False).sum())
         print(f"witnesses: {out / WITNESS_FILE} ({n_dis} of {len(witnesses)} cells disagree)")

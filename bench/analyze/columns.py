@@ -30,3 +30,23 @@ WITNESS_COLUMNS = (
 )
 
 ALL_STEPS = "all"  # the `step` of the whole-window row
+
+# idle_breakdown.csv (bench/analyze/idle.py): per (trace file, step, stream), HTA's idle-time categories.
+IDLE_BREAKDOWN_COLUMNS = (
+    "cell_id", "trace_file", "rank", "step", "stream",
+    "idle_ms", "host_wait_ms", "kernel_wait_ms", "other_wait_ms", "host_wait_pct",
+)
+
+# launch_stats.csv (bench/analyze/launch.py): per (trace file, step), the launches' delay distribution and
+# whether the host set the pace.
+LAUNCH_STATS_COLUMNS = (
+    "cell_id", "trace_file", "rank", "step", "launches",
+    "launch_delay_us_p50", "launch_delay_us_p90", "launch_delay_us_max",
+    "cpu_duration_us_p50", "cpu_duration_us_p90", "cpu_duration_us_max",
+    "gpu_duration_us_p50", "gpu_duration_us_p90", "gpu_duration_us_max",
+    "short_kernels_pct", "window_ms", "host_us_per_launch", "gpu_busy_pct", "compute_stream", "host_wait_pct",
+    "launch_bound",
+)
+
+# stragglers.csv (bench/analyze/stragglers.py): per (job, step), the rank whose backward finished last.
+STRAGGLER_COLUMNS = ("cell_id", "job", "step", "ranks", "straggler_rank", "late_by_ms", "spread_ms")

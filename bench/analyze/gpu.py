@@ -49,6 +49,7 @@ class GpuView:
     def __init__(self, trace: Trace, n_steps: int):
         self.trace, self.n_steps = trace, n_steps  # n_steps: the trace's ProfilerSteps (the `all` rule)
         gpu = np.flatnonzero(C.cat_mask(trace, C.GPU_CATS) | self._stream_syncs(trace))
+        self.rows = gpu  # trace rows of the GPU events: idle.py and launch.py read their streams and launches
         self.ts, self.end = trace.ts[gpu], trace.end[gpu]  # as recorded: the utilisation columns
         self.cls = C.gpu_classes(trace, gpu)
         self.is_sync = C.cat_mask(trace, frozenset({C.SYNC_CAT}))[gpu]

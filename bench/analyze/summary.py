@@ -1,7 +1,9 @@
-"""Analyse trace files into the trace_summary and bucket_timeline tables.
+"""Analyse trace files into the run folder's tables (TABLES: file name → columns).
 
 One file: load → device → windows (each ProfilerStep, then `all`) → the device's view measures each window
 → rows. Many files: each one on its own; a file that fails gives one error line and the others go on.
+GPU traces also get the idle-time breakdown and the launch statistics (idle.py, launch.py); stragglers
+compare ranks, so they are computed last, from all files' bucket_timeline rows (stragglers.py).
 """
 
 from __future__ import annotations
@@ -12,12 +14,28 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.analyze.columns import ALL_STEPS, BUCKET_TIMELINE_COLUMNS, TRACE_SUMMARY_COLUMNS
+from bench.analyze.columns import (
+    ALL_STEPS,
+    BUCKET_TIMELINE_COLUMNS,
+    IDLE_BREAKDOWN_COLUMNS,
+    LAUNCH_STATS_COLUMNS,
+    STRAGGLER_COLUMNS,
+    TRACE_SUMMARY_COLUMNS,
+)
 from bench.analyze.cpu import CpuView
 from bench.analyze.gpu import GpuView
+from bench.analyze.idle import idle_rows
+from bench.analyze.launch import launch_rows
 from bench.analyze.load import TraceError, load_trace, trace_rank
 from bench.analyze.steps import device_of, profiler_steps, whole_window
+from bench.analyze.stragglers import straggler_rows
 from bench.analyze.timeline import bucket_rows
+
+SUMMARY_FILE, TIMELINE_FILE = "trace_summary.csv", "bucket_timeline.csv"
+IDLE_FILE, LAUNCH_FILE, STRAGGLERS_FILE = "idle_breakdown.csv", "launch_stats.csv", "stragglers.csv"
+TABLES = {SUMMARY_FILE: TRACE_SUMMARY_COLUMNS, TIMELINE_FILE: BUCKET_TIMELINE_COLUMNS,
+          IDLE_FILE: IDLE_BREAKDOWN_COLUMNS, LAUNCH_FILE: LAUNCH_STATS_COLUMNS,
+          STRAGGLERS_FILE: STRAGGLER_COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -32,6 +50,12 @@ class TraceJob:
 
 def analyse_trace(job: TraceJob) -> tuple[list[dict], list[dict]]:
     """(trace_summary rows, bucket_timeline rows) for one file; TraceError if it cannot be read."""
+    tables = analyse_trace_tables(job)
+    return tables[SUMMARY_FILE], tables[TIMELINE_FILE]
+
+
+def analyse_trace_tables(job: TraceJob) -> dict[str, list[dict]]:
+    """Every per-file table's rows for one file (stragglers excepted); TraceError if it cannot be read."""
     trace = load_trace(job.path)
     if not len(trace):
         raise TraceError(f"{job.path}: no complete ('X') events to analyse")
@@ -44,22 +68,36 @@ def analyse_trace(job: TraceJob) -> tuple[list[dict], list[dict]]:
     summary = [{**ident, "step": w.step, "device": device, **view.window(w)} for w in windows]
     buckets = bucket_rows(trace, steps or windows, device)
     timeline = [{**ident, "engine": job.engine, **row} for row in buckets]
-    return summary, timeline
+    idle = launch = []
+    if device != "cpu":  # no kernels, no launches on a CPU trace
+        idle = [{**ident, **row} for row in idle_rows(view, steps)]
+        launch = [{**ident, **row} for row in launch_rows(view, steps, windows)]
+    return {SUMMARY_FILE: summary, TIMELINE_FILE: timeline, IDLE_FILE: idle, LAUNCH_FILE: launch}
 
 
 def analyse(jobs: Iterable[TraceJob]) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """trace_summary and bucket_timeline DataFrames (contract columns, in order) and one error line per
     file that could not be analysed."""
-    summary, timeline, errors = [], [], []
+    tables, errors = analyse_tables(jobs)
+    return tables[SUMMARY_FILE], tables[TIMELINE_FILE], errors
+
+
+def analyse_tables(jobs: Iterable[TraceJob]) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """Every table of TABLES as a DataFrame (contract columns, in order) and one error line per file that
+    could not be analysed."""
+    rows: dict[str, list[dict]] = {name: [] for name in TABLES}
+    errors = []
     for job in jobs:
         try:
-            s, t = analyse_trace(job)
+            one = analyse_trace_tables(job)
         except TraceError as exc:
             errors.append(str(exc))
             continue
-        summary += s
-        timeline += t
-    return _frame(summary, TRACE_SUMMARY_COLUMNS), _frame(timeline, BUCKET_TIMELINE_COLUMNS), errors
+        for name, part in one.items():
+            rows[name] += part
+    frames = {name: _frame(rows[name], TABLES[name]) for name in TABLES if name != STRAGGLERS_FILE}
+    frames[STRAGGLERS_FILE] = straggler_rows(frames[TIMELINE_FILE])
+    return frames, errors
 
 
 def _frame(rows: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
@@ -69,7 +107,10 @@ def _frame(rows: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
     if "bucket" in frame:
         frame["bucket"] = frame["bucket"].astype("Int64")
     frame["step"] = frame["step"].astype(str) if len(frame) else frame["step"]
+    if "launch_bound" in frame:
+        frame["launch_bound"] = frame["launch_bound"].astype("boolean")
     return frame
 
 
-__all__ = ["ALL_STEPS", "TraceJob", "analyse", "analyse_trace"]
+__all__ = ["ALL_STEPS", "TABLES", "TraceJob", "analyse", "analyse_tables", "analyse_trace",
+           "analyse_trace_tables"]

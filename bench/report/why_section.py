@@ -1,7 +1,7 @@
 """The run page's "Why" section: the traces' breakdown (what `bench analyze` wrote into the run folder)
 explaining the scaling tables — per engine and world size the stacked breakdown of a step, the all-reduce
 share and overlap; the two witnesses of exposed communication (RUN/witnesses.csv, as bench analyze wrote
-it); the seeds' table.
+it); the seeds' table; idle time per stream, kernel launches and stragglers (why_hta.py).
 
 The report never analyses traces itself (bench.analyze does, `bench run --report` runs it first): without
 RUN/trace_summary.csv the section says how to get it.
@@ -21,6 +21,7 @@ from bench.analyze import tables as trace_tables  # noqa: E402
 from bench.analyze.cli import WITNESS_FILE as WITNESSES  # noqa: E402
 from bench.report import style  # noqa: E402
 from bench.report.render import Section, write_csv  # noqa: E402
+from bench.report.why_hta import add_hta_views  # noqa: E402
 
 SUMMARY = "trace_summary.csv"
 PARTS = (("compute_alone_ms", "compute", style.COMPUTE),
@@ -108,4 +109,4 @@ def why_section(run_dir: Path, results: pd.DataFrame, out_dir: Path) -> Section:
         write_csv(seeds, out_dir / "tables" / "why_seeds_table.csv")
         sec.para("The seeds' table (the panes the original experiment read off TensorBoard), per cell.")
         sec.table(seeds.rename(columns=trace_tables.SEEDS_HEADINGS), "tables/why_seeds_table.csv")
-    return sec
+    return add_hta_views(sec, run_dir, results, out_dir)
