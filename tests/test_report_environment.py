@@ -76,3 +76,14 @@ def test_run_page_shows_facts_warnings_and_missing_reasons(runs, tmp_path):
     assert bench_main(["report", str(runs[1]), "--out", str(tmp_path / "a")]) == 0
     page = (tmp_path / "a" / "summary.md").read_text()
     assert "| InfiniBand | — (/sys/class/infiniband is absent" in page and "CUDA_LAUNCH_BLOCKING" not in page
+
+
+def test_a_cpu_run_lists_no_gpu_facts(tmp_path):
+    # a dozen "nvidia-smi is not on PATH" rows say nothing about a CPU run: they are left out there
+    from report_fixtures import CPU_ENV, row, write_run
+
+    env = CPU_ENV | {"unavailable": {"gpu_smi": "nvidia-smi is not on PATH"}}
+    run = write_run(tmp_path / "cpu", [row("torch", 1, 10.0)], env=env)
+    assert bench_main(["report", str(run), "--out", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "summary.md").read_text()
+    assert "| torch |" in page and "SM clock max" not in page and "nvidia-smi is not on PATH" not in page

@@ -76,7 +76,8 @@ def environment_table(run: Run) -> pd.DataFrame:
     env = run.env
     gpus = env.get("gpus") or []
     tf32 = env.get("tf32") or {}
-    facts = machine_facts(env)
+    # A CPU run has no GPU facts to give: one line says so instead of a dozen "nvidia-smi is not on PATH"
+    facts = machine_facts(env) if gpus or env.get("device", run.device) == "cuda" else []
     rows = [
         ("device / backend", f"{env.get('device', run.device)} / {env.get('backend', '')}"),
         ("GPUs", gpu_summary(env)),
