@@ -1,4 +1,5 @@
-"""`python -m bench analyze PATH [--out DIR]`: trace_summary.csv and bucket_timeline.csv from Kineto traces.
+"""`python -m bench analyze PATH [--out DIR]`: trace_summary.csv, bucket_timeline.csv and kernel_classes.csv
+from Kineto traces.
 
 PATH is a run folder (results/<run-id>: its results.csv maps each cell's `trace_dir` to cell_id and
 engine), a folder of traces, or one trace file; any `*.json` / `*.json.gz` Chrome trace is accepted. The
@@ -17,10 +18,11 @@ from pathlib import Path
 import pandas as pd
 
 from bench.analyze.load import find_trace_files
-from bench.analyze.summary import TraceJob, analyse
+from bench.analyze.summary import TraceJob, analyse_tables
 
 SUMMARY_FILE = "trace_summary.csv"
 TIMELINE_FILE = "bucket_timeline.csv"
+CLASSES_FILE = "kernel_classes.csv"
 RESULTS_FILE = "results.csv"
 
 
@@ -93,15 +95,17 @@ def main(args: argparse.Namespace) -> int:
         print(f"bench analyze: {exc}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    summary, timeline, errors = analyse(jobs)
+    summary, timeline, classes, errors = analyse_tables(jobs)
     errors = missing + errors
     for line in errors:
         print(f"bench analyze: {line}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     summary.to_csv(out / SUMMARY_FILE, index=False)
     timeline.to_csv(out / TIMELINE_FILE, index=False)
+    classes.to_csv(out / CLASSES_FILE, index=False)
     n_ok = summary["trace_file"].nunique()
     print(f"analysed {n_ok}/{len(jobs)} trace files in {time.perf_counter() - t0:.1f} s")
     print(f"summary: {out / SUMMARY_FILE}")
     print(f"bucket timeline: {out / TIMELINE_FILE}")
+    print(f"kernel classes: {out / CLASSES_FILE}")
     return 1 if errors else 0
