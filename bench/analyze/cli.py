@@ -1,6 +1,6 @@
 """`python -m bench analyze PATH [--out DIR]`: trace_summary.csv, bucket_timeline.csv, idle_breakdown.csv,
-launch_stats.csv and stragglers.csv (summary.TABLES) from Kineto traces, and for a run folder
-witnesses.csv (the two witnesses of exposed communication, bench.analyze.tables).
+launch_stats.csv, stragglers.csv and kernel_classes.csv (summary.TABLES) from Kineto traces, and for a run
+folder witnesses.csv (the two witnesses of exposed communication, bench.analyze.tables).
 
 PATH is a run folder (results/<run-id>: its results.csv maps each cell's `trace_dir` to cell_id and
 engine), a folder of traces, or one trace file; any `*.json` / `*.json.gz` Chrome trace is accepted. The
@@ -107,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"summary: {out / SUMMARY_FILE}")
     print(f"bucket timeline: {out / TIMELINE_FILE}")
     others = [n for n in tables if n not in (SUMMARY_FILE, TIMELINE_FILE)]
-    print(f"idle breakdown, launch statistics, stragglers: {', '.join(str(out / n) for n in others)}")
+    print(f"also: {', '.join(str(out / n) for n in others)}")
     if args.path.is_dir() and (args.path / RESULTS_FILE).is_file():
         # the report reads this file and never recomputes it
         results = pd.read_csv(args.path / RESULTS_FILE, dtype={"cell_id": str})

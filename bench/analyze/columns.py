@@ -12,7 +12,7 @@ TRACE_SUMMARY_COLUMNS = (
     "span_ms", "busy_ms", "compute_ms", "comm_ms", "memory_ms", "idle_ms", "overlap_ms", "overlap_pct",
     "exposed_comm_ms", "allreduce_ms", "allreduce_share_of_kernel_pct", "gpu_util_pct", "sm_efficiency_pct",
     "achieved_occupancy_pct", "cpu_exec_pct", "comm_bytes", "comm_busbw_gbps",
-    "unlaunched_kernels", "unlaunched_ms", "barrier_ms", "exposed_comm_excl_barrier_ms",
+    "unlaunched_kernels", "unlaunched_ms", "barrier_ms", "exposed_comm_excl_barrier_ms", "window_ms",
 )
 
 BUCKET_TIMELINE_COLUMNS = (
@@ -27,6 +27,12 @@ WITNESS_COLUMNS = (
     "timer_exposed_comm_ms_low", "timer_exposed_comm_ms_high", "trace_exposed_comm_ms_low",
     "trace_exposed_comm_ms_high", "sync_overhead_ms_low", "sync_overhead_ms_high", "sync_overhead_from",
     "step_minus_compute_only_ms",
+)
+
+# kernel_classes.csv: one row per (trace file, kernel class) over the file's `all` window.
+KERNEL_CLASS_COLUMNS = (
+    "cell_id", "trace_file", "rank", "device", "n_steps", "kernel_class", "events", "time_ms",
+    "time_per_step_ms",
 )
 
 ALL_STEPS = "all"  # the `step` of the whole-window row

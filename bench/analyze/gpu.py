@@ -49,7 +49,7 @@ class GpuView:
     def __init__(self, trace: Trace, n_steps: int):
         self.trace, self.n_steps = trace, n_steps  # n_steps: the trace's ProfilerSteps (the `all` rule)
         gpu = np.flatnonzero(C.cat_mask(trace, C.GPU_CATS) | self._stream_syncs(trace))
-        self.rows = gpu  # trace rows of the GPU events: idle.py and launch.py read their streams and launches
+        self.rows = gpu  # trace rows of the GPU events: idle.py, launch.py and kernel_classes.py read them
         self.ts, self.end = trace.ts[gpu], trace.end[gpu]  # as recorded: the utilisation columns
         self.cls = C.gpu_classes(trace, gpu)
         self.is_sync = C.cat_mask(trace, frozenset({C.SYNC_CAT}))[gpu]
@@ -112,7 +112,7 @@ class GpuView:
             inside |= ((launch_tid == trace.tid_id[i]) & (launch >= trace.ts[i]) & (launch < trace.end[i]))
         return inside
 
-    def _selected(self, w: Window) -> np.ndarray:
+    def selected(self, w: Window) -> np.ndarray:
         """The GPU events the window launched (see the module docstring for the `all` row)."""
         lo, hi = (np.ceil(w.lo), np.floor(w.hi)) if self.rounded else (w.lo, w.hi)
         if w.step != ALL_STEPS:  # HTA's iteration of a host event: step.ts <= ts < step.ts + step.dur
@@ -138,7 +138,7 @@ class GpuView:
     def window(self, w: Window) -> dict:
         """The summary columns for one window (ms and %; None where not measurable)."""
         row: dict = {}
-        sel = self._selected(w)
+        sel = self.selected(w)
         if w.step == ALL_STEPS:
             gone = np.isnan(self.launch)
             row.update(unlaunched_kernels=int(gone.sum()),

@@ -40,7 +40,7 @@ def step_of(launch: np.ndarray, steps: list[Window]) -> np.ndarray:
 def stream_gaps(view: GpuView, steps: list[Window]) -> pd.DataFrame:
     """One row per idle gap: stream (and its thread id), step index (-1: none), gap µs, its ends (µs), and
     the host_wait / kernel_wait flags."""
-    sel = view._selected(Window(ALL_STEPS, steps[0].lo, max(s.hi for s in steps)) if steps
+    sel = view.selected(Window(ALL_STEPS, steps[0].lo, max(s.hi for s in steps)) if steps
                          else Window(ALL_STEPS, -np.inf, np.inf)) & ~view.is_sync
     tids = view.trace.tid_id[view.rows][sel]
     ts, end, launch = view.bts[sel], view.bend[sel], view.launch[sel]  # ns traces: rounded as HTA does

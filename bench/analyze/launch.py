@@ -66,7 +66,7 @@ def launch_rows(view: GpuView, steps: list[Window], windows: list[Window]) -> li
     tids = view.trace.tid_id[view.rows]  # a GPU event's tid is its stream
     out = []
     for w in windows:
-        sel = view._selected(w) & ~view.is_sync
+        sel = view.selected(w) & ~view.is_sync
         if not sel.any():
             continue
         mine = sel[ev["index"].astype(int)]

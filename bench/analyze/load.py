@@ -2,17 +2,21 @@
 
 Only complete events (`"ph": "X"`) carry durations; they are all the analysis needs. Each is kept as one
 row of parallel numpy arrays (ts and dur in microseconds, as the file has them) and the few `args` the
-analysis reads are pulled out in the same pass, so the parsed dicts can be freed at once. A file that
+analysis reads are pulled out in the same pass, so the parsed dicts can be freed at once. The file's text
+is read a few MB at a time (gunzipped and decoded on the way), never whole: holding a big trace's text
+(and its bytes, while decoding) was most of the peak memory. A file that
 cannot be read raises TraceError with one line naming the file and the reason; the caller reports it and
 goes on with the other files.
 """
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,98 +70,169 @@ class Trace:
         return len(self.ts)
 
 
-def _read_text(path: Path) -> bytes:
-    """The file's bytes, gunzipped when it is gzip (by its magic number, not its name)."""
+CHUNK_BYTES = 1 << 22  # bytes read (after gunzip) at a time
+AHEAD = 1 << 16        # text kept ahead of a scan (unless the file ends first): no number is cut in two
+
+
+def _text_chunks(path: Path) -> Iterator[str]:
+    """The file's text, CHUNK_BYTES at a time: gunzipped when it is gzip (by its magic number, not its
+    name), decoded as UTF-8 incrementally (a character split between two reads is kept whole)."""
     try:
-        raw = path.read_bytes()
+        fh = path.open("rb")
     except OSError as exc:
         raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    if raw[:2] != b"\x1f\x8b":
-        return raw
-    try:
-        return gzip.decompress(raw)
-    except (EOFError, OSError, zlib.error) as exc:  # truncated: EOFError; corrupt: BadGzipFile, zlib.error
-        raise TraceError(f"{path}: corrupt or truncated gzip: {exc}") from exc
+    with fh:
+        zipped = fh.read(2) == b"\x1f\x8b"
+        fh.seek(0)
+        stream = gzip.GzipFile(fileobj=fh) if zipped else fh
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        while True:
+            try:
+                block = stream.read(CHUNK_BYTES)
+            except (EOFError, OSError, zlib.error) as exc:  # truncated: EOFError; corrupt: BadGzipFile, zlib
+                if zipped:
+                    raise TraceError(f"{path}: corrupt or truncated gzip: {exc}") from exc
+                raise TraceError(f"{path}: cannot read: {exc}") from exc
+            try:
+                text = decoder.decode(block, final=not block)
+            except UnicodeDecodeError as exc:
+                raise TraceError(f"{path}: not UTF-8 text: {exc}") from exc
+            if text:
+                yield text
+            if not block:
+                return
 
 
 def load_trace(path: str | Path) -> Trace:
     """Parse one Chrome-trace file (`*.json` or `*.json.gz`) into a Trace; TraceError when it cannot be."""
     path = Path(path)
-    raw = _read_text(path)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise TraceError(f"{path}: not UTF-8 text: {exc}") from exc
-    del raw
     columns = _Columns()
+    text = _Text(_text_chunks(path))
     try:
         meta = _stream(text, columns.add)
     except (StopIteration, IndexError, ValueError) as exc:  # the scanner's ways of saying "not JSON here"
-        raise TraceError(f"{path}: not valid JSON ({type(exc).__name__} at {_where(exc)})") from exc
+        raise TraceError(f"{path}: not valid JSON ({type(exc).__name__} at {_where(exc, text)})") from exc
     if meta is None:
         raise TraceError(f"{path}: not a Chrome trace: no 'traceEvents' list")
     return columns.trace(path, meta)
 
 
-def _where(exc: Exception) -> str:
+def _where(exc: Exception, text: _Text) -> str:
     value = exc.value if isinstance(exc, StopIteration) else getattr(exc, "pos", None)
-    return f"character {value}" if isinstance(value, int) else str(exc)
+    return f"character {text.base + value}" if isinstance(value, int) else str(exc)
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 
-def _stream(text: str, add) -> dict | None:
+class _Text:
+    """The part of a file's text being parsed: `text` starts at character `base` of the file. Scans refill
+    it so that at least AHEAD characters (or the rest of the file) lie ahead; a value longer than what is
+    held (an event straddling two reads) is retried with the next chunk appended."""
+
+    def __init__(self, chunks: Iterator[str]):
+        self.chunks, self.text, self.base, self.eof = chunks, "", 0, False
+        self.scan_once = json.JSONDecoder().scan_once
+
+    def _next(self) -> str:
+        chunk = next(self.chunks, None)
+        if chunk is None:
+            self.eof = True
+            return ""
+        return chunk
+
+    def ensure(self, pos: int) -> int:
+        """Keep the text from pos on, with at least AHEAD characters after it unless the file ends first;
+        returns pos in the kept text."""
+        if self.eof or len(self.text) - pos >= AHEAD:
+            return pos
+        parts, held = [self.text[pos:]], len(self.text) - pos
+        while held < max(CHUNK_BYTES, 2 * AHEAD) and not self.eof:
+            parts.append(self._next())
+            held += len(parts[-1])
+        self.base += pos
+        self.text = "".join(parts)
+        return 0
+
+    def scan(self, pos: int):
+        """(value, end) of the JSON value at pos (pos is valid in the text after ensure)."""
+        pos = self.ensure(pos)
+        while True:
+            try:
+                return self.scan_once(self.text, pos)
+            except (StopIteration, ValueError):
+                if self.eof:
+                    raise
+                self.text += self._next()  # cut off by the end of what is held: read on, then retry
+
+    def skip(self, pos: int) -> int:
+        """The first non-whitespace position at or after pos (len(text) at the file's end)."""
+        pos = self.ensure(pos)
+        end = _SPACE.match(self.text, pos).end()
+        while end == len(self.text) and not self.eof:
+            pos = self.ensure(end)
+            end = _SPACE.match(self.text, pos).end()
+        return end
+
+    def at(self, pos: int) -> str:
+        return self.text[pos]  # IndexError past the end: not valid JSON
+
+    def done(self, pos: int) -> bool:
+        pos = self.skip(pos)
+        return pos == len(self.text) and self.eof
+
+
+def _stream(text: _Text, add) -> dict | None:
     """Walk a Chrome trace, handing each element of `traceEvents` to `add` as soon as it is parsed (the
     whole list of dicts is never held), and return the other top-level keys; None without traceEvents.
 
     The top level is either {"traceEvents": [...], other keys} or a bare [...] of events. Everything else
     is parsed by json's own scanner.
     """
-    scan = json.JSONDecoder().scan_once
-    skip = lambda pos: _SPACE.match(text, pos).end()
+    scan, skip, at = text.scan, text.skip, text.at
+    where = lambda pos: f"character {text.base + pos}"  # noqa: E731  (positions in the whole file)
 
-    def events(pos: int) -> int:  # text[pos] == "[": stream the array, return the index after "]"
+    def events(pos: int) -> int:  # at(pos) == "[": stream the array, return the index after "]"
         pos = skip(pos + 1)
-        if text[pos] == "]":
+        if at(pos) == "]":
             return pos + 1
         while True:
-            event, pos = scan(text, pos)
+            event, pos = scan(pos)
             add(event)
             pos = skip(pos)
-            if text[pos] == "]":
+            if at(pos) == "]":
                 return pos + 1
-            if text[pos] != ",":
-                raise ValueError(f"expected ',' or ']' at character {pos}")
+            if at(pos) != ",":
+                raise ValueError(f"expected ',' or ']' at {where(pos)}")
             pos = skip(pos + 1)
 
     pos = skip(0)
-    if text[pos] == "[":
+    if at(pos) == "[":
         pos = events(pos)
-        if skip(pos) != len(text):
-            raise ValueError(f"extra data at character {skip(pos)}")
+        if not text.done(pos):
+            raise ValueError(f"extra data at {where(skip(pos))}")
         return {}
-    if text[pos] != "{":
-        raise ValueError(f"expected an object or an array at character {pos}")
+    if at(pos) != "{":
+        raise ValueError(f"expected an object or an array at {where(pos)}")
     meta, found = {}, False
     pos = skip(pos + 1)
-    while text[pos] != "}":
-        key, pos = scan(text, pos)
+    while at(pos) != "}":
+        key, pos = scan(pos)
         pos = skip(pos)
-        if not isinstance(key, str) or text[pos] != ":":
-            raise ValueError(f"expected a key and ':' at character {pos}")
+        if not isinstance(key, str) or at(pos) != ":":
+            raise ValueError(f"expected a key and ':' at {where(pos)}")
         pos = skip(pos + 1)
-        if key == "traceEvents" and text[pos] == "[":
+        if key == "traceEvents" and at(pos) == "[":
             pos, found = events(pos), True
         else:
-            meta[key], pos = scan(text, pos)
+            meta[key], pos = scan(pos)
         pos = skip(pos)
-        if text[pos] == ",":
+        if at(pos) == ",":
             pos = skip(pos + 1)
-        elif text[pos] != "}":
-            raise ValueError(f"expected ',' or '}}' at character {pos}")
-    if skip(pos + 1) != len(text):
-        raise ValueError(f"extra data at character {skip(pos + 1)}")
+        elif at(pos) != "}":
+            raise ValueError(f"expected ',' or '}}' at {where(pos)}")
+    if not text.done(pos + 1):
+        raise ValueError(f"extra data at {where(skip(pos + 1))}")
     return meta if found else None
 
 

@@ -18,13 +18,15 @@ from bench.analyze.columns import (
     ALL_STEPS,
     BUCKET_TIMELINE_COLUMNS,
     IDLE_BREAKDOWN_COLUMNS,
+    KERNEL_CLASS_COLUMNS,
     LAUNCH_STATS_COLUMNS,
     STRAGGLER_COLUMNS,
     TRACE_SUMMARY_COLUMNS,
 )
 from bench.analyze.cpu import CpuView
-from bench.analyze.gpu import GpuView
+from bench.analyze.gpu import US_PER_MS, GpuView
 from bench.analyze.idle import idle_rows
+from bench.analyze.kernel_classes import cpu_class_times, gpu_class_times
 from bench.analyze.launch import launch_rows
 from bench.analyze.load import TraceError, load_trace, trace_rank
 from bench.analyze.steps import device_of, profiler_steps, whole_window
@@ -33,9 +35,10 @@ from bench.analyze.timeline import bucket_rows
 
 SUMMARY_FILE, TIMELINE_FILE = "trace_summary.csv", "bucket_timeline.csv"
 IDLE_FILE, LAUNCH_FILE, STRAGGLERS_FILE = "idle_breakdown.csv", "launch_stats.csv", "stragglers.csv"
+CLASSES_FILE = "kernel_classes.csv"
 TABLES = {SUMMARY_FILE: TRACE_SUMMARY_COLUMNS, TIMELINE_FILE: BUCKET_TIMELINE_COLUMNS,
           IDLE_FILE: IDLE_BREAKDOWN_COLUMNS, LAUNCH_FILE: LAUNCH_STATS_COLUMNS,
-          STRAGGLERS_FILE: STRAGGLER_COLUMNS}
+          STRAGGLERS_FILE: STRAGGLER_COLUMNS, CLASSES_FILE: KERNEL_CLASS_COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -65,14 +68,23 @@ def analyse_trace_tables(job: TraceJob) -> dict[str, list[dict]]:
     view = CpuView(trace) if device == "cpu" else GpuView(trace, len(steps))
     rank = trace_rank(trace)
     ident = {"cell_id": job.cell_id, "trace_file": job.label, "rank": rank}
-    summary = [{**ident, "step": w.step, "device": device, **view.window(w)} for w in windows]
+    summary = [{**ident, "step": w.step, "device": device, **view.window(w),
+                "window_ms": (w.hi - w.lo) / US_PER_MS} for w in windows]
     buckets = bucket_rows(trace, steps or windows, device)
     timeline = [{**ident, "engine": job.engine, **row} for row in buckets]
     idle = launch = []
     if device != "cpu":  # no kernels, no launches on a CPU trace
         idle = [{**ident, **row} for row in idle_rows(view, steps)]
         launch = [{**ident, **row} for row in launch_rows(view, steps, windows)]
-    return {SUMMARY_FILE: summary, TIMELINE_FILE: timeline, IDLE_FILE: idle, LAUNCH_FILE: launch}
+    whole = windows[-1]
+    times = (cpu_class_times(trace, whole) if device == "cpu"
+             else gpu_class_times(trace, view.rows, view.selected(whole)))
+    n_steps = len(steps)
+    classes = [{**ident, "device": device, "n_steps": n_steps, "kernel_class": cls, "events": n,
+                "time_ms": t / US_PER_MS, "time_per_step_ms": t / US_PER_MS / max(n_steps, 1)}
+               for cls, (n, t) in sorted(times.items(), key=lambda kv: -kv[1][1])]
+    return {SUMMARY_FILE: summary, TIMELINE_FILE: timeline, IDLE_FILE: idle, LAUNCH_FILE: launch,
+            CLASSES_FILE: classes}
 
 
 def analyse(jobs: Iterable[TraceJob]) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
@@ -106,7 +118,8 @@ def _frame(rows: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
         frame["rank"] = frame["rank"].astype("Int64")
     if "bucket" in frame:
         frame["bucket"] = frame["bucket"].astype("Int64")
-    frame["step"] = frame["step"].astype(str) if len(frame) else frame["step"]
+    if "step" in frame:
+        frame["step"] = frame["step"].astype(str) if len(frame) else frame["step"]
     if "launch_bound" in frame:
         frame["launch_bound"] = frame["launch_bound"].astype("boolean")
     return frame

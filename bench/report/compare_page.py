@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.analyze import diff as analyze_diff
 from bench.report import compare, plots, slices, tables
 from bench.report.environment import gpu_summary
 from bench.report.load import Run, RunError, load_run
@@ -44,9 +45,14 @@ def write_compare_page(
     for table, name in ((diff, "environment_diff"), (joined, "cells"), (only, "one_side_only")):
         write_csv(table, out_dir / f"tables/{name}.csv")
 
+    traced = compare.trace_diffs(runs, out_dir)
+    for label, parts, classes in traced:
+        write_csv(parts, out_dir / f"tables/trace_breakdown_{label}.csv")
+        write_csv(classes, out_dir / f"tables/kernel_classes_{label}.csv")
     sections = [
         summary_section(labels, diff, joined, len(only), mixed_devices=bool(refusal)),
         Section("Environment differences", "environment").table(diff, "tables/environment_diff.csv"),
+        traces_section(labels[0], traced),
         cells_section(joined),
         one_side_section(only),
         plots_section(runs, labels, out_dir),
@@ -96,6 +102,26 @@ def summary_section(
     if not len(ratios):
         sec.para("No configuration was measured successfully on both sides, so there is no ratio.", "note")
     return sec.para(f"{n_one_side} configurations were measured on one side only (listed below).")
+
+
+def traces_section(label_a: str, traced: list[tuple[str, pd.DataFrame, pd.DataFrame]]) -> Section:
+    """Why B differs from A, per configuration both runs traced: one sentence each, then the tables."""
+    sec = Section("Why they differ: the traces", "traces")
+    if not traced:
+        return sec.para("No configuration was profiled in both runs (no traces to compare).", "note")
+    sec.para(
+        "From each run's traces (trace_summary.csv and kernel_classes.csv of bench analyze): ms per profiled "
+        "step and rank, mean over steps and ranks; step = the ProfilerStep's length on the host, host = its "
+        "CPU exec time; kernel classes by name (docs/design.md, kernel_classes.csv), Σ kernel time per "
+        "step. change = b − a; ratio = b / a; 'fell/rose N×' gives the larger over the smaller.",
+        "formula",
+    )
+    for label, parts, classes in traced:
+        sec.bullets([analyze_diff.sentence(c, parts, classes, label_a, label)
+                     for c in parts["config"].drop_duplicates()], "findings")
+        sec.table(parts, f"tables/trace_breakdown_{label}.csv")
+        sec.table(classes, f"tables/kernel_classes_{label}.csv")
+    return sec
 
 
 def cells_section(joined: pd.DataFrame) -> Section:
