@@ -69,6 +69,11 @@ class Cell:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
+# steps of a cell's peak-memory pass (bench/worker/cell.py): torch DDP and ddp_core rebuild their buckets
+# after the first step, so the peak covers steps with the rebuilt buckets too
+MEMORY_STEPS = 3
+
+
 def per_rank_batch(scaling: str, world_size: int, global_batch: int, per_rank: int) -> int:
     """The batch rule: strong splits the global micro-batch over the ranks, weak keeps the per-rank batch."""
     if scaling == "strong":
@@ -221,8 +226,6 @@ def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_p
     """A cell's wall time (its `cell_wall_s`, its profiled pass not included): two builds (the timed
     trainer, the peak-memory pass), its steps (warm-up, timed, phase, memory pass; compute-only without
     the all-reduce), and the fixed per-cell overhead."""
-    from bench.worker.cell import MEMORY_STEPS
-
     r = config.run
     synced = r.warmup_steps + r.timed_steps * r.repeats + r.phase_steps + MEMORY_STEPS
     step = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors)

@@ -34,6 +34,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bench import run_folder
+
 DEBUG_VARS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
 DEBUG_SUBSYS = "INIT,GRAPH"
 ENV_KEY = "nccl_transport"  # env.json: per launch, what NCCL connected (see record_launch)
@@ -148,7 +150,7 @@ def record_launch(run_dir: Path, k: int, world_size: int, files: list[Path],
         "set_by": "bench" if debug_vars else "user",
         "debug_vars": debug_vars or {v: os.environ[v] for v in DEBUG_VARS if v in os.environ},
     }
-    path = run_dir / "env.json"
+    path = run_dir / run_folder.ENV
     try:
         env = json.loads(path.read_text())
     except (OSError, ValueError):

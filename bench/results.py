@@ -14,13 +14,15 @@ import math
 import os
 from pathlib import Path
 
+from bench import run_folder
 from bench.matrix import Cell
 from bench.schema import CONFIG_KEYS, RESULT_COLUMNS, SWEEP_COLUMNS, backend_for
 
 # The row's keys the cell, the launcher's config and the event own: a worker's row never overrides them.
 RECORD_OWNED = frozenset({"cell_id", "status", "error", "device", "backend", *CONFIG_KEYS})
 
-CELLS_FILE, CSV_FILE, SWEEP_FILE = "cells.jsonl", "results.csv", "allreduce_sweep.csv"
+CELLS_FILE, CSV_FILE, SWEEP_FILE = run_folder.CELLS, run_folder.RESULTS, run_folder.SWEEP
+read_records = run_folder.read_records  # the one reader of cells.jsonl
 
 
 def cell_config(cell: Cell, config) -> dict:
@@ -59,23 +61,6 @@ def record_from_event(cell: Cell, config, event: dict) -> dict:
     if event["event"] == "error":  # a failed group: the same status and error for each of its cells
         return make_record(cell, config, event["status"], event["error"])
     raise ValueError(f"event {event['event']!r} of {cell.cell_id} carries no outcome")
-
-
-def read_records(run_dir: Path) -> list[dict]:
-    """The latest record of every cell in cells.jsonl, in the order cells first appear (a line cut short by
-    a kill is ignored). A later line for the same cell_id supersedes an earlier one: cells.jsonl stays
-    append-only while a record is completed (its traces, written after the launch's timed steps)."""
-    path = run_dir / CELLS_FILE
-    if not path.exists():
-        return []
-    records: dict[str, dict] = {}
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        records[record["cell_id"]] = record  # dict order: first appearance; value: the last line
-    return list(records.values())
 
 
 def latest_record(run_dir: Path, cell_id: str) -> dict | None:

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench import results
+from bench import results, run_folder
 from bench.config import (
     BenchConfig,
     ConfigError,
@@ -134,7 +134,7 @@ def prepare_run_dir(args, config: BenchConfig) -> Path:
     preset = resolve_path(args.config).stem
     out = args.out or default_run_dir(preset)
     if args.resume:
-        saved = out / "config.toml"
+        saved = out / run_folder.CONFIG
         if not saved.is_file():
             raise ConfigError(f"--resume: {str(out)!r} holds no config.toml to resume")
         differs = first_difference(_comparable(config_from_dict(read_tables(saved))), _comparable(config))
@@ -142,11 +142,11 @@ def prepare_run_dir(args, config: BenchConfig) -> Path:
             key, was, now = differs
             raise ConfigError(f"--resume: {key}={now!r} differs from {was!r} in {str(saved)!r}; resume with "
                               "the same preset and --set values, or use a new --out")
-        if (out / "env.json").is_file():  # a user model's file must be the one the run measured
+        if (out / run_folder.ENV).is_file():  # a user model's file must be the one the run measured
             from bench.workloads import check_model_unchanged
 
             try:
-                check_model_unchanged(json.loads((out / "env.json").read_text()).get("user_model"),
+                check_model_unchanged(json.loads((out / run_folder.ENV).read_text()).get("user_model"),
                                       config.workload.model)
             except ValueError as e:
                 raise ConfigError(f"--resume: {e}; use a new --out") from None
@@ -156,9 +156,9 @@ def prepare_run_dir(args, config: BenchConfig) -> Path:
                           "(--resume continues it, or choose another --out)")
     try:
         out.mkdir(parents=True)
-        (out / "config.toml").write_text(to_toml(config))
+        (out / run_folder.CONFIG).write_text(to_toml(config))
     except OSError as e:  # under a file, in /proc, read-only, full: nothing is left half-made
-        if out.is_dir() and not any(p for p in out.iterdir() if p.name != "config.toml"):
+        if out.is_dir() and not any(p for p in out.iterdir() if p.name != run_folder.CONFIG):
             shutil.rmtree(out, ignore_errors=True)
         raise ConfigError(f"--out={str(out)!r}: cannot create the run folder ({e.strerror or e})") from None
     return out
@@ -200,7 +200,7 @@ def write_env(run_dir: Path, config: BenchConfig) -> None:
     info = envinfo.collect(device, backend_for(device), [sys.executable, "-m", "bench", *sys.argv[1:]],
                            extra={"threads_per_rank": threads, "launch_env_vars": launch_vars,
                                   "user_model": describe_model_spec(config.workload.model)})
-    (run_dir / "env.json").write_text(json.dumps(info, indent=2) + "\n")
+    (run_dir / run_folder.ENV).write_text(json.dumps(info, indent=2) + "\n")
 
 
 def record_skipped(run_dir: Path, config: BenchConfig, cells: list[Cell], done: set[str]) -> None:
@@ -227,7 +227,7 @@ def collect_events(run_dir: Path) -> int:
     """Records for the finished (or failed) cells found in run_dir/events/*.jsonl, not yet in cells.jsonl."""
     from bench.launch import EventReader
 
-    config = config_from_dict(read_tables(run_dir / "config.toml"))
+    config = config_from_dict(read_tables(run_dir / run_folder.CONFIG))
     plan = json.loads((run_dir / "plan.json").read_text())
     by_id = {c["cell_id"]: Cell.from_dict(c) for c in plan["cells"]}
     done = {r["cell_id"] for r in results.read_records(run_dir)}
@@ -273,7 +273,7 @@ def plan_only(run_dir: Path, config: BenchConfig, cells: list[Cell]) -> int:
 
 def main(args: argparse.Namespace) -> int:
     if args.collect:
-        missing = [name for name in ("config.toml", "plan.json") if not (args.collect / name).is_file()]
+        missing = [name for name in (run_folder.CONFIG, "plan.json") if not (args.collect / name).is_file()]
         if missing:  # checked before the lock file is made: a wrong folder is left as it was
             return _error(f"--collect={str(args.collect)!r}: no {' or '.join(missing)} there; --collect "
                           "takes a folder written by --plan-only")
@@ -321,7 +321,7 @@ def main(args: argparse.Namespace) -> int:
             stop(left)
             print(f"--resume: stopped {len(left)} process(es) an earlier launch into {run_dir} left running "
                   f"(pids {', '.join(map(str, left))})", file=sys.stderr)
-    if not (run_dir / "env.json").exists():
+    if not (run_dir / run_folder.ENV).exists():
         write_env(run_dir, config)
     done = {r["cell_id"] for r in results.read_records(run_dir) if r["status"] not in retry}
     record_skipped(run_dir, config, cells, done)

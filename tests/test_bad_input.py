@@ -156,7 +156,7 @@ def test_a_truncated_results_csv_is_rebuilt_from_cells_jsonl_and_said(tmp_path, 
     assert bench_main(["report", str(run_dir), "--out", str(out)]) == 0
     summary = (out / "summary.md").read_text()
     assert "results.csv disagrees with cells.jsonl" in summary
-    from bench.report.load import load_run
+    from bench.run_folder import load_run
 
     assert len(load_run(run_dir).results) == 2  # both cells, the duplicated one once
 

@@ -10,7 +10,7 @@ from report_fixtures import A100_ENV, CPU_ENV, row, scaling_rows, write_run
 
 from bench.__main__ import main as bench_main
 from bench.report import compare
-from bench.report.load import load_run
+from bench.run_folder import load_run
 
 SLOWER = 1.5  # the A100 fixture's step times are the H100's × 1.5: ratio 1/1.5, delta −33.3 %
 

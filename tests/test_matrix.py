@@ -12,6 +12,7 @@ import pytest
 from bench.__main__ import main as bench_main
 from bench.config import config_from_dict, load_config, read_tables
 from bench.matrix import (
+    MEMORY_STEPS,
     RATES,
     Cell,
     Rates,
@@ -23,7 +24,6 @@ from bench.matrix import (
     model_size_counts,
     per_rank_batch,
 )
-from bench.worker.cell import MEMORY_STEPS
 from bench.workloads import get_workload
 from bench.workloads.mlp import MLPWorkload
 

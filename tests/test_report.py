@@ -15,7 +15,7 @@ from report_fixtures import row, scaling_rows, write_run
 
 from bench.__main__ import main as bench_main
 from bench.report import build_report, tables
-from bench.report.load import RunError, load_run, normalise
+from bench.run_folder import RunError, load_run, normalise
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -338,8 +338,9 @@ def test_notes_say_which_baseline_cell_has_no_numbers():
 
 def test_each_concept_has_one_colour_in_every_figure():
     # exposed communication was orange in the phase bars and red in the Why breakdown, where orange also
-    # meant hidden communication: both figures now take it from bench/report/style.py
-    from bench.report import style, why_section
+    # meant hidden communication: both figures now take it from bench/style.py
+    from bench import style
+    from bench.report import why_section
 
     parts = {label: color for _, label, color in why_section.PARTS}
     assert parts["exposed communication"] == style.EXPOSED_COMM
@@ -347,5 +348,5 @@ def test_each_concept_has_one_colour_in_every_figure():
     concepts = (style.COMPUTE, style.EXPOSED_COMM, style.HIDDEN_COMM, style.MEMORY, style.IDLE,
                 style.THRESHOLD)
     assert len(set(concepts)) == len(concepts)
-    source = (Path(style.__file__).parent / "plots.py").read_text()
+    source = (Path(style.__file__).parent / "report" / "plots.py").read_text()
     assert "tab:orange" not in source and "tab:red\"" not in source.split("def _bar_status")[0]

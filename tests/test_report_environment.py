@@ -15,7 +15,7 @@ from report_fixtures import A100_ENV, H100_ENV, scaling_rows, write_run  # noqa:
 
 from bench.__main__ import main as bench_main  # noqa: E402
 from bench.report import compare  # noqa: E402
-from bench.report.load import load_run  # noqa: E402
+from bench.run_folder import load_run  # noqa: E402
 
 H100_SMI = {"name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:00:06.0", "driver": "580.159.04",
             "sm_clock_max_mhz": 1980.0, "memory_clock_max_mhz": 2619.0, "power_limit_w": 700.0,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench import run_folder
 from bench.analyze.columns import (
     ALL_STEPS,
     BUCKET_TIMELINE_COLUMNS,
@@ -33,9 +34,10 @@ from bench.analyze.steps import device_of, profiler_steps, whole_window
 from bench.analyze.stragglers import straggler_rows
 from bench.analyze.timeline import bucket_rows
 
-SUMMARY_FILE, TIMELINE_FILE = "trace_summary.csv", "bucket_timeline.csv"
-IDLE_FILE, LAUNCH_FILE, STRAGGLERS_FILE = "idle_breakdown.csv", "launch_stats.csv", "stragglers.csv"
-CLASSES_FILE = "kernel_classes.csv"
+SUMMARY_FILE, TIMELINE_FILE = run_folder.TRACE_SUMMARY, run_folder.BUCKET_TIMELINE
+IDLE_FILE, LAUNCH_FILE = run_folder.IDLE_BREAKDOWN, run_folder.LAUNCH_STATS
+STRAGGLERS_FILE = run_folder.STRAGGLERS
+CLASSES_FILE = run_folder.KERNEL_CLASSES
 TABLES = {SUMMARY_FILE: TRACE_SUMMARY_COLUMNS, TIMELINE_FILE: BUCKET_TIMELINE_COLUMNS,
           IDLE_FILE: IDLE_BREAKDOWN_COLUMNS, LAUNCH_FILE: LAUNCH_STATS_COLUMNS,
           STRAGGLERS_FILE: STRAGGLER_COLUMNS, CLASSES_FILE: KERNEL_CLASS_COLUMNS}

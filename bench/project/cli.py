@@ -11,12 +11,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from bench import run_folder
 from bench.project.collectives import ALGORITHMS
 from bench.project.inputs import InputError, read_sweep, read_timeline
 from bench.project.measured import Measured, fits_table, measured_fits
 from bench.project.network import FABRICS, INTER_NODE, custom_network, preset_network
 from bench.project.project import configurations, median_abs_error, projection_table, validation_table
-from bench.report.load import RunError, cells_jsonl_rows, load_run
+from bench.run_folder import RunError, load_run
 from bench.schema import WIRE_DTYPES
 
 MEASURED = "measured"
@@ -143,9 +144,9 @@ def main(args: argparse.Namespace) -> int:
     from bench.project.plot import efficiency_figure
     from bench.project.summary import section
 
-    out = args.out or args.run_dir / "projection"
+    out = args.out or args.run_dir / run_folder.PROJECTION_DIR
     out.mkdir(parents=True, exist_ok=True)
-    projection.to_csv(out / "projection.csv", index=False)
+    projection.to_csv(out / run_folder.PROJECTION, index=False)
     validation.to_csv(out / "validation.csv", index=False)
     fits_df = fits_table(fits)
     fits_df.to_csv(out / "network_fit.csv", index=False)
@@ -154,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
                                                figure.name if figure else None))
 
     predicted = projection["predicted_step_ms"].notna().sum()
-    print(f"projection: {out / 'projection.csv'} ({len(configs)} configurations, {predicted} of "
+    print(f"projection: {out / run_folder.PROJECTION} ({len(configs)} configurations, {predicted} of "
           f"{len(projection)} rows predicted)")
     med = median_abs_error(validation)
     if med is None:
@@ -177,8 +178,7 @@ def _layout(run_dir: Path, workload_table: dict):
     """Each configuration's bucket sizes on the wire: the layout its cell recorded (cells.jsonl
     `bucket_sizes_bytes`, as the engine reported it; no torch needed), else — a run folder written before
     cells recorded it — rebuilt from the workload (bench.project.layout imports torch), cached."""
-    jsonl = run_dir / "cells.jsonl"
-    records = cells_jsonl_rows(jsonl) if jsonl.exists() else []
+    records = run_folder.read_records(run_dir)
     recorded = {r["cell_id"]: r["bucket_sizes_bytes"] for r in records if r.get("bucket_sizes_bytes")}
     cache: dict = {}
 

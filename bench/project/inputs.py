@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench import run_folder
 from bench.project.simulate import Buckets
 from bench.schema import WIRE_DTYPES
 
-TIMELINE_FILE = "bucket_timeline.csv"
+TIMELINE_FILE = run_folder.BUCKET_TIMELINE
 TIMELINE_COLUMNS = ("cell_id", "trace_file", "rank", "step", "engine", "bucket", "bytes", "ready_ms",
                     "comm_start_ms", "comm_end_ms", "backward_ms")
-SWEEP_FILE = "allreduce_sweep.csv"
+SWEEP_FILE = run_folder.SWEEP
 SWEEP_COLUMNS = ("cell_id", "world_size", "backend", "dtype", "size_bytes", "time_us", "algbw_gbps",
                  "busbw_gbps")
 # The sweep's dtype words, normalised to the suite's names (torch prints "torch.float32", nccl-tests "float").

@@ -13,9 +13,9 @@ import pandas as pd  # noqa: E402
 
 from bench import metrics  # noqa: E402
 from bench.project.project import Configuration  # noqa: E402
-from bench.report.style import DPI  # noqa: E402
-from bench.report.style import PROJECTION_PANEL as PANEL  # noqa: E402
 from bench.schema import DEFAULT_BUCKET_MB  # noqa: E402
+from bench.style import DPI  # noqa: E402
+from bench.style import PROJECTION_PANEL as PANEL  # noqa: E402
 
 
 def measured_efficiency(config: Configuration) -> pd.DataFrame:

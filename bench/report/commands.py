@@ -31,8 +31,8 @@ def report_add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def report_main(args: argparse.Namespace) -> int:
     """`python -m bench report results/<run-id> [--out reports/<run-id>]`."""
-    from bench.report.load import RunError
     from bench.report.run_page import write_run_page
+    from bench.run_folder import RunError
 
     problem = unusable_out(args.out)
     if problem:
@@ -72,7 +72,7 @@ def compare_add_arguments(parser: argparse.ArgumentParser) -> None:
 def compare_main(args: argparse.Namespace) -> int:
     """`python -m bench compare results/A results/B [more ...] [--out DIR] [--allow-mixed-devices]`."""
     from bench.report.compare_page import write_compare_page
-    from bench.report.load import RunError
+    from bench.run_folder import RunError
 
     problem = unusable_out(args.out)
     if problem:

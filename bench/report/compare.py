@@ -16,7 +16,7 @@ from bench.analyze.cli import AnalyzeInputError, run_jobs
 from bench.analyze.summary import CLASSES_FILE, SUMMARY_FILE, analyse_tables
 from bench.report import tables
 from bench.report.environment import gpu_summary, machine_facts
-from bench.report.load import Run
+from bench.run_folder import Run
 from bench.schema import CONFIG_KEYS
 
 # Software whose version changes timings by itself: comparing hardware across them needs a warning.

@@ -14,8 +14,8 @@ import pandas as pd
 from bench.analyze import diff as analyze_diff
 from bench.report import compare, plots, slices, tables
 from bench.report.environment import gpu_summary
-from bench.report.load import Run, RunError, load_run
 from bench.report.render import Section, write_csv, write_page
+from bench.run_folder import Run, RunError, load_run
 from bench.schema import CONFIG_KEYS
 
 

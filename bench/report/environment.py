@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.report.load import Run
+from bench.run_folder import Run
 
 
 def gpu_summary(env: dict) -> str:

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench import run_folder
 from bench.report.render import Section, write_csv
 
-FOLDER = "projection"  # RUN/projection/, bench project's default --out
+FOLDER = run_folder.PROJECTION_DIR  # RUN/projection/, bench project's default --out
 
 
 def _read(path: Path) -> pd.DataFrame | None:
@@ -41,7 +42,7 @@ def projection_section(run_dir: Path, out_dir: Path) -> Section:
     """The section; a note on how to make it when `bench project` has not been run on this run."""
     sec = Section("Projection", "projection")
     folder = Path(run_dir) / FOLDER
-    projection = _read(folder / "projection.csv")
+    projection = _read(folder / run_folder.PROJECTION)
     if projection is None:
         return sec.para(f"No projection yet: `python -m bench project {run_dir}` predicts this run's "
                         "configurations on 8 to 1,024 GPUs from its own cells (docs/design.md, Projection).",

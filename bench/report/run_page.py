@@ -15,10 +15,10 @@ import pandas as pd
 from bench.envinfo import timing_warnings
 from bench.report import findings, plots, tables, traces
 from bench.report.environment import environment_table
-from bench.report.load import Run, load_run
 from bench.report.projection_section import projection_section
 from bench.report.render import Section, write_csv, write_page
 from bench.report.why_section import why_section
+from bench.run_folder import Run, load_run
 from bench.schema import DEFAULT_BUCKET_MB
 
 

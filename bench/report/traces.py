@@ -10,8 +10,8 @@ import html
 import os
 from pathlib import Path
 
-from bench.report.load import Run
 from bench.report.render import Section
+from bench.run_folder import Run
 from bench.schema import TRACE_GLOB, MiB
 
 

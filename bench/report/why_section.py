@@ -17,13 +17,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from bench import (
+    run_folder,  # noqa: E402
+    style,  # noqa: E402
+)
 from bench.analyze import tables as trace_tables  # noqa: E402
 from bench.analyze.cli import WITNESS_FILE as WITNESSES  # noqa: E402
-from bench.report import style  # noqa: E402
 from bench.report.render import Section, write_csv  # noqa: E402
 from bench.report.why_hta import add_hta_views  # noqa: E402
 
-SUMMARY = "trace_summary.csv"
+SUMMARY = run_folder.TRACE_SUMMARY
 PARTS = (("compute_alone_ms", "compute", style.COMPUTE),
          ("exposed_comm_ms", "exposed communication", style.EXPOSED_COMM),
          ("hidden_comm_ms", "hidden communication", style.HIDDEN_COMM),

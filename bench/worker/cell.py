@@ -19,15 +19,12 @@ import torch
 
 from bench import engines, metrics, stats
 from bench.config import BenchConfig
-from bench.matrix import Cell
+from bench.matrix import MEMORY_STEPS, Cell
 from bench.worker import measure
 from bench.worker.measure import Stopwatch
 from bench.worker.trainer import PhaseClock, Trainer, sync_device
 
 DIVERGED = "parameters differ across ranks after the timed steps"
-# steps of the peak-memory pass: torch DDP and ddp_core rebuild their buckets after the first step,
-# so the peak covers steps with the rebuilt buckets too
-MEMORY_STEPS = 3
 
 
 def steps_needed(config: BenchConfig) -> int:

@@ -1,9 +1,12 @@
-"""Read one results/<run-id>/ folder (docs/design.md "Result row", "Run folder") into pandas.
+"""A run folder (results/<run-id>/, docs/design.md "Run folder"): the name of every file in it, and the one
+reader of its rows, env.json and config.toml. The runner writes it (bench.results, run_cli, launch);
+analyze, project and report read it through here. Nothing here imports torch; pandas only where a table is
+read.
 
-Strings stay strings ("" when empty); every other column is numeric with NaN for "not measured". A value
-that breaks the contract (an unknown status, text in a number column, an empty comm_dtype) is an error
-naming the column; a comm_dtype alias ("fp32", bench.schema.COMM_DTYPE_ALIASES) is read as what it stands
-for ("none"), so the rest of the report sees the runner's spelling only.
+Rows: strings stay strings ("" when empty); every other column is numeric with NaN for "not measured". A
+value that breaks the contract (an unknown status, text in a number column, an empty comm_dtype) is an
+error naming the column; a comm_dtype alias ("fp32", bench.schema.COMM_DTYPE_ALIASES) is read as what it
+stands for ("none"), so the rest of the report sees the runner's spelling only.
 """
 
 from __future__ import annotations
@@ -12,8 +15,7 @@ import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from bench.schema import (
     COMM_DTYPE_ALIASES,
@@ -23,6 +25,31 @@ from bench.schema import (
     STATUSES,
     STRING_COLUMNS,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# ---- the files of a run folder ---------------------------------------------------------------------------
+CONFIG = "config.toml"            # the resolved configuration (--resume compares against it)
+ENV = "env.json"                  # machine and software fingerprint
+CELLS = "cells.jsonl"             # append-only records, the source of truth
+RESULTS = "results.csv"           # derived from cells.jsonl after every cell
+SWEEP = "allreduce_sweep.csv"     # the probe's size sweep, derived with results.csv
+LOCK = ".lock"                    # held by the run writing into the folder
+LOGS = "logs"                     # launch plans, commands, outputs, events, NCCL logs
+EVENTS = "events"                 # the workers' events of a run launched by the user's own torchrun/srun
+TRACES = "traces"                 # traces/<cell_id>/rank<r>.<ts>.pt.trace.json.gz
+# written by `bench analyze RUN` (bench.analyze.summary.TABLES has their columns)
+TRACE_SUMMARY = "trace_summary.csv"
+BUCKET_TIMELINE = "bucket_timeline.csv"
+IDLE_BREAKDOWN = "idle_breakdown.csv"
+LAUNCH_STATS = "launch_stats.csv"
+STRAGGLERS = "stragglers.csv"
+KERNEL_CLASSES = "kernel_classes.csv"
+WITNESSES = "witnesses.csv"
+# written by `bench project RUN`, under PROJECTION_DIR
+PROJECTION_DIR = "projection"
+PROJECTION = "projection.csv"
 
 
 class RunError(ValueError):
@@ -52,10 +79,13 @@ class Run:
         return devices[0] if len(devices) == 1 else "unknown"
 
 
-def cells_jsonl_rows(path: Path) -> list[dict]:
-    """cells.jsonl's rows: the latest line of each cell_id (a later line supersedes an earlier one, in the
-    order cells first appear), a line cut short by a kill ignored — the rule of bench.results.read_records,
-    restated here because the report does not import the runner (which imports torch)."""
+def read_records(run_dir: Path | str) -> list[dict]:
+    """The latest record of every cell in cells.jsonl, in the order cells first appear (a line cut short by
+    a kill is ignored): a later line for the same cell_id supersedes an earlier one (cells.jsonl stays
+    append-only while a record is completed, e.g. its traces, written after the launch's timed steps)."""
+    path = Path(run_dir) / CELLS
+    if not path.is_file():
+        return []
     rows: dict[str, dict] = {}
     for line in path.read_text(errors="replace").splitlines():
         try:
@@ -63,11 +93,19 @@ def cells_jsonl_rows(path: Path) -> list[dict]:
         except json.JSONDecodeError:  # a last line cut short by a kill: that cell never finished
             continue
         if isinstance(row, dict) and "cell_id" in row:
-            rows[row["cell_id"]] = row
+            rows[row["cell_id"]] = row  # dict order: first appearance; value: the last line
     return list(rows.values())
 
 
+def read_results_csv(run_dir: Path | str) -> pd.DataFrame:
+    """results.csv as written: text columns as strings ("" when empty), the others as pandas reads them
+    (RunError when it is not a readable CSV). `load_run` is the typed, cross-checked view of the rows."""
+    return _read_csv(Path(run_dir) / RESULTS)
+
+
 def _read_csv(path: Path) -> pd.DataFrame:
+    import pandas as pd
+
     try:
         return pd.read_csv(path, dtype={c: str for c in STRING_COLUMNS}, keep_default_na=False, na_values={})
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
@@ -77,9 +115,11 @@ def _read_csv(path: Path) -> pd.DataFrame:
 def _read_rows(run_dir: Path) -> tuple[pd.DataFrame, list[str]]:
     """The run's rows. cells.jsonl is the source of truth: when it is there the rows come from it, and
     results.csv (derived from it) is cross-checked — a truncated or stale results.csv is said, not trusted."""
-    csv_path, jsonl_path = run_dir / "results.csv", run_dir / "cells.jsonl"
+    import pandas as pd
+
+    csv_path, jsonl_path = run_dir / RESULTS, run_dir / CELLS
     if jsonl_path.is_file():
-        rows = cells_jsonl_rows(jsonl_path)
+        rows = read_records(run_dir)
         df = pd.DataFrame(rows, columns=None if rows else list(RESULT_COLUMNS)).drop(
             columns=["step_times_ms", "cell", "allreduce_sweep"], errors="ignore")
         if not csv_path.is_file():
@@ -105,6 +145,8 @@ def _read_rows(run_dir: Path) -> tuple[pd.DataFrame, list[str]]:
 
 def normalise(df: pd.DataFrame, source: str) -> pd.DataFrame:
     """Typed columns in RESULT_COLUMNS order (extra runner columns kept after them)."""
+    import pandas as pd
+
     missing = [c for c in CONTRACT_COLUMNS if c not in df.columns]
     if missing:
         raise RunError(f"{source}: missing contract columns {missing}")
@@ -154,20 +196,20 @@ def load_run(run_dir: Path | str) -> Run:
     raw, notes = _read_rows(run_dir)
     results = normalise(raw, str(run_dir))
     env, config = {}, {}
-    if (run_dir / "env.json").is_file():
+    if (run_dir / ENV).is_file():
         try:
-            env = json.loads((run_dir / "env.json").read_text())
+            env = json.loads((run_dir / ENV).read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise RunError(f"{run_dir / 'env.json'}: not valid JSON ({e})") from None
+            raise RunError(f"{run_dir / ENV}: not valid JSON ({e})") from None
         if not isinstance(env, dict):
-            raise RunError(f"{run_dir / 'env.json'}: not a JSON object")
+            raise RunError(f"{run_dir / ENV}: not a JSON object")
     else:
         notes.append("env.json is missing: the environment fingerprint is unknown.")
-    if (run_dir / "config.toml").is_file():
+    if (run_dir / CONFIG).is_file():
         try:
-            config = tomllib.loads((run_dir / "config.toml").read_text())
+            config = tomllib.loads((run_dir / CONFIG).read_text())
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise RunError(f"{run_dir / 'config.toml'}: not valid TOML ({e})") from None
+            raise RunError(f"{run_dir / CONFIG}: not valid TOML ({e})") from None
     else:
         notes.append("config.toml is missing: the resolved preset is unknown.")
     return Run(path=run_dir, results=results, env=env, config=config, notes=notes)
