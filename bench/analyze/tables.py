@@ -1,4 +1,5 @@
-"""The report's "Why" tables, as pure functions of trace_summary.csv and results.csv (DataFrames in, out).
+"""Per-cell tables from the analysis and the timers, as pure functions of trace_summary.csv and results.csv
+(DataFrames in, out): `bench analyze` writes witnesses.csv from them, the report's Why section shows them.
 
 - rank_summary: the whole-window row of every (cell, trace file, rank), with the run's engine and world size.
 - breakdown: per (engine, world_size), the mean step split into compute alone / hidden communication /
