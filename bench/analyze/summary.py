@@ -38,9 +38,6 @@ SUMMARY_FILE, TIMELINE_FILE = run_folder.TRACE_SUMMARY, run_folder.BUCKET_TIMELI
 IDLE_FILE, LAUNCH_FILE = run_folder.IDLE_BREAKDOWN, run_folder.LAUNCH_STATS
 STRAGGLERS_FILE = run_folder.STRAGGLERS
 CLASSES_FILE = run_folder.KERNEL_CLASSES
-TABLES = {SUMMARY_FILE: TRACE_SUMMARY_COLUMNS, TIMELINE_FILE: BUCKET_TIMELINE_COLUMNS,
-          IDLE_FILE: IDLE_BREAKDOWN_COLUMNS, LAUNCH_FILE: LAUNCH_STATS_COLUMNS,
-          STRAGGLERS_FILE: STRAGGLER_COLUMNS, CLASSES_FILE: KERNEL_CLASS_COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -53,6 +50,64 @@ class TraceJob:
     engine: str | None = None
 
 
+@dataclass(frozen=True)
+class OneTrace:
+    """One loaded trace file, measured once, as every per-file analysis reads it."""
+
+    job: TraceJob
+    trace: object              # bench.analyze.load.Trace
+    device: str                # cuda | rocm | cpu
+    steps: list                # its ProfilerStep windows
+    windows: list              # the steps, then `all`
+    view: object               # GpuView or CpuView
+    ident: dict                # cell_id, trace_file, rank: the first columns of every row
+
+
+def _summary(t: OneTrace) -> list[dict]:
+    return [{**t.ident, "step": w.step, "device": t.device, **t.view.window(w),
+             "window_ms": (w.hi - w.lo) / US_PER_MS} for w in t.windows]
+
+
+def _timeline(t: OneTrace) -> list[dict]:
+    return [{**t.ident, "engine": t.job.engine, **row}
+            for row in bucket_rows(t.trace, t.steps or t.windows, t.device)]
+
+
+def _idle(t: OneTrace) -> list[dict]:
+    return [] if t.device == "cpu" else [{**t.ident, **row} for row in idle_rows(t.view, t.steps)]
+
+
+def _launch(t: OneTrace) -> list[dict]:
+    if t.device == "cpu":  # no kernels, no launches on a CPU trace
+        return []
+    return [{**t.ident, **row} for row in launch_rows(t.view, t.steps, t.windows)]
+
+
+def _classes(t: OneTrace) -> list[dict]:
+    whole, n_steps = t.windows[-1], len(t.steps)
+    times = (cpu_class_times(t.trace, whole) if t.device == "cpu"
+             else gpu_class_times(t.trace, t.view.rows, t.view.selected(whole)))
+    return [{**t.ident, "device": t.device, "n_steps": n_steps, "kernel_class": cls, "events": n,
+             "time_ms": ms / US_PER_MS, "time_per_step_ms": ms / US_PER_MS / max(n_steps, 1)}
+            for cls, (n, ms) in sorted(times.items(), key=lambda kv: -kv[1][1])]
+
+
+# The analyses, registered: file name → (its columns, its rows). PER_FILE reads one trace file at a time;
+# ACROSS_FILES compares files (ranks of a job) from the per-file tables. A new analysis is its module and
+# one line here (its columns in columns.py, its file name in bench/run_folder.py).
+PER_FILE = {
+    SUMMARY_FILE: (TRACE_SUMMARY_COLUMNS, _summary),
+    TIMELINE_FILE: (BUCKET_TIMELINE_COLUMNS, _timeline),
+    IDLE_FILE: (IDLE_BREAKDOWN_COLUMNS, _idle),
+    LAUNCH_FILE: (LAUNCH_STATS_COLUMNS, _launch),
+    CLASSES_FILE: (KERNEL_CLASS_COLUMNS, _classes),
+}
+ACROSS_FILES = {
+    STRAGGLERS_FILE: (STRAGGLER_COLUMNS, lambda tables: straggler_rows(tables[TIMELINE_FILE])),
+}
+TABLES = {name: columns for name, (columns, _) in (PER_FILE | ACROSS_FILES).items()}
+
+
 def analyse_trace(job: TraceJob) -> tuple[list[dict], list[dict]]:
     """(trace_summary rows, bucket_timeline rows) for one file; TraceError if it cannot be read."""
     tables = analyse_trace_tables(job)
@@ -60,7 +115,7 @@ def analyse_trace(job: TraceJob) -> tuple[list[dict], list[dict]]:
 
 
 def analyse_trace_tables(job: TraceJob) -> dict[str, list[dict]]:
-    """Every per-file table's rows for one file (stragglers excepted); TraceError if it cannot be read."""
+    """Every per-file table's rows for one file; TraceError if it cannot be read."""
     trace = load_trace(job.path)
     if not len(trace):
         raise TraceError(f"{job.path}: no complete ('X') events to analyse")
@@ -68,25 +123,9 @@ def analyse_trace_tables(job: TraceJob) -> dict[str, list[dict]]:
     steps = profiler_steps(trace)
     windows = [*steps, whole_window(trace, steps)]
     view = CpuView(trace) if device == "cpu" else GpuView(trace, len(steps))
-    rank = trace_rank(trace)
-    ident = {"cell_id": job.cell_id, "trace_file": job.label, "rank": rank}
-    summary = [{**ident, "step": w.step, "device": device, **view.window(w),
-                "window_ms": (w.hi - w.lo) / US_PER_MS} for w in windows]
-    buckets = bucket_rows(trace, steps or windows, device)
-    timeline = [{**ident, "engine": job.engine, **row} for row in buckets]
-    idle = launch = []
-    if device != "cpu":  # no kernels, no launches on a CPU trace
-        idle = [{**ident, **row} for row in idle_rows(view, steps)]
-        launch = [{**ident, **row} for row in launch_rows(view, steps, windows)]
-    whole = windows[-1]
-    times = (cpu_class_times(trace, whole) if device == "cpu"
-             else gpu_class_times(trace, view.rows, view.selected(whole)))
-    n_steps = len(steps)
-    classes = [{**ident, "device": device, "n_steps": n_steps, "kernel_class": cls, "events": n,
-                "time_ms": t / US_PER_MS, "time_per_step_ms": t / US_PER_MS / max(n_steps, 1)}
-               for cls, (n, t) in sorted(times.items(), key=lambda kv: -kv[1][1])]
-    return {SUMMARY_FILE: summary, TIMELINE_FILE: timeline, IDLE_FILE: idle, LAUNCH_FILE: launch,
-            CLASSES_FILE: classes}
+    ident = {"cell_id": job.cell_id, "trace_file": job.label, "rank": trace_rank(trace)}
+    one = OneTrace(job, trace, device, steps, windows, view, ident)
+    return {name: rows(one) for name, (_, rows) in PER_FILE.items()}
 
 
 def analyse(jobs: Iterable[TraceJob]) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
@@ -99,7 +138,7 @@ def analyse(jobs: Iterable[TraceJob]) -> tuple[pd.DataFrame, pd.DataFrame, list[
 def analyse_tables(jobs: Iterable[TraceJob]) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """Every table of TABLES as a DataFrame (contract columns, in order) and one error line per file that
     could not be analysed."""
-    rows: dict[str, list[dict]] = {name: [] for name in TABLES}
+    rows: dict[str, list[dict]] = {name: [] for name in PER_FILE}
     errors = []
     for job in jobs:
         try:
@@ -109,8 +148,9 @@ def analyse_tables(jobs: Iterable[TraceJob]) -> tuple[dict[str, pd.DataFrame], l
             continue
         for name, part in one.items():
             rows[name] += part
-    frames = {name: _frame(rows[name], TABLES[name]) for name in TABLES if name != STRAGGLERS_FILE}
-    frames[STRAGGLERS_FILE] = straggler_rows(frames[TIMELINE_FILE])
+    frames = {name: _frame(rows[name], columns) for name, (columns, _) in PER_FILE.items()}
+    for name, (_, across) in ACROSS_FILES.items():
+        frames[name] = across(frames)
     return frames, errors
 
 
