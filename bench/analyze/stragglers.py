@@ -49,10 +49,14 @@ def straggler_rows(timeline: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+MIN_STEPS = 2  # measured steps before a rank can be named a persistent straggler
+
+
 def persistent_stragglers(stragglers: pd.DataFrame) -> pd.DataFrame:
     """Per job: the rank last in most measured steps, how many, and the median late_by_ms of those steps;
-    `persistent` when it was last in more than half of them (a rank that is merely last at random, as one
-    of two ranks is, does not get named)."""
+    `persistent` when it was last in more than half of them and at least MIN_STEPS were measured (a rank
+    that is merely last at random, as one of two ranks is, does not get named; nor is one step evidence:
+    `make bench` on CPU profiles one step per cell)."""
     s = stragglers.dropna(subset=["straggler_rank"])
     rows = []
     for job, g in s.groupby("job", sort=True):
@@ -60,6 +64,7 @@ def persistent_stragglers(stragglers: pd.DataFrame) -> pd.DataFrame:
         rank, k = int(counts.index[0]), int(counts.iloc[0])
         late = g["late_by_ms"][g["straggler_rank"] == rank]
         rows.append({"cell_id": g["cell_id"].iloc[0], "job": job, "straggler_rank": rank, "steps_last": k,
-                     "steps": len(g), "late_by_ms_p50": float(np.median(late)), "persistent": k > len(g) / 2})
+                     "steps": len(g), "late_by_ms_p50": float(np.median(late)),
+                     "persistent": k > len(g) / 2 and len(g) >= MIN_STEPS})
     return pd.DataFrame(rows, columns=["cell_id", "job", "straggler_rank", "steps_last", "steps",
                                        "late_by_ms_p50", "persistent"])
