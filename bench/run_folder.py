@@ -50,6 +50,7 @@ WITNESSES = "witnesses.csv"
 # written by `bench project RUN`, under PROJECTION_DIR
 PROJECTION_DIR = "projection"
 PROJECTION = "projection.csv"
+PROJECTION_NOTES = "notes.txt"    # the caveats `bench project` printed, one a line
 
 
 class RunError(ValueError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from bench.report.projection_section import efficiency_by_world_size, projection_section
@@ -35,3 +37,25 @@ def test_section_shows_projection_and_validation(tmp_path):
     md = "".join(projection_section(run, out).md)
     assert "median |error| 10.0 % over 1 cells" in md and "(signed median -10.0 %)" in md
     assert (out / "tables" / "projection_efficiency.csv").is_file()
+
+
+def test_the_report_draws_the_projection_from_its_data_and_bench_project_writes_data_only(tmp_path):
+    # `bench project` writes CSVs and notes; the report is the one place that renders the projection: the
+    # figure (curves from projection.csv, measured points from the rows), the fitted network, the caveats
+    import shutil
+
+    from bench.__main__ import main as bench_main
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "traces" / "ddpbench-cpu-run", run)
+    assert bench_main(["project", str(run), "--network", "h100-nvlink", "--world-sizes", "1,2,8"]) == 0
+    assert sorted(p.name for p in (run / "projection").iterdir()) == [
+        "network_fit.csv", "notes.txt", "projection.csv", "validation.csv"]
+    assert bench_main(["report", str(run), "--out", str(tmp_path / "report")]) == 0
+    page = (tmp_path / "report" / "summary.md").read_text()
+    projection = page[page.index("## Projection"):]
+    assert (tmp_path / "report" / "plots" / "projection.png").is_file()
+    assert "plots/projection.png" in projection
+    assert "network fitted to this run's all-reduce probe" in projection
+    notes = (run / "projection" / "notes.txt").read_text().splitlines()
+    assert notes and all(f"- {n}" in projection for n in notes)

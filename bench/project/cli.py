@@ -1,8 +1,9 @@
 """`python -m bench project RUN [--network P[,P...] | --bw-gbps X --latency-us Y] [--world-sizes LIST]
 [--gpus-per-node 8] [--inter-network ib-ndr400] [--algorithm auto] [--out DIR]`.
 
-Writes DIR (default RUN/projection/): projection.csv, validation.csv, network_fit.csv, projection.png,
-projection.md. Exit 2 on bad input (one line naming the key and value), before anything is written.
+Writes DIR (default RUN/projection/): projection.csv, validation.csv, network_fit.csv and notes.txt — data
+only; `bench report RUN` draws the figure and renders the section. Exit 2 on bad input (one line naming the
+key and value), before anything is written.
 """
 
 from __future__ import annotations
@@ -141,18 +142,14 @@ def main(args: argparse.Namespace) -> int:
     projection = projection_table(configs, networks, world_sizes, args.algorithm)
     validation = validation_table(configs, measured, run.env.get("cpu_cores"))
 
-    from bench.project.plot import efficiency_figure
-    from bench.project.summary import section
-
     out = args.out or args.run_dir / run_folder.PROJECTION_DIR
     out.mkdir(parents=True, exist_ok=True)
     projection.to_csv(out / run_folder.PROJECTION, index=False)
     validation.to_csv(out / "validation.csv", index=False)
     fits_df = fits_table(fits)
     fits_df.to_csv(out / "network_fit.csv", index=False)
-    figure = efficiency_figure(projection, configs, out / "projection.png")
-    (out / "projection.md").write_text(section(projection, validation, fits_df, notes,
-                                               figure.name if figure else None))
+    # data only: `bench report` draws the figure and renders the section from these files
+    (out / run_folder.PROJECTION_NOTES).write_text("".join(f"{note}\n" for note in notes))
 
     predicted = projection["predicted_step_ms"].notna().sum()
     print(f"projection: {out / run_folder.PROJECTION} ({len(configs)} configurations, {predicted} of "
@@ -166,9 +163,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"validation: {out / 'validation.csv'}: median |error| {med:.1f} % over "
               f"{validation['error_pct'].notna().sum()} cells (signed median {signed:+.1f} %)")
     print(f"network fit: {out / 'network_fit.csv'} ({len(fits)} fits)")
-    if figure:
-        print(f"figure: {figure}")
-    print(f"section: {out / 'projection.md'}")
     for note in notes:
         print(f"note: {note}")
     return 0

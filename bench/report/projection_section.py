@@ -1,18 +1,20 @@
-"""The run page's "Projection" section, from what `bench project` left in RUN/projection/.
+"""The run page's "Projection" section, from what `bench project` left in RUN/projection/ (data only).
 
 The report never runs the projection itself (it is its own command, with its own network choices): it
-shows the projected efficiency curves with the measured points on them, the validation against the run's
-own larger world sizes, and the fitted network, or says how to get them.
+draws the projected efficiency curves with the measured points on them (projection_figure.py), shows the
+validation against the run's own larger world sizes, the fitted network and the projection's caveats, or
+says how to get them. This is the one rendering of the projection.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pandas as pd
 
 from bench import run_folder
+from bench.project.project import configurations
+from bench.report.projection_figure import efficiency_figure
 from bench.report.render import Section, write_csv
 
 FOLDER = run_folder.PROJECTION_DIR  # RUN/projection/, bench project's default --out
@@ -38,7 +40,7 @@ def efficiency_by_world_size(projection: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def projection_section(run_dir: Path, out_dir: Path) -> Section:
+def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | None = None) -> Section:
     """The section; a note on how to make it when `bench project` has not been run on this run."""
     sec = Section("Projection", "projection")
     folder = Path(run_dir) / FOLDER
@@ -47,10 +49,9 @@ def projection_section(run_dir: Path, out_dir: Path) -> Section:
         return sec.para(f"No projection yet: `python -m bench project {run_dir}` predicts this run's "
                         "configurations on 8 to 1,024 GPUs from its own cells (docs/design.md, Projection).",
                         "note")
-    figure = folder / "projection.png"
-    if figure.is_file():
-        (out_dir / "plots").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(figure, out_dir / "plots" / "projection.png")
+    (out_dir / "plots").mkdir(parents=True, exist_ok=True)
+    configs = configurations(results, None, None) if results is not None else []
+    if efficiency_figure(projection, configs, out_dir / "plots" / "projection.png"):
         sec.image("plots/projection.png", "projected scaling efficiency, measured points on the curves")
     table = efficiency_by_world_size(projection)
     write_csv(table, out_dir / "tables" / "projection_efficiency.csv")
@@ -67,4 +68,13 @@ def projection_section(run_dir: Path, out_dir: Path) -> Section:
         write_csv(validation, out_dir / "tables" / "projection_validation.csv")
         shown = ["cell_id", "world_size", "measured_step_ms", "predicted_step_ms", "error_pct"]
         sec.table(validation[shown], "tables/projection_validation.csv")
+    fits = _read(folder / "network_fit.csv")
+    if fits is not None and len(fits):
+        write_csv(fits, out_dir / "tables" / "projection_network_fit.csv")
+        sec.para("The network fitted to this run's all-reduce probe (alpha-beta per world size).")
+        sec.table(fits, "tables/projection_network_fit.csv")
+    notes_file = folder / run_folder.PROJECTION_NOTES
+    notes = notes_file.read_text().splitlines() if notes_file.is_file() else []
+    if notes:
+        sec.bullets(notes, "notes")
     return sec

@@ -46,7 +46,7 @@ def write_run_page(run_dir: Path, out_dir: Path | None = None) -> Path:
         *sweep_sections(df, out_dir),
         phases_section(df, out_dir),
         why_section(run.path, df, out_dir),
-        projection_section(run.path, out_dir),
+        projection_section(run.path, out_dir, run.results),
         cells_section(run, out_dir, files),
         traces.viewers_section(run, out_dir, files),
     ]

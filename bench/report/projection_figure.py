@@ -1,5 +1,6 @@
-"""projection.png: projected efficiency against world size, a panel per network and engine, one line per
-configuration, the run's measured efficiencies as points on the same axes (a thin last layer)."""
+"""The report's projection figure: projected efficiency against world size (projection.csv, as `bench
+project` wrote it), a panel per network and engine, one line per configuration, the run's measured
+efficiencies as points on the same axes (a thin last layer)."""
 
 from __future__ import annotations
 
