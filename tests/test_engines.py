@@ -74,3 +74,34 @@ def test_after_a_run_analyze_project_and_report_are_called_as_functions(tmp_path
     out = capsys.readouterr().out
     assert (run / "trace_summary.csv").is_file() and (run / "projection" / "projection.csv").is_file()
     assert "report: " in out and Path(out.split("report: ")[-1].split()[0]).is_file()
+
+
+def test_the_trainer_asks_the_engine_for_no_sync(tmp_path, monkeypatch):
+    # accumulation's micro-steps and the compute-only window go through Engine.no_sync, not a method the
+    # trainer assumes the wrapped model has: an engine with another way to skip communication plugs in
+    import torch
+    import torch.distributed as dist
+
+    from bench.config import load_config
+    from bench.engines.ddp_core_engines import DdpCore
+    from bench.matrix import expand
+    from bench.worker.trainer import Trainer
+
+    calls = []
+
+    class Recording(DdpCore):
+        def no_sync(self, model):
+            calls.append(type(model).__name__)
+            return model.no_sync()
+
+    monkeypatch.setitem(engines.REGISTRY, "overlap", Recording("overlap", "recording"))
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        config = load_config("cpu-smoke", ["matrix.scaling=strong", "matrix.engine=overlap",
+                                           "matrix.world_size=1", "matrix.grad_accum=3"])
+        (cell,) = expand(config)
+        trainer = Trainer(cell, config, torch.device("cpu"), 0, 1, 2)
+        trainer.step(), trainer.step()
+        assert calls == ["DistributedDataParallel"] * 4  # two no_sync micro-steps of three, twice
+    finally:
+        dist.destroy_process_group()

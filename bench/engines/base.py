@@ -35,6 +35,11 @@ class Engine:
         """`module` (already on `device`) wrapped by this engine over the default process group."""
         raise NotImplementedError
 
+    def no_sync(self, model):
+        """A context in which backward accumulates gradients locally, communicating nothing (gradient
+        accumulation's micro-steps, the compute-only window). torch DDP's and ddp_core's `no_sync()`."""
+        return model.no_sync()
+
     def bucket_sizes_bytes(self, model, bucket_cap_mb: float) -> list[int]:
         """The bytes (in the gradients' dtype) of each message the wrapped `model` reduces per synced
         backward, in issue order, as the engine itself reports its layout."""

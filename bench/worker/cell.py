@@ -132,7 +132,7 @@ def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int) -> l
 
     def without_sync(trainer):
         def step():
-            with trainer.model.no_sync():
+            with trainer.engine.no_sync(trainer.model):
                 trainer.step()
         return step
 

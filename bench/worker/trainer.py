@@ -3,7 +3,7 @@
 `Trainer.step` is the only training step the suite runs: grad_accum micro-steps (all but the last under
 no_sync()), then the optimizer. It has no mode flags: what differs between passes is wrapped around it —
 an `Instrument` that brackets each phase (nothing in the timed windows, record_function labels in the
-profiled pass, device syncs and clocks in the phase pass), or `model.no_sync()` around the whole step for
+profiled pass, device syncs and clocks in the phase pass), or the engine's `no_sync` around the whole step for
 the compute-only window.
 """
 
@@ -167,7 +167,7 @@ class Trainer:
         """One optimizer step; returns the last micro-step's loss (not divided by grad_accum)."""
         model, inst, k = self.model, instrument, self.cell.grad_accum
         for i, idx in enumerate(self.next_micro_batches()):
-            with model.no_sync() if i < k - 1 else nullcontext():
+            with self.engine.no_sync(model) if i < k - 1 else nullcontext():
                 with inst.phase("data_movement"):
                     batch = self.dataset.batch(idx)
                 with inst.phase("forward"), self.precision.autocast():
