@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,6 +143,7 @@ class Launch:
         # NCCL's INFO log (which transport it chose): ours per rank, or the user's own NCCL_DEBUG_FILE
         self.nccl_vars = nccl_log.debug_env(self.config.run.device, self.logs, k, os.environ)
         self.nccl_file = (self.nccl_vars or os.environ).get("NCCL_DEBUG_FILE")
+        self.nccl_parsed: dict[Path, tuple[int, Counter]] = {}  # path → (size when parsed, its counts)
 
     def command(self) -> list[str]:
         plan_path = self.logs / f"launch-{self.k}.plan.json"
@@ -189,10 +191,17 @@ class Launch:
         return nccl_log.log_files(self.nccl_file, since=None if self.nccl_vars else self.started_at)
 
     def nccl_transport(self) -> str | None:
-        """The transports NCCL's log shows so far for this launch (None on CPU or without connections)."""
+        """The transports NCCL's log shows so far for this launch (None on CPU or without connections).
+        Called at every finished cell: a file is parsed again only when it has grown since."""
         if self.config.run.device != "cuda":
             return None
-        return nccl_log.summary(nccl_log.parse_files(self.nccl_files()))
+        counts: Counter = Counter()
+        for path in self.nccl_files():
+            size = path.stat().st_size if path.exists() else 0
+            if self.nccl_parsed.get(path, (None,))[0] != size:
+                self.nccl_parsed[path] = (size, nccl_log.parse_files([path]))
+            counts += self.nccl_parsed[path][1]
+        return nccl_log.summary(counts)
 
     def follow_events(self, outcomes_only: bool = False) -> None:
         """Read the events written since the last call; record finished cells and their traces."""
