@@ -64,7 +64,7 @@ def _check_min(key: str, values, minimum, strict: bool = False, maximum: float |
             fail(key, v, "must be a finite number")
         if (v <= minimum) if strict else (v < minimum):
             fail(key, v, f"must be {'>' if strict else '>='} {minimum}"
-                  + (f" and <= {maximum:g}" if maximum is not None else ""))
+                 + (f" and <= {maximum:g}" if maximum is not None else ""))
         if maximum is not None and v > maximum:
             fail(key, v, f"must be <= {maximum:g} ({'>' if strict else '>='} {minimum})")
 
@@ -79,11 +79,19 @@ MAX_SECONDS = 7 * 24 * 3600.0    # a week
 MAX_THREADS = 4096
 
 
+def _engine_names() -> tuple[str, ...]:
+    """The registered engines; a plug-in that cannot be added is a config error naming the variable."""
+    try:
+        return engines.names()
+    except engines.PluginError as exc:
+        fail(engines.PLUGIN_VARIABLE, os.environ.get(engines.PLUGIN_VARIABLE), str(exc))
+
+
 @dataclass(frozen=True)
 class MatrixConfig:
     """The axes: each a list, the sweep is their cross product (see bench.matrix)."""
 
-    engine: tuple[str, ...] = engines.names()
+    engine: tuple[str, ...] = field(default_factory=lambda: _engine_names())
     world_size: tuple[int, ...] = (1, 2)
     bucket_cap_mb: tuple[float, ...] = (DEFAULT_BUCKET_MB,)
     precision: tuple[str, ...] = ("fp32",)
@@ -95,7 +103,7 @@ class MatrixConfig:
         for f in dataclasses.fields(self):
             if not getattr(self, f.name):
                 fail(f"matrix.{f.name}", list(getattr(self, f.name)), "must list at least one value")
-        _check_choices("matrix.engine", self.engine, engines.names())
+        _check_choices("matrix.engine", self.engine, _engine_names())
         _check_min("matrix.world_size", self.world_size, 1, maximum=MAX_WORLD_SIZE)
         _check_min("matrix.bucket_cap_mb", self.bucket_cap_mb, 0, strict=True, maximum=MAX_BUCKET_MB)
         _check_choices("matrix.precision", self.precision, PRECISIONS)
@@ -183,9 +191,9 @@ class RunConfig:
                 fail("run.pg_timeout_s", self.pg_timeout_s, "must be \"auto\" or a number of seconds")
         elif self.pg_timeout_s <= self.watchdog_limit_s(first_cell=True):
             fail("run.pg_timeout_s", self.pg_timeout_s,
-                  f"must exceed the watchdog's limit run.cell_timeout_s={self.cell_timeout_s:g} + "
-                  f"run.startup_timeout_s={self.startup_timeout_s:g}, or a hung collective kills its rank "
-                  "(recorded `failed`) before the watchdog records `timeout`; or use \"auto\"")
+                 f"must exceed the watchdog's limit run.cell_timeout_s={self.cell_timeout_s:g} + "
+                 f"run.startup_timeout_s={self.startup_timeout_s:g}, or a hung collective kills its rank "
+                 "(recorded `failed`) before the watchdog records `timeout`; or use \"auto\"")
 
     def watchdog_limit_s(self, first_cell: bool) -> float:
         """The launcher's time limit for a cell: cell_timeout_s, plus startup_timeout_s for the first cell
@@ -292,7 +300,7 @@ class BenchConfig:
             for ws in self.matrix.world_size:
                 if self.workload.global_batch % ws:
                     fail("workload.global_batch", self.workload.global_batch,
-                          f"strong scaling needs it divisible by every world size; world_size={ws}")
+                         f"strong scaling needs it divisible by every world size; world_size={ws}")
         from bench.workloads import get_workload
 
         # The registry checks model and size names (no model is built); a user spec is imported and its
@@ -309,7 +317,7 @@ class BenchConfig:
         if ignored:
             key, value = next(iter(ignored.items()))
             fail(f"workload.{key}", value, f"model {self.workload.model!r} does not use it "
-                  f"(it reads {list(uses) or 'no options'}); leave it out")
+                 f"(it reads {list(uses) or 'no options'}); leave it out")
 
     def to_dict(self) -> dict:
         """Plain nested dict (lists for tuples), None values included."""

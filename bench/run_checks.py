@@ -19,7 +19,7 @@ def cpu_oversubscription(config: BenchConfig, cores: int | None = None) -> str |
     ws = max(config.matrix.world_size)
     if ws > OVERSUBSCRIBE_FACTOR * cores and not config.run.allow_oversubscribe:
         fail("matrix.world_size", ws, f"{ws} CPU ranks on {cores} cores is more than {OVERSUBSCRIBE_FACTOR} "
-              "per core; set run.allow_oversubscribe=true to run it anyway")
+             "per core; set run.allow_oversubscribe=true to run it anyway")
     busy = ws * config.run.threads_for(ws)
     if busy > cores:
         return (f"warning: world size {ws} × {config.run.threads_for(ws)} thread(s) per rank = {busy} busy "

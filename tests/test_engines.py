@@ -105,3 +105,13 @@ def test_the_trainer_asks_the_engine_for_no_sync(tmp_path, monkeypatch):
         assert calls == ["DistributedDataParallel"] * 4  # two no_sync micro-steps of three, twice
     finally:
         dist.destroy_process_group()
+
+
+def test_a_plug_in_that_cannot_be_imported_is_a_config_error_naming_the_variable(tmp_path):
+    env = os.environ | {engines.PLUGIN_VARIABLE: "no_such_engine_module"}
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--config", "cpu-smoke", "--out", str(out)],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert proc.returncode == 2 and not out.exists()
+    assert "DDPBENCH_ENGINE_MODULES='no_such_engine_module'" in proc.stderr
+    assert "No module named" in proc.stderr

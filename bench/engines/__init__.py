@@ -19,19 +19,31 @@ PLUGIN_VARIABLE = "DDPBENCH_ENGINE_MODULES"
 _BUILT_IN = (torch_ddp.ENGINE, *ddp_core_engines.ENGINES)
 
 
-def _registry() -> dict[str, Engine]:
+class PluginError(ValueError):
+    """DDPBENCH_ENGINE_MODULES names a module that cannot be imported or holds no engine; the config
+    turns it into a one-line error naming the variable and its value (exit 2)."""
+
+
+def _registry() -> tuple[dict[str, Engine], str | None]:
+    """The engines by name, and why a plug-in could not be added (None when all could)."""
     engines = list(_BUILT_IN)
     for path in filter(None, (p.strip() for p in os.environ.get(PLUGIN_VARIABLE, "").split(","))):
-        module = importlib.import_module(path)
-        engines += list(getattr(module, "ENGINES", ())) or [module.ENGINE]
-    return {e.name: e for e in engines}
+        try:
+            module = importlib.import_module(path)
+            found = list(getattr(module, "ENGINES", ())) or [module.ENGINE]
+        except (ImportError, AttributeError) as exc:
+            return {e.name: e for e in engines}, f"module {path!r}: {type(exc).__name__}: {exc}"
+        engines += found
+    return {e.name: e for e in engines}, None
 
 
-REGISTRY = _registry()
+REGISTRY, _PLUGIN_FAILURE = _registry()
 
 
 def names() -> tuple[str, ...]:
-    """Every registered engine, built-in ones first."""
+    """Every registered engine, built-in ones first; PluginError when a plug-in could not be added."""
+    if _PLUGIN_FAILURE:
+        raise PluginError(_PLUGIN_FAILURE)
     return tuple(REGISTRY)
 
 
@@ -48,4 +60,4 @@ def reference() -> Engine:
     return next(e for e in REGISTRY.values() if e.reference)
 
 
-__all__ = ["Engine", "PLUGIN_VARIABLE", "get", "names", "reference"]
+__all__ = ["PLUGIN_VARIABLE", "Engine", "PluginError", "get", "names", "reference"]
