@@ -163,20 +163,33 @@ def _ratio_and_verdict(steps, rounds=30):
     return ratio, low, high, stats.verdict(low, high)
 
 
-def test_a_a_two_identical_engines_side_by_side_are_within_noise(one_rank_group):
+def test_a_a_one_engine_in_both_slots_is_within_noise(one_rank_group):
+    # The A/A test of the measurement itself (interleaving, pairing, the bootstrap): the same trainer steps in
+    # both slots, so any difference is the procedure's. Two *instances* of one engine are not an A/A: on a
+    # quiet CI machine two identical torch-DDP trainers differed by 2.0-2.5 % (b slower, 3 runs of 3, each
+    # interval about +-0.8 %), a real difference of memory placement that the interval rightly resolved.
     # A 95 % interval excludes the truth in 1 of 20 A/A runs by construction (more on a shared machine), so
     # up to three measurements: one must say "within noise", and none may claim a difference above 10 %.
-    a, b = _torch_trainers(2)
+    (a,) = _torch_trainers(1)
     for _ in range(3):
-        a.step(), b.step()
+        a.step()
     seen = []
     for _ in range(3):
-        ratio, low, high, verdict = _ratio_and_verdict([a.step, b.step])
+        ratio, low, high, verdict = _ratio_and_verdict([a.step, a.step])
         seen.append((verdict, ratio, low, high))
         assert 0.9 < ratio < 1.1, seen
         if verdict == "within noise":
             break
     assert seen[-1][0] == "within noise", seen
+
+
+def test_two_instances_of_one_engine_measure_alike(one_rank_group):
+    # Not a verdict (see above: two instances may truly differ by a few percent), but never by 10 %.
+    a, b = _torch_trainers(2)
+    for _ in range(3):
+        a.step(), b.step()
+    ratio, low, high, _ = _ratio_and_verdict([a.step, b.step])
+    assert 0.9 < ratio < 1.1 and low <= ratio <= high, (ratio, low, high)
 
 
 def test_an_engine_20_percent_slower_is_found_slower(one_rank_group):
