@@ -3,9 +3,10 @@ every file of it — slurm.conf, state, spool, pid files, logs, the munge socket
 folder, found by the client commands through SLURM_CONF.
 
 `local_slurm()` starts it, waits until the node is idle, yields the environment the commands need, and
-cancels its jobs, stops exactly the three daemons it started (by the pids in their pid files) and any job
-step of this cluster a cancel left (by pid), then removes the folder — also when a test or the start fails. `missing()` says why it cannot run
-here (no packages, not root); the `slurm` fixture skips with that reason.
+cancels its jobs, stops exactly the three daemons it started (by the pids in their pid files) and any
+job step of this cluster a cancel left (by pid), then removes the folder — also when a test or the start
+fails. `missing()` says why it cannot run here (no packages, not root); the `slurm` fixture skips with
+that reason.
 """
 
 from __future__ import annotations
@@ -102,15 +103,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _stop(pid: int) -> None:
-    """SIGTERM, then SIGKILL after STOP_TIMEOUT_S, one process by its id."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
+def _stop(pids: list[int]) -> None:
+    """SIGTERM to each process by its id, then SIGKILL to those still there after STOP_TIMEOUT_S."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _step_sessions(root: Path) -> list[int]:
@@ -147,7 +150,8 @@ def _cancel_jobs(env: dict[str, str]) -> None:
     subprocess.run(["scancel", "--user", "root"], env=env, timeout=10, capture_output=True)
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=env, timeout=10)
+        out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=env,
+                             timeout=10)
         if out.returncode != 0 or not out.stdout.strip():
             return
         time.sleep(0.2)
@@ -189,11 +193,7 @@ def local_slurm() -> Iterator[dict[str, str]]:
         if "slurmd" in started:
             _cancel_jobs(env)
         steps = _in_sessions(_step_sessions(root))  # what a cancel left (none, normally)
-        for name in ("slurmd", "slurmctld", "munged"):  # the reverse of the start
-            if name in started:
-                _stop(started[name])
-        for pid in steps:
-            _stop(pid)
+        _stop(list(started.values()) + steps)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -158,7 +158,8 @@ def test_two_nodes_with_torchrun_every_cell_ok_and_a_rerun_skips_them(tmp_path):
     assert sorted(hello) == [0, 1] and hello[0]["ppid"] != hello[1]["ppid"]
     traced = [r for r in got if r["trace_dir"]]
     assert [r["engine"] for r in traced] == ["torch"]
-    assert sorted(p.name.split(".")[0] for p in (out / traced[0]["trace_dir"]).iterdir()) == ["rank0", "rank1"]
+    trace_files = (out / traced[0]["trace_dir"]).iterdir()
+    assert sorted(p.name.split(".")[0] for p in trace_files) == ["rank0", "rank1"]
     env = json.loads((out / "env.json").read_text())
     assert env["nodes"] and env["device"] == "cpu" and env["planned_on"]["command"].startswith(sys.executable)
     # the same plan again: every cell has its finish event, so nothing is measured twice
