@@ -119,16 +119,16 @@ def test_plan_only_for_gpu_nodes_from_a_machine_without_gpu(tmp_path, capsys):
 def test_collect_merges_the_nodes_env_files(tmp_path):
     (tmp_path / "env.json").write_text(json.dumps({"hostname": "login", "gpu_count": 0, "command": "plan",
                                                    "threads_per_rank": {"16": 1}}))
-    for host, rank in (("gpu-b", 1), ("gpu-a", 0)):
+    for host, rank in (("gpu-a", 1), ("gpu-b", 0)):  # node 0 is not the first name
         (tmp_path / f"env-{host}.json").write_text(json.dumps({"hostname": host, "gpu_count": 8,
                                                                "node_rank": rank, "command": "worker"}))
-    assert merge_node_envs(tmp_path) == ["gpu-a", "gpu-b"]
+    assert merge_node_envs(tmp_path) == ["gpu-b", "gpu-a"]
     env = json.loads((tmp_path / "env.json").read_text())
     # the machine is node 0's, the command and threads the plan's, the login node kept aside
-    assert (env["hostname"], env["gpu_count"], env["command"]) == ("gpu-a", 8, "plan")
+    assert (env["hostname"], env["gpu_count"], env["command"]) == ("gpu-b", 8, "plan")
     assert env["threads_per_rank"] == {"16": 1} and sorted(env["nodes"]) == ["gpu-a", "gpu-b"]
     assert env["planned_on"]["hostname"] == "login"
-    assert merge_node_envs(tmp_path) == ["gpu-a", "gpu-b"]  # again: the same result, not nested deeper
+    assert merge_node_envs(tmp_path) == ["gpu-b", "gpu-a"]  # again: the same result, not nested deeper
     assert json.loads((tmp_path / "env.json").read_text()) == env
 
 
