@@ -17,7 +17,6 @@ from bench.project.physics import OFF, Physics, expected_max_normal
 from bench.project.published import (
     LAST_LINE,
     Skip,
-    ddp_buckets,
     network_for,
     predict_row,
     read_corpus,
@@ -25,6 +24,7 @@ from bench.project.published import (
     validate,
 )
 from bench.project.simulate import Buckets, Compute, simulate_step
+from bench.project.spec import ddp_buckets
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "published_scaling" / "train.csv"

@@ -8,7 +8,7 @@ source, never a constant chosen per row or per model:
     micro-step  m  = per_gpu_batch · units_per_sample / throughput_1   (the 1-GPU row's grad_accum_1
                      micro-steps each took m: throughput counts all their samples)
     compute        = grad_accum_N micro-steps, backward BACKWARD_SHARE of each, optimizer 0
-    buckets        = params · GRAD_BYTES in torch DDP's layout (first bucket 1 MiB, then 25 MiB, the rest
+    buckets        = params · 4 B in torch DDP's layout (first bucket 1 MiB, then 25 MiB, the rest
                      last), gradients arriving uniformly over the last backward
     network        = the preset of the row's hardware and interconnect (NETWORK_RULES)
     step_N         = simulate_step(compute, buckets, network, N, physics)   (bench/project/simulate.py)
@@ -30,22 +30,17 @@ import pandas as pd
 
 from bench.project.network import preset_network
 from bench.project.physics import Physics
-from bench.project.simulate import Buckets, Compute, simulate_step
+from bench.project.simulate import Compute, simulate_step
+from bench.project.spec import DEFAULT_BACKWARD_SHARE, ddp_buckets
 
 CORPUS_COLUMNS = ("source_id", "model", "params", "framework", "hardware", "interconnect", "precision",
                   "per_gpu_batch", "grad_accum", "gpus", "throughput", "throughput_unit", "notes")
 GROUP_KEY = ("source_id", "model", "framework", "hardware", "precision", "per_gpu_batch")
 
-# Backward does twice forward's FLOPs (the gradient w.r.t. inputs and w.r.t. weights, each a forward's
-# worth of multiply-adds: Kaplan et al. 2020, §2.1), so 2/3 of a step is backward. The optimizer's
-# per-parameter work is taken as 0 (a few ms at most, inside the published figures' noise).
-BACKWARD_SHARE = 2 / 3
 # Every source trains with fp32 parameters (AMP keeps fp32 weights and autocasts the math), so DDP
-# all-reduces fp32 gradients: 4 bytes per parameter.
-GRAD_BYTES = 4
-# torch DDP's bucket caps (torch.nn.parallel.DistributedDataParallel: bucket_cap_mb=25 and the 1 MiB
-# first bucket, dist._DEFAULT_FIRST_BUCKET_BYTES).
-FIRST_BUCKET_BYTES, BUCKET_BYTES = 2**20, 25 * 2**20
+# all-reduces fp32 gradients: 4 bytes per parameter (spec.FP32_GRAD_BYTES); backward is
+# spec.DEFAULT_BACKWARD_SHARE of a step, the optimizer 0 (a few ms at most, inside the tables' noise).
+BACKWARD_SHARE = DEFAULT_BACKWARD_SHARE
 
 # (model pattern, throughput unit) → (units per sample, where the conversion comes from). A unit that is
 # the batch's own is 1. Patterns are matched with re.search on the model name.
@@ -126,21 +121,6 @@ def network_for(hardware: str, interconnect: str) -> tuple[str, str]:
         if re.search(hw, hardware, re.I) and re.search(ic, str(interconnect), re.I):
             return preset, why
     raise Skip(f"no network preset for hardware {hardware!r} / interconnect {interconnect!r}")
-
-
-def ddp_buckets(params: int, grad_bytes: int = GRAD_BYTES) -> Buckets:
-    """torch DDP's buckets for `params` gradients without their layer shapes: 1 MiB first, then 25 MiB
-    each, the remainder last; gradients arrive uniformly in bytes over backward, so bucket i is ready
-    when the bytes of buckets 0..i are (the last at the end of backward: the exposed tail)."""
-    total = params * grad_bytes
-    sizes = [min(total, FIRST_BUCKET_BYTES)]
-    while sum(sizes) < total:
-        sizes.append(min(BUCKET_BYTES, total - sum(sizes)))
-    done, ready = 0, []
-    for s in sizes:
-        done += s
-        ready.append(done / total)
-    return Buckets(tuple(sizes), tuple(ready), "torch DDP layout, uniform over backward")
 
 
 def _int(value, key: str) -> int:
