@@ -73,3 +73,9 @@ def test_cli_bad_values_exit_2_before_writing(tmp_path, capsys, argv, words):
     assert main(["project", *argv, "--out", str(tmp_path / "out")]) == 2
     assert words in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_project_spec_is_the_package_api():
+    import bench.project
+
+    assert bench.project.project_spec is project_spec

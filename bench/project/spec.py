@@ -109,7 +109,8 @@ class Spec:
 
 
 def _positive(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value > 0
 
 
 def ddp_buckets(params: int, grad_bytes: int = FP32_GRAD_BYTES,
