@@ -29,6 +29,8 @@ from bench.project.network import Network
 from bench.project.physics import OFF, Physics, host_floor_ms, interference_ms, straggler_ms
 
 BOTTLENECKS = ("compute", "bandwidth", "latency", "overlap-limited")
+# what N ranks add to the compute, each a Step field `<term>_ms` (Step.dominant_term names the largest)
+TERMS = ("exposed_comm", "interference", "straggler", "host_floor")
 COMPUTE_BOUND_EXPOSED = 0.05  # exposed communication at most this fraction of the step: compute-bound
 
 
@@ -89,9 +91,7 @@ class Step:
     @property
     def dominant_term(self) -> str:
         """The largest of what N ranks add to the compute: exposed communication or a physics term."""
-        terms = {"exposed_comm": self.exposed_comm_ms, "interference": self.interference_ms,
-                 "straggler": self.straggler_ms, "host_floor": self.host_floor_ms}
-        name, value = max(terms.items(), key=lambda kv: kv[1])
+        name, value = max(((t, getattr(self, f"{t}_ms")) for t in TERMS), key=lambda kv: kv[1])
         return name if value > 0 else "none"
 
 

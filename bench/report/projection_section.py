@@ -14,6 +14,7 @@ import pandas as pd
 
 from bench import run_folder
 from bench.project.project import configurations
+from bench.project.simulate import TERMS
 from bench.report.projection_figure import efficiency_figure
 from bench.report.render import Section, write_csv
 
@@ -40,7 +41,6 @@ def efficiency_by_world_size(projection: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-TERMS = ("exposed_comm", "interference", "straggler", "host_floor")  # bench.project.simulate Step.dominant_term
 
 
 def dominant_by_world_size(projection: pd.DataFrame) -> pd.DataFrame | None:
