@@ -90,8 +90,11 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\nskipped {len(skipped)} multi-GPU rows")
     reasons = defaultdict(int)
-    for _row, why in skipped:
+    for r, why in skipped:
+        print(f"  {r['source_id'][:20]:20} {r['model'][:24]:24} {r['hardware'][:30]:30} {r['precision']:8} "
+              f"{str(r['per_gpu_batch'])[:5]:>5} {int(r['gpus']):2d}  {why}")
         reasons[why.split(" (")[0][:110]] += 1
+    print("by reason")
     for why, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
         print(f"  {count:4d}  {why}")
     coverage = 100 * len(preds) / eligible if eligible else 0.0

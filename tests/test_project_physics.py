@@ -194,3 +194,11 @@ def test_validation_on_the_published_corpus():
     assert rows == predicted and predicted >= 0.9 * eligible
     assert median <= 10.0
     assert worst <= 95.0
+
+
+def test_validator_refuses_a_corpus_without_its_columns(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("source_id,model\nS,M\n")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_projection.py"), "--corpus",
+                           str(bad)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and "column 'params' missing" in done.stderr
