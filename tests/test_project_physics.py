@@ -202,3 +202,15 @@ def test_validator_refuses_a_corpus_without_its_columns(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_projection.py"), "--corpus",
                            str(bad)], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2 and "column 'params' missing" in done.stderr
+
+
+def test_step_cv_from_a_run_row():
+    from bench.project.project import step_cv_of
+
+    # 2 ranks, median slowest-minus-fastest 1 ms of a 10 ms step: expected range of 2 draws = 2σT/√π, so
+    # σ = 1 / (2 · 10 / √π) = 0.088623. One rank, p90 12 vs p50 10: σ = 0.2 / 1.2816 = 0.15605.
+    two = pd.Series({"cell_id": "a", "world_size": 2, "step_time_ms_p50": 10.0, "rank_skew_ms_p50": 1.0,
+                     "step_time_ms_p90": 11.0})
+    assert step_cv_of(two)[0] == pytest.approx(math.sqrt(math.pi) / 20, rel=1e-6)
+    one = pd.Series({"cell_id": "b", "world_size": 1, "step_time_ms_p50": 10.0, "step_time_ms_p90": 12.0})
+    assert step_cv_of(one)[0] == pytest.approx(0.2 / 1.2816)
