@@ -20,10 +20,17 @@ import pandas as pd
 
 from bench import run_folder
 from bench.project.collectives import ALGORITHMS
+from bench.project.evidence import read_evidence
 from bench.project.inputs import InputError, read_sweep, read_timeline
 from bench.project.measured import Measured, fits_table, measured_fits
 from bench.project.network import FABRICS, INTER_NODE, custom_network, preset_network
-from bench.project.project import configurations, median_abs_error, projection_table, validation_table
+from bench.project.project import (
+    configurations,
+    median_abs_error,
+    projection_table,
+    validation_table,
+    with_evidence,
+)
 from bench.run_folder import RunError, load_run
 from bench.schema import WIRE_DTYPES
 
@@ -140,6 +147,8 @@ def main(args: argparse.Namespace) -> int:
         timeline, sweep = read_timeline(args.run_dir), read_sweep(args.run_dir)
         configs = configurations(run.results, timeline,
                                  _layout(args.run_dir, run.config.get("workload", {})))
+        evidence = read_evidence(args.run_dir)
+        configs = [with_evidence(c, evidence) if c.compute is not None else c for c in configs]
     except (UsageError, InputError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
         return 2
@@ -157,6 +166,7 @@ def main(args: argparse.Namespace) -> int:
     if timeline is None:
         notes.append("no bucket_timeline.csv (run `bench analyze` on a profiled run): buckets are assumed "
                      "ready uniformly over backward")
+    notes += [f"physics of {c.base['cell_id']}: {c.physics_source}" for c in configs if c.physics_source]
     projection = projection_table(configs, networks, world_sizes, args.algorithm)
     validation = validation_table(configs, measured, run.env.get("cpu_cores"))
 

@@ -16,6 +16,7 @@ from itertools import accumulate
 import pandas as pd
 
 from bench import engines, metrics
+from bench.project.evidence import TraceEvidence, host_ms_of, interference_of
 from bench.project.inputs import COMM_DTYPE_WIRE, InputError, ReadyTimes, timeline_buckets
 from bench.project.measured import Measured
 from bench.project.network import Network
@@ -47,6 +48,8 @@ class Configuration:
     compute: Compute | None
     buckets: Buckets | None
     reason: str = ""
+    physics: Physics | None = None  # the terms from the run's evidence (with_evidence); None: physics_of's
+    physics_source: str = ""
 
     @property
     def micro_batch(self) -> int:
@@ -163,9 +166,23 @@ def step_cv_of(row: pd.Series) -> tuple[float, str]:
 
 
 def physics_of(config: Configuration) -> Physics:
-    """The physics terms of a measured configuration: σ from its base cell (step_cv_of); interference at
-    its documented default (bench/project/physics.py); no host floor (no timer measures host time alone)."""
-    return Physics(step_cv=step_cv_of(config.base)[0])
+    """The physics terms of a measured configuration: those with_evidence attached, else σ from its base
+    cell (step_cv_of), interference at its documented default and no host floor."""
+    return config.physics if config.physics is not None else Physics(step_cv=step_cv_of(config.base)[0])
+
+
+def with_evidence(config: Configuration, evidence: TraceEvidence | None) -> Configuration:
+    """The configuration with its physics from the run: σ from its base cell (step_cv_of), γ from the
+    traces of its communicating cells (the base cell first), host_ms from the base cell's launch
+    statistics (bench/project/evidence.py); physics_source says where each came from."""
+    cv, cv_source = step_cv_of(config.base)
+    cells = [c for c, n in zip(config.rows["cell_id"], config.rows["world_size"]) if int(n) > 1]
+    evidence = evidence or TraceEvidence(None, None, None)
+    gamma, gamma_source = interference_of(evidence, cells)
+    host, host_source = host_ms_of(evidence, config.base["cell_id"], str(config.base.get("device", "")))
+    source = f"σ {cv:.4g}: {cv_source}; γ {gamma:.4g}: {gamma_source}; host {host:.4g} ms: {host_source}"
+    return replace(config, physics=Physics(step_cv=cv, interference_factor=gamma, host_ms=host),
+                   physics_source=source)
 
 
 NetworkAt = Callable[[int, str], tuple[Network, str]]  # (world size, wire dtype) → (network, source words)
