@@ -113,8 +113,8 @@ def test_run_evidence_reaches_the_projection():
 
     base = pd.Series(dict(cell_id="a", engine="torch", model="m", model_size="s", bucket_cap_mb=25,
                           precision="fp32", comm_dtype="none", grad_accum=1, scaling="weak", world_size=1,
-                          per_rank_batch=8, device="cuda", step_time_ms_p50=100.0, step_time_ms_p90=float("nan"),
-                          rank_skew_ms_p50=float("nan")))
+                          per_rank_batch=8, device="cuda", step_time_ms_p50=100.0,
+                          step_time_ms_p90=float("nan"), rank_skew_ms_p50=float("nan")))
     rows = pd.DataFrame([base, pd.Series(base.to_dict() | dict(cell_id="b", world_size=2))])
     config = Configuration(base, rows, Compute(20.0, 60.0, 20.0, 1, 8), Buckets((60_000_000,), (0.0,), "t"))
     config = with_evidence(config, evidence())

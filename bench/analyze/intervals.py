@@ -94,7 +94,7 @@ def weighted_time(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, cap:
 
 def covered(a: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Per interval [starts[i], ends[i]): how much of it the disjoint sorted set `a` covers. With C(t) the
-    length of `a` before t (piecewise linear, read off the cumulative lengths), the cover is C(end) − C(start)."""
+    length of `a` before t (piecewise linear, from the cumulative lengths), the cover is C(end) − C(start)."""
     if not len(a):
         return np.zeros(len(starts))
     before = np.concatenate([[0.0], np.cumsum(a[:, 1] - a[:, 0])])  # length of a[:k], k = 0..len(a)

@@ -63,17 +63,19 @@ def interference_of(evidence: TraceEvidence, cell_ids: list[str]) -> tuple[float
     twins (module docstring); the default and why when none does."""
     k, s = evidence.kernel_classes, evidence.trace_summary
     if k is None or s is None:
-        return DEFAULT_INTERFERENCE, "default (no kernel_classes.csv / trace_summary.csv with overlap columns)"
+        why = "default (no kernel_classes.csv or trace_summary.csv with overlap columns)"
+        return DEFAULT_INTERFERENCE, why
     for cell in cell_ids:
         mine = k[k["cell_id"] == cell]
         overlapped = float(mine["overlapped_ms"].fillna(0).sum())
         alone = float(mine["overlapped_alone_ms"].fillna(0).sum())
-        rows = s[(s["cell_id"] == cell) & (s["step"] == ALL_STEPS) & s["trace_file"].isin(mine["trace_file"])]
+        rows = s[(s["cell_id"] == cell) & (s["step"] == ALL_STEPS)]
+        rows = rows[rows["trace_file"].isin(mine["trace_file"])]
         overlap = float(rows["overlap_ms"].fillna(0).sum())
         if overlapped > 0 and overlap > 0:
             gamma = max(0.0, (overlapped - alone) / overlap)
-            return gamma, (f"traces of {cell}: overlapped kernels {overlapped:.3f} ms vs {alone:.3f} ms alone, "
-                           f"over {overlap:.3f} ms of overlapped communication")
+            return gamma, (f"traces of {cell}: overlapped kernels {overlapped:.3f} ms vs {alone:.3f} ms "
+                           f"alone, over {overlap:.3f} ms of overlapped communication")
     return DEFAULT_INTERFERENCE, "default (no trace with compute overlapped by communication and a lone twin)"
 
 
