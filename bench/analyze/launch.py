@@ -39,8 +39,10 @@ LAUNCH_BOUND_HOST_WAIT_PCT = 50.0  # launch-bound: host wait on the compute stre
 
 
 def host_busy_us(view: GpuView, w: Window) -> float:
-    """The training thread's time in window w outside the calls that wait for the GPU (BLOCKING_CALLS;
-    each call clipped to the window)."""
+    """The training thread's time in window w outside the calls that wait for the GPU (BLOCKING_CALLS and
+    the calls whose GPU event ended before they returned, each clipped to the window), less what its
+    launch calls took beyond their name's median (a launch blocks when the GPU's queue is full: the GPU's
+    pace, not host work)."""
     trace = view.trace
     on_thread = trace.tid_id == main_thread(trace)
     named = np.fromiter((n in BLOCKING_CALLS for n in trace.names), dtype=bool, count=len(trace.names))
@@ -55,7 +57,14 @@ def host_busy_us(view: GpuView, w: Window) -> float:
         blocking[calls[waited]] = True
     rows = np.flatnonzero(blocking)
     blocked = iv.length(iv.clip(iv.union(trace.ts[rows], trace.end[rows]), w.lo, w.hi)) if len(rows) else 0.0
-    return max(0.0, (w.hi - w.lo) - blocked)
+    launch = np.fromiter((n in LAUNCH_CALLS for n in trace.names), dtype=bool, count=len(trace.names))
+    launches = np.flatnonzero(launch[trace.name_id] & on_thread & ~blocking) if len(launch) else []
+    queued = 0.0
+    for name in np.unique(trace.name_id[launches]) if len(launches) else []:
+        mine = launches[trace.name_id[launches] == name]
+        inside = mine[(trace.ts[mine] >= w.lo) & (trace.end[mine] <= w.hi)]
+        queued += float(np.clip(trace.dur[inside] - np.median(trace.dur[mine]), 0, None).sum())
+    return max(0.0, (w.hi - w.lo) - blocked - queued)
 
 
 def launch_events(view: GpuView) -> dict[str, np.ndarray]:
