@@ -64,7 +64,8 @@ def test_host_busy_leaves_out_the_calls_that_wait_for_the_gpu(tmp_path):
               x("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 22, 6, pid=0, tid=7, correlation=7),
               runtime(40, 8), kernel(GEMM, 45, 10, 8, 1.0, 50),
               runtime(10, 9), kernel(GEMM, 13, 5, 9, 1.0, 50),
-              x("cudaLaunchKernel", "cuda_runtime", 92, 7, correlation=10), kernel(GEMM, 99.5, 0.3, 10, 1.0, 50)]
+              x("cudaLaunchKernel", "cuda_runtime", 92, 7, correlation=10),
+              kernel(GEMM, 99.5, 0.3, 10, 1.0, 50)]
     job = TraceJob(write_trace(tmp_path / "h.json", events, GPU_META), "h")
     step = [r for r in analyse_trace_tables(job)[LAUNCH_FILE] if r["step"] == "1"][0]
     assert step["host_busy_ms"] == pytest.approx(0.055)
