@@ -14,6 +14,7 @@ import pandas as pd
 
 from bench.envinfo import timing_warnings
 from bench.report import findings, plots, tables, traces
+from bench.report.answer_section import answer_section
 from bench.report.environment import environment_table
 from bench.report.projection_section import projection_section
 from bench.report.render import Section, write_csv, write_page
@@ -37,6 +38,7 @@ def write_run_page(run_dir: Path, out_dir: Path | None = None) -> Path:
         s: tables.scaling_table(df, s) for s in ("strong", "weak") if (df["scaling"] == s).any()
     }
     files = traces.trace_files(run)
+    (out_dir / "tables").mkdir(parents=True, exist_ok=True)
     sections = [
         findings_section(run, scaling_tables),
         environment_section(run, out_dir),
@@ -50,11 +52,13 @@ def write_run_page(run_dir: Path, out_dir: Path | None = None) -> Path:
         cells_section(run, out_dir, files),
         traces.viewers_section(run, out_dir, files),
     ]
+    answer = answer_section(run, out_dir)  # last: it shows the figures the sections above drew
     subtitle = (
         f"Run {run.name} · {len(df)} cells · {run.env.get('device', run.device)} · "
         f"torch {run.env.get('torch', '?')} · report of {run.path}"
     )
-    return write_page(out_dir, f"ddpbench report: {run.name}", subtitle, sections)
+    return write_page(out_dir, f"ddpbench report: {run.name}", subtitle, [answer, *sections],
+                      summary=[answer, sections[0]])
 
 
 def _csv(df: pd.DataFrame, out_dir: Path, name: str) -> str:
