@@ -77,3 +77,29 @@ def view(index: Path, screenshot: Path | None = None) -> PageView:
         return PageView(errors, broken, dangling, " ".join(first.split()), int(height))
     finally:
         driver.quit()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python tests/browser.py REPORT_DIR [SCREENSHOT]`: the checks on a report made by hand (e.g. the
+    `default` preset's run), printed; exit 1 when one fails."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        print("usage: python tests/browser.py REPORT_DIR [SCREENSHOT.png]", file=sys.stderr)
+        return 2
+    why = why_unavailable()
+    if why:
+        print(f"no browser: {why}", file=sys.stderr)
+        return 2
+    page = view(Path(args[0]) / "index.html", Path(args[1]) if len(args) > 1 else None)
+    print(f"console errors: {page.console_errors or 'none'}")
+    print(f"broken images: {page.broken_images or 'none'}")
+    print(f"dangling anchors: {page.dangling_anchors or 'none'}")
+    print(f"page height with every table collapsed: {page.height_px:,} px (1280-px-wide window)")
+    print(f"first screen: {page.first_screen_text[:400]}…")
+    return 1 if page.console_errors or page.broken_images or page.dangling_anchors else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,9 +8,9 @@ import re
 
 import pandas as pd
 import pytest
+from report_fixtures import CPU_ENV, row, write_run
 
 from bench.__main__ import main
-from tests.report_fixtures import CPU_ENV, row, write_run
 
 BUCKETS = [4 * 2**20, 2**20]  # bytes on the wire per bucket, as a cell records them (bucket_sizes_bytes)
 

@@ -63,12 +63,12 @@ def headline_numbers(results: pd.DataFrame, ranked: pd.DataFrame) -> pd.DataFram
     n = int(cell["world_size"])
     where = f"{best['engine']} at {n} rank{'s' if n > 1 else ''}"
     rows = [("best throughput (samples/s)",
-             *_interval(best["samples_per_s"], best["samples_per_s_ci95_low"], best["samples_per_s_ci95_high"],
-                        ",.0f", ""), where)]
+             *_interval(best["samples_per_s"], best["samples_per_s_ci95_low"],
+                        best["samples_per_s_ci95_high"], ",.0f", ""), where)]
     # efficiency = T1 / (N T_N) (strong) or T1 / T_N (weak): its interval from T_N's, T1 held at its median
     table = tables.scaling_table(results, cell["scaling"])
-    eff = table.loc[table["cell_id"] == cell["cell_id"], "efficiency_pct"] if "efficiency_pct" in table else []
-    eff = eff.iloc[0] if len(eff) else float("nan")
+    mine = table[table["cell_id"] == cell["cell_id"]]
+    eff = mine["efficiency_pct"].iloc[0] if "efficiency_pct" in mine and len(mine) else float("nan")
     low, high = (eff * cell["step_time_ms_p50"] / cell.get("step_time_ms_ci95_high", float("nan")),
                  eff * cell["step_time_ms_p50"] / cell.get("step_time_ms_ci95_low", float("nan")))
     rows.append((f"{cell['scaling']} scaling efficiency", *_interval(eff, low, high, ".1f", " %"),
@@ -129,7 +129,7 @@ def answer_section(run: Run, out_dir: Path) -> Section:
     figures = [f for f in figures if f is not None]
     if figures:
         sec.raw('<div class="story">' + "".join(
-            f'<p><a href="plots/{name}"><img src="plots/{name}" alt="{alt}"></a></p>' for name, alt in figures)
+            f'<p><a href="plots/{n}"><img src="plots/{n}" alt="{alt}"></a></p>' for n, alt in figures)
             + "</div>", "".join(f"![{alt}](plots/{name})\n" for name, alt in figures))
     return sec
 

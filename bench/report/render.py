@@ -199,7 +199,7 @@ class Section:
     ) -> Section:
         """The table (and a link to its CSV, which keeps every column). Configuration columns that hold one
         value in every row are said once above the table instead of repeated down a column. A long table is
-        collapsed behind `summary` (default: its row count), a wide one shows its key columns (`collapsed`)."""
+        collapsed behind `summary` and its row count, a wide one shows its key columns first (`collapsed`)."""
         if md_columns:
             df = df[md_columns]
         constant = [
