@@ -292,9 +292,9 @@ def setup(target: Target, running: Running, environ: Mapping[str, str], dry_run:
     if steps.install_torch or steps.install_project:
         writable(info)
     if steps.install_torch:
-        announce(f"{info['executable']} has no torch: installing {steps.install_torch} with pip, then ddpbench "
-                 f"and its dependencies. This is set-up's long step (torch is its largest download: minutes on a "
-                 f"slow connection, with nothing printed until pip's own lines)")
+        announce(f"{info['executable']} has no torch: installing {steps.install_torch} with pip, then "
+                 f"ddpbench and its dependencies. This is set-up's long step (torch is its largest download: "
+                 f"minutes on a slow connection, with nothing printed until pip's own lines)")
         pip(target.python, steps.install_torch)
         source, info = INSTALLED, probe(target.python)
         steps = plan(info, torch_spec, torch_range, python_range, stamp_current=False)
