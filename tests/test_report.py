@@ -207,7 +207,8 @@ def test_findings_are_written_from_the_numbers(report):
     assert ("At 4 ranks, overlap has the highest median throughput, 2,133 samples/s (p50 step 30.00 ms); "
             "no interval was measured, so this may be noise" in md)
     assert "torch (strong, fp32, 25 MiB buckets) falls to 62.5 % efficiency at 4 ranks" in md
-    assert "exposed communication (15.00 ms, 38 % of the step) dominates the 15.00 ms lost" in md
+    assert ("of the 15.00 ms lost, exposed communication is 15.00 ms (38 % of the step) and compute that did "
+            "not shrink 0.00 ms: exposed communication dominates." in md)
 
 
 def test_one_world_size_reports_without_efficiency_and_says_why(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,8 +84,10 @@ def fmt(value, column: str = "") -> str:
     return str(value)
 
 
-def html_table(df: pd.DataFrame, links: dict[str, str] | None = None) -> str:
-    """An HTML table; `links` maps a cell_id to HTML for a "traces" column placed right after cell_id."""
+def html_table(df: pd.DataFrame, links: dict[str, str] | None = None, cell_rows: bool = False) -> str:
+    """An HTML table; `links` maps a cell_id to HTML for a "traces" column placed right after cell_id.
+    `cell_rows`: this is the table of every cell, each row the target `#cell-<id>` of the links to it
+    (`link_cells`)."""
     if not len(df):
         return '<p class="empty">(no rows)</p>'
     # The traces column follows cell_id (the cell it belongs to), or ends the row when there is none.
@@ -108,9 +111,11 @@ def html_table(df: pd.DataFrame, links: dict[str, str] | None = None) -> str:
             cls = ["text"] if c in TEXT_COLUMNS or isinstance(r[c], str) else []
             cls += ["wrap"] if c in WRAP_COLUMNS else []
             cls += ["status-bad"] if c in bad_cols else []
+            cls += ["home"] if cell_rows and c == "cell_id" else []  # the id's home: text, not a link
             attr = f' class="{" ".join(cls)}"' if cls else ""
             cells.append(f"<td{attr}>{html.escape(fmt(r[c], c)).replace(chr(10), '<br>')}</td>")
-        body.append(f"<tr{' class=status-bad' if bad else ''}>{''.join(cells)}</tr>")
+        row_id = f' id="cell-{html.escape(str(r["cell_id"]))}"' if cell_rows and "cell_id" in df else ""
+        body.append(f"<tr{row_id}{' class=status-bad' if bad else ''}>{''.join(cells)}</tr>")
     table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
     return f'<div class="scroll">{table}</div>'
 
@@ -124,13 +129,25 @@ def key_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in df.columns if c in set(config + measured + tail)]
 
 
-def collapsed(df: pd.DataFrame, links: dict[str, str] | None, csv_rel: str | None, summary: str) -> str:
+def link_cells(page: str, cell_ids: set[str]) -> str:
+    """Every table cell holding just a cell id becomes a link to that cell's row in the table of every cell
+    (`html_table(cell_rows=True)`): the configuration is read from the labelled columns, the id is a link."""
+    def link(m: re.Match) -> str:
+        cell = html.unescape(m.group(1))
+        return (f'<td class="text"><a class="cell" href="#cell-{m.group(1)}">{m.group(1)}</a></td>'
+                if cell in cell_ids else m.group(0))
+
+    return re.sub(r'<td class="text">([^<]+)</td>', link, page)
+
+
+def collapsed(df: pd.DataFrame, links: dict[str, str] | None, csv_rel: str | None, summary: str,
+              cell_rows: bool = False) -> str:
     """The table as HTML for reading: a wide one shows key_columns and keeps the rest behind "all N columns";
     a long one sits in a closed <details> whose summary line says what it holds and links its CSV."""
-    body = html_table(df, links)
+    body = html_table(df, links, cell_rows)
     if len(df.columns) > WIDE_COLUMNS:
         keys = key_columns(df)
-        body = (html_table(df[keys], links) + f"<details><summary>all {len(df.columns)} columns "
+        body = (html_table(df[keys], links, cell_rows) + f"<details><summary>all {len(df.columns)} columns "
                 f"({len(df.columns) - len(keys)} more)</summary>{html_table(df)}</details>")
     if len(df) <= COLLAPSE_ROWS:
         return body
@@ -196,6 +213,7 @@ class Section:
         links: dict[str, str] | None = None,
         md_columns: list[str] | None = None,
         summary: str = "",
+        cell_rows: bool = False,
     ) -> Section:
         """The table (and a link to its CSV, which keeps every column). Configuration columns that hold one
         value in every row are said once above the table instead of repeated down a column. A long table is
@@ -215,7 +233,7 @@ class Section:
             self.html.append(f'<p class="same">Every row: {html.escape(same)}</p>')
             self.md.append(f"Every row: {same}\n")
             df = df.drop(columns=constant)
-        self.html.append(collapsed(df, links, csv_rel, summary))
+        self.html.append(collapsed(df, links, csv_rel, summary, cell_rows))
         self.md.append(md_table(df))
         return self
 
@@ -238,7 +256,7 @@ class Section:
 
 
 def write_page(out_dir: Path, title: str, subtitle: str, sections: list[Section],
-               summary: list[Section] | None = None) -> Path:
+               summary: list[Section] | None = None, cell_ids: set[str] | None = None) -> Path:
     """Write index.html and report.md (every section) and summary.md (the `summary` sections, else every
     one); returns the index.html path."""
     nav = " ".join(f'<a href="#{s.anchor}">{html.escape(s.title)}</a>' for s in sections)
@@ -252,6 +270,8 @@ def write_page(out_dir: Path, title: str, subtitle: str, sections: list[Section]
         f'<body><h1>{html.escape(title)}</h1><p class="sub">{html.escape(subtitle)}</p><nav>{nav}</nav>'
         f"{body}</body></html>\n"
     )
+    if cell_ids:
+        page = link_cells(page, cell_ids)
     index = out_dir / "index.html"
     index.write_text(page, encoding="utf-8")
     (out_dir / "report.md").write_text(markdown(title, subtitle, sections), encoding="utf-8")

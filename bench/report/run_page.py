@@ -58,7 +58,7 @@ def write_run_page(run_dir: Path, out_dir: Path | None = None) -> Path:
         f"torch {run.env.get('torch', '?')} · report of {run.path}"
     )
     return write_page(out_dir, f"ddpbench report: {run.name}", subtitle, [answer, *sections],
-                      summary=[answer, sections[0]])
+                      summary=[answer, sections[0]], cell_ids=set(df["cell_id"]))
 
 
 def _csv(df: pd.DataFrame, out_dir: Path, name: str) -> str:
@@ -195,5 +195,6 @@ def cells_section(run: Run, out_dir: Path, files: dict[str, list[Path]]) -> Sect
     cols = list(CELL_LISTING)
     links = traces.trace_links(files, out_dir)
     return Section("All cells and traces", "cells").table(
-        run.results[cols], _csv(run.results, out_dir, "results"), links=links, md_columns=cols
+        run.results[cols], _csv(run.results, out_dir, "results"), links=links, md_columns=cols,
+        summary="every cell with its status, times and trace files", cell_rows=True,
     )
