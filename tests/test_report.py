@@ -138,6 +138,15 @@ def _png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+def test_summary_md_is_the_short_answer_and_report_md_the_whole(report):
+    summary = (report.parent / "summary.md").read_text()
+    whole = (report.parent / "report.md").read_text()
+    assert len(summary.splitlines()) < 60
+    assert summary.index("## The answer") < summary.index("## Findings")
+    assert "**Use " in summary and "best throughput (samples/s)" in summary
+    assert "## All cells and traces" in whole and "## All cells and traces" not in summary
+
+
 def test_report_writes_every_plot_and_table_and_links_only_what_exists(report):
     out = report.parent
     expected_plots = {
