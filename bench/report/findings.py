@@ -16,7 +16,7 @@ BUSBW_FLOOR_FRACTION = 0.25
 NVLINK_PRESETS = (("H100", "h100-nvlink"), ("H200", "h100-nvlink"), ("A100", "a100-nvlink"))
 SLURM_HINT = ("Under SLURM, `--gpus-per-task=1` puts each rank in a cgroup that sees only its own GPU, so "
               "NCCL cannot map its peers' memory and falls back to host memory or the network: launch with "
-              "`--gpu-bind=none` or `--gpus-per-node` (README, SLURM).")
+              "`--gpu-bind=none` or `--gpus-per-node` (docs/running.md, SLURM).")
 
 
 def _setting(r) -> str:
