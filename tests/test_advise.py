@@ -87,6 +87,25 @@ def test_ranking_ties_and_sentence_pinned_to_the_files(run_dir, capsys):
     assert answer in md and "CPU run" in md
 
 
+def test_a_best_that_cannot_be_projected_names_the_best_that_can(tmp_path, capsys):
+    # strong scaling keeps the global batch (64): it does not divide among 3 ranks, so the three strong
+    # configurations cannot be projected; the weak one (per-rank batch 8, 16 / 0.02 = 800 samples/s,
+    # rank 4) can
+    weak = [_cell("torch", n, step, step - 1, step + 1, 900.0, scaling="weak", per_rank_batch=8)
+            for n, step in ((1, 15.0), (2, 20.0))]
+    run = write_run(tmp_path / "run", _rows() + weak, env={**CPU_ENV})
+    assert main(["advise", str(run), "--target-gpus", "3", "--network", "ib-ndr400"]) == 0
+    answer = capsys.readouterr().out.splitlines()[0]
+    advice = pd.read_csv(run / "advice" / "advice.csv")
+    assert advice["projected_efficiency"].notna().tolist() == [False, False, False, True]
+    r = advice.iloc[3]
+    assert ("it cannot be projected to 3 GPUs on ib-ndr400 (global batch 64 per micro-step does not divide "
+            "among 3 ranks); the best that can, rank 4 (torch, 25 MiB buckets, fp32, uncompressed gradients, "
+            "accumulation 1, weak scaling, per-rank batch 8, global batch 16, 800 samples/s), is projected "
+            f"{r['projected_efficiency'] * 100:.0f} % efficiency ({r['projected_samples_per_s']:,.0f} samples/s)"
+            ) in answer
+
+
 def test_memory_excludes_with_the_reason(run_dir, capsys):
     assert _advise(run_dir, "--memory-gb", "1.5") == 0
     advice = pd.read_csv(run_dir / "advice" / "advice.csv")

@@ -12,8 +12,8 @@ import pandas as pd
 
 # projection.csv's `bottleneck` (bench.project.simulate) → what the efficiency is lost to, in words
 LOSS_WORDS = {
-    "compute": ("the loss is compute that does not shrink with the per-rank batch "
-                "(communication stays hidden)"),
+    "compute": ("compute-bound: communication stays hidden, and what efficiency is lost goes to compute that "
+                "does not shrink with the per-rank batch"),
     "overlap-limited": "exposed communication is the loss (buckets become ready too late to hide it)",
     "bandwidth": "exposed communication is the loss (bandwidth-bound)",
     "latency": "exposed communication is the loss (latency-bound: many small all-reduces)",
@@ -91,9 +91,22 @@ def sentence(advice: pd.DataFrame, keys: list[str], target: Target) -> str:
         s += f", tied with {len(tied)} other configurations (advice.csv, tied_with_best)"
     if target.gpus is None:
         return s + f"; not projected ({target.why_not})." if target.why_not else s + "."
-    if pd.isna(best["projected_efficiency"]):
-        return s + f"; no projection to {target.gpus} GPUs on {target.network}: {best['projection_note']}."
-    loss = LOSS_WORDS.get(best["dominant_loss"], best["dominant_loss"])
-    return (s + f"; projected {best['projected_efficiency'] * 100:.0f} % efficiency "
-            f"({best['projected_samples_per_s']:,.0f} samples/s) at {target.gpus} GPUs on {target.network}"
-            f" — {loss}.")
+    at = f"{target.gpus} GPUs on {target.network}"
+    if pd.notna(best["projected_efficiency"]):
+        return s + f"; projected {_projected(best)} at {at} — {_loss(best)}."
+    s += f"; it cannot be projected to {at} ({best['projection_note']})"
+    projected = ranked[ranked["projected_efficiency"].notna()]
+    if not len(projected):
+        return s + "."
+    r = projected.iloc[0]  # the best-ranked configuration that can be
+    return (s + f"; the best that can, rank {int(r['rank'])} ({setting_words(r, keys)}, "
+            f"{r['samples_per_s']:,.0f} samples/s), is projected {_projected(r)} — {_loss(r)}.")
+
+
+def _projected(row: pd.Series) -> str:
+    return (f"{row['projected_efficiency'] * 100:.0f} % efficiency ({row['projected_samples_per_s']:,.0f} "
+            f"samples/s)")
+
+
+def _loss(row: pd.Series) -> str:
+    return LOSS_WORDS.get(row["dominant_loss"], row["dominant_loss"])
