@@ -102,8 +102,8 @@ def test_a_best_that_cannot_be_projected_names_the_best_that_can(tmp_path, capsy
     assert ("it cannot be projected to 3 GPUs on ib-ndr400 (global batch 64 per micro-step does not divide "
             "among 3 ranks); the best that can, rank 4 (torch, 25 MiB buckets, fp32, uncompressed gradients, "
             "accumulation 1, weak scaling, per-rank batch 8, global batch 16, 800 samples/s), is projected "
-            f"{r['projected_efficiency'] * 100:.0f} % efficiency ({r['projected_samples_per_s']:,.0f} samples/s)"
-            ) in answer
+            f"{r['projected_efficiency'] * 100:.0f} % efficiency "
+            f"({r['projected_samples_per_s']:,.0f} samples/s)") in answer
 
 
 def test_memory_excludes_with_the_reason(run_dir, capsys):
