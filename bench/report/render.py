@@ -145,15 +145,15 @@ def collapsed(df: pd.DataFrame, links: dict[str, str] | None, csv_rel: str | Non
     """The table as HTML for reading: a wide one shows key_columns and keeps the rest behind "all N columns";
     a long one sits in a closed <details> whose summary line says what it holds and links its CSV."""
     body = html_table(df, links, cell_rows)
-    if len(df.columns) > WIDE_COLUMNS:
-        keys = key_columns(df)
+    keys = key_columns(df)
+    if len(df.columns) > WIDE_COLUMNS and len(keys) < len(df.columns):
         body = (html_table(df[keys], links, cell_rows) + f"<details><summary>all {len(df.columns)} columns "
                 f"({len(df.columns) - len(keys)} more)</summary>{html_table(df)}</details>")
     if len(df) <= COLLAPSE_ROWS:
         return body
-    line = f"{html.escape(summary)}, " if summary else ""
+    line = f"{len(df)} rows" + (f", {html.escape(summary)}" if summary else "")
     csv = f' · CSV: <a href="{html.escape(csv_rel)}">{html.escape(csv_rel)}</a>' if csv_rel else ""
-    return f"<details><summary>{line}{len(df)} rows: show the table{csv}</summary>{body}</details>"
+    return f"<details><summary>{line}: show the table{csv}</summary>{body}</details>"
 
 
 def md_cell(text: str) -> str:

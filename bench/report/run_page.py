@@ -76,7 +76,15 @@ def _with_table(
         return sec.para(empty_reason, "note")
     if plot_path is not None:
         sec.image(plot_path.relative_to(out_dir).as_posix(), name)
-    return sec.table(df, _csv(df, out_dir, name))
+    return sec.table(df, _csv(df, out_dir, name), summary=_outcomes(df))
+
+
+def _outcomes(df: pd.DataFrame) -> str:
+    """A collapsed table's one-line summary: how many of its rows have numbers."""
+    if "status" not in df:
+        return ""
+    ok = int((df["status"] == "ok").sum())
+    return f"{ok} with numbers, {len(df) - ok} without" if ok < len(df) else "all with numbers"
 
 
 def findings_section(run: Run, scaling_tables: dict[str, pd.DataFrame]) -> Section:
