@@ -398,7 +398,7 @@ def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) ->
     from bench.launch import Sweep
     from bench.progress import Progress
 
-    progress = Progress(total=len(todo))
+    progress = Progress(total=len(todo), profiled=sum(config.profile.covers(c.cell_id) for c in todo))
     runner = Sweep(config, run_dir, progress)
     t0 = time.perf_counter()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops as cleanly as Ctrl-C
@@ -432,6 +432,9 @@ def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) ->
         traces = list((run_dir / "traces").glob(f"*/{TRACE_GLOB}"))
         print(f"traces: {len(traces)} files, {sum(t.stat().st_size for t in traces) / MiB:.1f} MiB "
               f"in {run_dir / 'traces'}")
+    if not report:
+        print(f"no report (run without --report); build it with: python -m bench advise {run_dir} && "
+              f"python -m bench report {run_dir}")
     return write_report(run_dir) if report else 0
 
 

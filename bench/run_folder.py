@@ -58,6 +58,10 @@ WITNESSES = "witnesses.csv"
 PROJECTION_DIR = "projection"
 PROJECTION = "projection.csv"
 PROJECTION_NOTES = "notes.txt"    # the caveats `bench project` printed, one a line
+# written by `bench advise RUN`, under ADVICE_DIR (its projection to the target in ADVICE_DIR/projection)
+ADVICE_DIR = "advice"
+ADVICE_MD = "advice.md"           # the short answer, the caveats, the ranking
+ADVICE_CSV = "advice.csv"         # one row per configuration at the largest measured world size, ranked
 
 
 class RunError(ValueError):

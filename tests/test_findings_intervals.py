@@ -78,3 +78,39 @@ def test_fp16_cells_that_skipped_timed_steps_are_flagged():
     assert sentence.startswith("1 fp16 cell skipped optimizer steps inside the timed window")
     assert "torch-a-fp16 (2)" in sentence and "torch-b" not in sentence
     assert findings.skipped_optimizer_steps(df.assign(skipped_timed_steps=0.0)) == []
+
+
+def test_findings_agree_with_the_verdicts_and_the_breakdown_they_follow():
+    # Known verdicts at 2 ranks: bucketed and overlap faster than torch (whole interval above 1), naive
+    # within noise; the step-time intervals all overlap, so no engine is "fastest" either.
+    df = rows({"bucketed": (1.03, 1.01, 1.05), "overlap": (1.05, 1.01, 1.09), "naive": (1.0, 0.95, 1.05)},
+              {"torch": (10.0, 9.0, 11.0), "bucketed": (9.7, 8.8, 10.6), "overlap": (9.5, 8.7, 10.5),
+               "naive": (10.0, 9.1, 10.9)})
+    (sentence,) = findings.engines_per_world_size(df)
+    assert sentence.startswith("At 2 ranks, bucketed and overlap are faster than torch DDP beyond the noise, "
+                               "yet no engine is fastest")
+    assert "bucketed faster by 3.0 %" in sentence and "overlap faster by 5.0 %" in sentence
+    assert "naive within noise" in sentence and "no engine is fastest beyond the noise" not in sentence
+
+
+def test_every_efficiency_drop_splits_its_loss_by_the_same_column():
+    # strong scaling, global batch 16. torch: 100 → 80 ms at 2 ranks, ideal 50, 30 ms lost, 20 of them
+    # exposed communication. overlap: 100 → 70 ms, 20 ms lost, 8 exposed: compute dominates its loss.
+    from report_fixtures import row
+
+    from bench.report import tables
+    from bench.run_folder import normalise
+
+    df = normalise(pd.DataFrame([
+        row("torch", 1, 100.0, compute_only_ms=100.0, global_batch=16),
+        row("torch", 2, 80.0, compute_only_ms=60.0, global_batch=16),
+        row("overlap", 1, 100.0, compute_only_ms=100.0, global_batch=16),
+        row("overlap", 2, 70.0, compute_only_ms=62.0, global_batch=16),
+    ]).replace("", None), "fixture")
+    sentences = findings.efficiency_drops(df, {"strong": tables.scaling_table(df, "strong")})
+    torch = next(s for s in sentences if s.startswith("torch"))
+    overlap = next(s for s in sentences if s.startswith("overlap"))
+    assert ("of the 30.00 ms lost, exposed communication is 20.00 ms (25 % of the step) and compute that did "
+            "not shrink 10.00 ms: exposed communication dominates.") in torch
+    assert ("of the 20.00 ms lost, exposed communication is 8.00 ms (11 % of the step) and compute that did "
+            "not shrink 12.00 ms: compute that did not shrink dominates.") in overlap

@@ -65,7 +65,7 @@ def test_the_report_draws_the_projection_from_its_data_and_bench_project_writes_
     assert sorted(p.name for p in (run / "projection").iterdir()) == [
         "network_fit.csv", "notes.txt", "projection.csv", "validation.csv"]
     assert bench_main(["report", str(run), "--out", str(tmp_path / "report")]) == 0
-    page = (tmp_path / "report" / "summary.md").read_text()
+    page = (tmp_path / "report" / "report.md").read_text()
     projection = page[page.index("## Projection"):]
     assert (tmp_path / "report" / "plots" / "projection.png").is_file()
     assert "plots/projection.png" in projection

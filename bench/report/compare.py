@@ -36,6 +36,34 @@ def mixed_devices(runs: list[Run]) -> str:
     )
 
 
+# What a user chose when making a run, in the words of `nothing_in_common`: (label, how to read it off a run).
+_RUN_SHAPE = (
+    ("preset", lambda r: [str(r.config.get("description") or r.env.get("command") or "?")]),
+    ("model", lambda r: sorted({f"{m}/{s}" if s else m for m, s in zip(r.results["model"],
+                                                                       r.results["model_size"])})),
+    ("engines", lambda r: sorted(set(r.results["engine"]))),
+    ("world sizes", lambda r: [str(n) for n in tables.world_sizes(r.results)]),
+    ("precisions", lambda r: sorted(set(r.results["precision"]))),
+    ("global batches", lambda r: [f"{b:g}" for b in sorted(set(r.results["global_batch"].dropna()))]),
+)
+
+
+def nothing_in_common(runs: list[Run]) -> str:
+    """Why nothing can be compared — a run shares no configuration (bench.schema.CONFIG_KEYS) with the
+    baseline — and how the two differ; '' when every run shares at least one."""
+    labels = run_labels(runs)
+    base = set(tables.config_key(runs[0].results, CONFIG_KEYS))
+    for label, run in zip(labels[1:], runs[1:]):
+        if base & set(tables.config_key(run.results, CONFIG_KEYS)):
+            continue
+        differs = [f"{what}: {', '.join(get(runs[0]))} vs {', '.join(get(run))}"
+                   for what, get in _RUN_SHAPE if get(runs[0]) != get(run)]
+        return (f"{labels[0]} and {label} have no configuration in common (cells are matched on "
+                f"{', '.join(CONFIG_KEYS)}), so nothing can be compared. They differ in "
+                + ("; ".join(differs) or "how their cells are configured") + ".")
+    return ""
+
+
 def env_differences(runs: list[Run]) -> pd.DataFrame:
     """One row per environment field, one column per run, and whether the runs differ on it."""
     fields = {
@@ -214,6 +242,17 @@ def throughput_ratios(joined: pd.DataFrame) -> pd.DataFrame:
     both = joined[(joined["presence"] == "both") & joined["throughput_ratio_b_over_a_x"].notna()]
     by_run = both.groupby("run_b", sort=False)["throughput_ratio_b_over_a_x"]
     return by_run.agg(cells="count", median="median", min="min", max="max").reset_index()
+
+
+def noise_floor_pct(joined: pd.DataFrame) -> pd.Series:
+    """Per other run (run_b): the run-to-run noise floor of this comparison, in %: the median over the cells
+    measured on both sides of half their throughput-ratio interval (`ratio_interval`, both runs' step-time
+    intervals at their extremes) relative to the ratio. A median difference smaller than this is noise.
+    NaN for a run whose cells have no intervals."""
+    both = joined[(joined["presence"] == "both") & joined["throughput_ratio_b_over_a_x"].notna()]
+    half = ((both["throughput_ratio_ci95_high_x"] - both["throughput_ratio_ci95_low_x"]) / 2
+            / both["throughput_ratio_b_over_a_x"] * 100)
+    return half.groupby(both["run_b"], sort=False).median()
 
 
 def one_side_only(joined: pd.DataFrame) -> pd.DataFrame:

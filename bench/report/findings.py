@@ -16,7 +16,7 @@ BUSBW_FLOOR_FRACTION = 0.25
 NVLINK_PRESETS = (("H100", "h100-nvlink"), ("H200", "h100-nvlink"), ("A100", "a100-nvlink"))
 SLURM_HINT = ("Under SLURM, `--gpus-per-task=1` puts each rank in a cgroup that sees only its own GPU, so "
               "NCCL cannot map its peers' memory and falls back to host memory or the network: launch with "
-              "`--gpu-bind=none` or `--gpus-per-node` (README, SLURM).")
+              "`--gpu-bind=none` or `--gpus-per-node` (docs/running.md, SLURM).")
 
 
 def _setting(r) -> str:
@@ -57,6 +57,25 @@ def separable_fastest(at_n: pd.DataFrame):
     return best if (best["step_time_ms_ci95_high"] < others["step_time_ms_ci95_low"]).all() else None
 
 
+def _lead(at_n: pd.DataFrame, paired: pd.DataFrame) -> str:
+    """The lead of a world size's sentence, from the same verdicts against torch that follow it: "fastest"
+    only when the step-time intervals separate one engine from all others, and never "no engine is faster"
+    when a verdict that follows says faster."""
+    best = separable_fastest(at_n)
+    if best is not None:
+        return (f"{best['engine']} is fastest ({best['_thr']:,.0f} samples/s, its step-time interval below "
+                f"every other engine's)")
+    verdicts = [(r["engine"], stats.verdict(r["speed_vs_torch_ci95_low"], r["speed_vs_torch_ci95_high"]))
+                for _, r in paired.iterrows()]
+    faster = [engine for engine, v in verdicts if v == "faster"]
+    if not faster:
+        return "no engine is fastest beyond the noise (step-time intervals overlap)"
+    names = " and ".join([", ".join(faster[:-1]), faster[-1]] if len(faster) > 1 else faster)
+    are = "are" if len(faster) > 1 else "is"
+    return (f"{names} {are} faster than torch DDP beyond the noise, yet no engine is fastest (the step-time "
+            f"intervals of the quickest overlap)")
+
+
 def engines_per_world_size(df: pd.DataFrame) -> list[str]:
     """At each world size of the main setting, every engine against torch DDP measured side by side
     (speed_vs_torch with its interval), and the fastest engine only when the intervals separate it.
@@ -82,10 +101,7 @@ def engines_per_world_size(df: pd.DataFrame) -> list[str]:
             paired = paired[paired["speed_vs_torch_ci95_low"].notna()]
         if len(paired) and "speed_vs_torch_ci95_low" in paired:
             words = "; ".join(f"{r['engine']} {against_torch_words(r)}" for _, r in paired.iterrows())
-            best = separable_fastest(at_n)
-            lead = (f"{best['engine']} is fastest ({best['_thr']:,.0f} samples/s, its step-time interval "
-                    f"below every other engine's)" if best is not None else
-                    "no engine is fastest beyond the noise (step-time intervals overlap)")
+            lead = _lead(at_n, paired)
             out.append(f"At {n} {rank_word}, {lead}. Against torch DDP, measured side by side: {words} "
                        f"[{_setting(paired.iloc[0])}].")
             continue
@@ -170,7 +186,9 @@ def efficiency_drops(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) 
 
 
 def _drop_sentence(first: pd.Series, scaling: str, loss: float, exposed: float) -> str:
-    """One configuration's first scaling-table row below the threshold, the ms it lost, and what dominates."""
+    """One configuration's first scaling-table row below the threshold and the ms it lost, split the same
+    way for every configuration: exposed communication (the breakdown column, at most the loss) and the rest,
+    compute that did not shrink with more ranks; the larger part is said to dominate."""
     t_n = first["step_time_ms_p50"]
     s = (
         f"{first['engine']} ({scaling}, {_setting(first)}) falls to {first['efficiency_pct']:.1f} % "
@@ -179,14 +197,12 @@ def _drop_sentence(first: pd.Series, scaling: str, loss: float, exposed: float) 
     )
     if pd.isna(exposed):
         return s + "; compute-only time was not measured, so what dominates is unknown."
-    if loss > 0 and exposed >= loss / 2:
-        return s + (
-            f"; exposed communication ({exposed:.2f} ms, {exposed / t_n * 100:.0f} % of the step) "
-            f"dominates the {loss:.2f} ms lost."
-        )
+    comm = min(max(exposed, 0.0), max(loss, 0.0))
+    rest = max(loss, 0.0) - comm
+    dominant = "exposed communication" if comm >= rest else "compute that did not shrink"
     return s + (
-        f"; compute that did not shrink with more ranks dominates the {loss:.2f} ms lost "
-        f"(exposed communication only {exposed:.2f} ms)."
+        f"; of the {loss:.2f} ms lost, exposed communication is {comm:.2f} ms ({exposed / t_n * 100:.0f} % "
+        f"of the step) and compute that did not shrink {rest:.2f} ms: {dominant} dominates."
     )
 
 

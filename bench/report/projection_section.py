@@ -70,6 +70,10 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
                         "configurations on 8 to 1,024 GPUs from its own cells (docs/design.md, Projection).",
                         "note")
     (out_dir / "plots").mkdir(parents=True, exist_ok=True)
+    if results is not None and len(results) and set(results["device"]) == {"cpu"}:
+        sec.para("A CPU run: these curves project CPU compute onto GPU networks up to "
+                 f"{int(projection['world_size'].max()):,} ranks. They exercise the model; they do not "
+                 "predict a GPU cluster.", "warn")
     configs = configurations(results, None, None) if results is not None else []
     if efficiency_figure(projection, configs, out_dir / "plots" / "projection.png"):
         sec.image("plots/projection.png", "projected scaling efficiency, measured points on the curves")
