@@ -10,13 +10,16 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-# projection.csv's `bottleneck` (bench.project.simulate) → what the efficiency is lost to, in words
+# advise.cli.dominant_loss (projection.csv's `dominant_term`, else its `bottleneck`) → the loss, in words
 LOSS_WORDS = {
     "compute": ("compute-bound: communication stays hidden, and what efficiency is lost goes to compute that "
                 "does not shrink with the per-rank batch"),
     "overlap-limited": "exposed communication is the loss (buckets become ready too late to hide it)",
     "bandwidth": "exposed communication is the loss (bandwidth-bound)",
     "latency": "exposed communication is the loss (latency-bound: many small all-reduces)",
+    "straggler": "the slowest rank is the loss (per-rank step-time spread grows with the rank count)",
+    "interference": "communication slowing the compute it overlaps is the loss",
+    "host_floor": "the host is the loss (the step cannot be shorter than its host time)",
 }
 CPU_CAVEAT = (
     "This is a CPU run (gloo): it ranks the engines' own overhead on this machine and checks that every "

@@ -74,6 +74,16 @@ def project_at(run_dir: Path, target: Target, out: Path) -> tuple[pd.DataFrame |
     return pd.read_csv(out / run_folder.PROJECTION), notes, ""
 
 
+def dominant_loss(projected: dict) -> str:
+    """What the projected step loses most to: the projection's largest term (bench.project.simulate.TERMS:
+    straggler, interference, host floor), and where that is exposed communication or nothing, its
+    `bottleneck` (bandwidth, latency, overlap-limited, compute) says which kind."""
+    term = projected.get("dominant_term")
+    if isinstance(term, str) and term not in ("exposed_comm", "none", ""):
+        return term
+    return projected["bottleneck"]
+
+
 def with_projection(advice: pd.DataFrame, results: pd.DataFrame, projection: pd.DataFrame) -> pd.DataFrame:
     """advice rows with their configuration's projected samples/s, efficiency (a fraction) and bottleneck;
     a configuration is matched by bench.project's own key (its base cell is its smallest world size)."""
@@ -89,7 +99,7 @@ def with_projection(advice: pd.DataFrame, results: pd.DataFrame, projection: pd.
             advice.loc[i, "projection_note"] = str(p["reason"])
         else:
             advice.loc[i, ["projected_samples_per_s", "projected_efficiency", "dominant_loss"]] = [
-                p["predicted_samples_per_s"], p["efficiency_pct"] / 100, p["bottleneck"]]
+                p["predicted_samples_per_s"], p["efficiency_pct"] / 100, dominant_loss(p)]
     return advice
 
 
