@@ -11,21 +11,36 @@ from bench import stats
 def test_median_interval_of_a_known_sample():
     # 1..100, a uniform sample: the median is 50.5; the sample median's standard error is
     # 1 / (2 f(m) √n) with density f = 1/99 → 99 / 20 = 4.95, so the 95 % interval is about
-    # 50.5 ± 1.96 · 4.95 = 40.8 .. 60.2
+    # 50.5 ± 1.96 · 4.95 = 40.8 .. 60.2. The order-statistic interval at n = 100: k = 40
+    # (2·P(B ≤ 39) = 3.5 %, 2·P(B ≤ 40) = 5.7 %), so [x_(40), x_(61)] = [40, 61].
     samples = list(range(1, 101))
-    low, high = stats.median_ci(samples)
-    assert low < 50.5 < high
-    assert low == pytest.approx(40.8, abs=1.5) and high == pytest.approx(60.2, abs=1.5)
-    assert stats.median_ci(samples) == (low, high)  # seeded: the same samples, the same interval
+    assert stats.median_ci(samples) == (40.0, 61.0)
+    assert stats.median_ci(samples[::-1]) == (40.0, 61.0)  # order of the samples does not matter
+
+
+@pytest.mark.parametrize(("n", "k"), [(5, None), (6, 1), (8, 1), (9, 2), (20, 6), (100, 40)])
+def test_order_statistic_depth_by_hand(n, k):
+    # 2·P(Binomial(n, ½) ≤ k − 1) ≤ 5 % with the largest k: n = 5: 2/32 = 6.25 % > 5 % (none);
+    # n = 6: 2/64 = 3.1 %; n = 8: 2/256 = 0.8 % but 2·9/256 = 7.0 %; n = 9: 2·10/512 = 3.9 %;
+    # n = 20: 2·P(B ≤ 5) = 2·21700/2^20 = 4.1 %, 2·P(B ≤ 6) = 11.5 %
+    assert stats.order_statistic_depth(n) == k
+
+
+def test_binomial_cdf_by_hand_and_at_large_n():
+    assert stats.binom_half_cdf(4, 1) == pytest.approx(5 / 16)
+    assert stats.binom_half_cdf(20, 5) == pytest.approx(21700 / 2**20)
+    assert stats.binom_half_cdf(2000, 1000) == pytest.approx(0.5 + 0.5 * 0.01784, abs=1e-4)  # P(B = n/2)
 
 
 def test_median_interval_of_constant_samples_is_a_point():
     assert stats.median_ci([4.0] * 10) == (4.0, 4.0)
+    assert stats.median_ci([4.0] * 5) == (None, None)  # fewer than MIN_SAMPLES: no 95 % interval exists
     assert stats.median_ci([4.0]) == (None, None) and stats.median_ci([]) == (None, None)
 
 
 def test_median_interval_ignores_missing_values():
-    assert stats.median_ci([1.0, None, float("nan"), 3.0]) == stats.median_ci([1.0, 3.0])
+    values = [1.0, 3.0, 2.0, 5.0, 4.0, 6.0]
+    assert stats.median_ci([*values, None, float("nan")]) == stats.median_ci(values) == (1.0, 6.0)
 
 
 @pytest.mark.parametrize(("low", "high", "expected"), [
@@ -48,10 +63,29 @@ def test_paired_ratio_cancels_noise_shared_by_a_round():
 
 
 def test_paired_ratio_median_by_hand():
-    # ratios 2/1, 3/2, 4/4 = 2.0, 1.5, 1.0 → median 1.5
-    ratio, low, high = stats.paired_ratio([2.0, 3.0, 4.0], [1.0, 2.0, 4.0])
-    assert ratio == pytest.approx(1.5) and 1.0 <= low <= 1.5 <= high <= 2.0
-    assert stats.paired_ratio([1.0], [1.0]) == (None, None, None)
+    # ratios 2/1, 3/2, 4/4, 6/4, 9/6, 2/2 = 2.0, 1.5, 1.0, 1.5, 1.5, 1.0 → median 1.5; six rounds: the
+    # interval is [min, max] = [1.0, 2.0]
+    ratio, low, high = stats.paired_ratio([2.0, 3.0, 4.0, 6.0, 9.0, 2.0], [1.0, 2.0, 4.0, 4.0, 6.0, 2.0])
+    assert (ratio, low, high) == (pytest.approx(1.5), 1.0, 2.0)
+    assert stats.paired_ratio([2.0, 3.0, 4.0], [1.0, 2.0, 4.0]) == (pytest.approx(1.5), None, None)
+    assert stats.paired_ratio([1.0], [0.0]) == (None, None, None)
+
+
+def test_sign_test_by_hand():
+    # 8 rounds, 7 ratios above 1 and one below: p = 2·P(B(8, ½) ≤ 1) = 2·9/256
+    base = [2.0] * 7 + [1.0] + [1.0]  # the last round is a tie (ratio exactly 1): dropped
+    other = [1.0] * 7 + [2.0] + [1.0]
+    assert stats.sign_test_p(base, other) == pytest.approx(18 / 256)
+    assert stats.sign_test_p(base[:5], other[:5]) is None  # fewer than MIN_SAMPLES rounds
+    assert stats.sign_test_p([1.0] * 6, [1.0] * 6) == 1.0
+
+
+def test_holm_by_hand():
+    # m = 4 (None is no test): sorted, 0.001 ≤ 0.05/4; 0.013 ≤ 0.05/3; 0.03 > 0.05/2 stops: 0.03, 0.04 stay
+    assert stats.holm([0.03, 0.001, None, 0.013, 0.04]) == [False, True, None, True, False]
+    # 0.0125 = 0.05/4 passes the first step, 0.0167 = 0.05/3 the second, 0.025 the third, 0.05 the last
+    assert stats.holm([0.0125, 0.0166, 0.025, 0.05]) == [True, True, True, True]
+    assert stats.holm([0.0126, 0.001]) == [True, True] and stats.holm([0.026, 0.03]) == [False, False]
 
 
 def test_median_difference_interval():
