@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from functools import lru_cache
 from collections.abc import Sequence
+from functools import cache
 
 import numpy as np
 
@@ -66,7 +66,7 @@ def binom_half_cdf(n: int, k: int) -> float:
     return min(1.0, math.exp(top) * sum(math.exp(v - top) for v in logs))
 
 
-@lru_cache(maxsize=None)
+@cache
 def order_statistic_depth(n: int) -> int | None:
     """The k of the 95 % order-statistic interval [x_(k), x_(n−k+1)] (1-based) of the median of n samples:
     the largest k with 2·P(Binomial(n, ½) ≤ k−1) ≤ 1 − CONFIDENCE; None when even [min, max] misses that

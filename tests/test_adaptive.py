@@ -1,4 +1,4 @@
-"""The adaptive timed rounds' statistics on synthetic step times with a known median (tests/synthetic_steps.py):
+"""The adaptive timed rounds' statistics on synthetic step times with a known median (synthetic_steps.py):
 coverage of the intervals where the stopping rule stops, the A/A false-verdict rate per comparison, and
 whole runs of A/A comparisons under Holm's correction. No timing: exact and fast."""
 
