@@ -78,3 +78,50 @@ def test_fp16_cells_that_skipped_timed_steps_are_flagged():
     assert sentence.startswith("1 fp16 cell skipped optimizer steps inside the timed window")
     assert "torch-a-fp16 (2)" in sentence and "torch-b" not in sentence
     assert findings.skipped_optimizer_steps(df.assign(skipped_timed_steps=0.0)) == []
+
+
+def family(n: int, faster_p: list[float]):
+    """n engine cells against torch at one world size, each with speed_vs_torch's interval and sign-test
+    p-value: the first len(faster_p) are "faster" uncorrected (interval 1.02–1.08) with those p-values, the
+    rest within noise (0.98–1.03, p = 0.6)."""
+    df = pd.concat([rows({"overlap": (1.05, 1.02, 1.08)}, {"overlap": (9.5, 9.3, 9.7)})] * n,
+                   ignore_index=True)
+    df["cell_id"] = [f"overlap-{i}" for i in range(n)]
+    within = df.index >= len(faster_p)
+    df.loc[within, ["speed_vs_torch", "speed_vs_torch_ci95_low", "speed_vs_torch_ci95_high"]] = (
+        1.0, 0.98, 1.03)
+    df["speed_vs_torch_p"] = [*faster_p, *[0.6] * (n - len(faster_p))]
+    return df
+
+
+def test_holm_turns_verdicts_that_chance_explains_into_within_noise():
+    # 80 comparisons: Holm's first threshold is 0.05 / 80 = 0.000625. p = 1e-6 passes it, then the next
+    # (0.01) fails 0.05 / 79 = 0.00063 and everything after it stays: 1 of the 3 faster verdicts survives.
+    df = family(80, [1e-6, 0.01, 0.02])
+    from bench.report import tables
+
+    verdicts = tables.family_verdicts(df)
+    assert list(verdicts[:4]) == ["faster", "within noise", "within noise", "within noise"]
+    (sentence,) = findings.family_of_verdicts(df)
+    assert "compares 80 cells with torch DDP" in sentence and "about 4.0 faster/slower verdicts" in sentence
+    assert "keeps 1 of the 3 uncorrected verdicts" in sentence
+    words = findings.against_torch_words(df.assign(_verdict=verdicts).iloc[1])
+    assert words == ("within noise once corrected for the run's comparisons (uncorrected 95 % CI +2.0 to "
+                     "+8.0 %)")
+    assert findings.against_torch_words(df.assign(_verdict=verdicts).iloc[0]).startswith("faster by 5.0 %")
+
+
+def test_a_single_comparison_is_its_own_family():
+    df = family(1, [0.01])  # Holm with m = 1 is the test itself: 0.01 ≤ 0.05
+    from bench.report import tables
+
+    assert list(tables.family_verdicts(df)) == ["faster"]
+    assert "keeps 1 of the 1 uncorrected" in findings.family_of_verdicts(df)[0]
+
+
+def test_results_without_p_values_keep_their_verdicts_and_say_so():
+    df = family(3, [0.01]).drop(columns="speed_vs_torch_p")
+    from bench.report import tables
+
+    assert list(tables.family_verdicts(df)) == ["faster", "within noise", "within noise"]
+    assert "uncorrected (these results have no p-values" in findings.family_of_verdicts(df)[0]
