@@ -3,7 +3,10 @@ must never present noise as a difference). Hand-built rows, expected sentences w
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
+import pytest
 
 from bench.report import findings
 
@@ -53,17 +56,46 @@ def test_unstable_cells_are_listed():
     assert sentence.startswith("1 of 1 cells are unstable") and "torch-x" in sentence
 
 
+def _merged(a: tuple[float, float, float], b: tuple[float, float, float], status_b: str = "ok"):
+    return pd.DataFrame({"status_a": ["ok"], "status_b": [status_b],
+                         "step_time_ms_p50_a": [a[0]], "step_time_ms_ci95_low_a": [a[1]],
+                         "step_time_ms_ci95_high_a": [a[2]], "step_time_ms_p50_b": [b[0]],
+                         "step_time_ms_ci95_low_b": [b[1]], "step_time_ms_ci95_high_b": [b[2]]})
+
+
 def test_compare_ratio_interval_from_both_sides():
+    import math
+
     from bench import stats
     from bench.report.compare import ratio_interval
 
-    # a: 10 ms (9–11), b: 8 ms (7.5–8.5) → ratio b/a = a/b: interval 9/8.5 = 1.059 .. 11/7.5 = 1.467: faster
-    merged = pd.DataFrame({"status_a": ["ok", "ok"], "status_b": ["ok", "failed"],
-                           "step_time_ms_ci95_low_a": [9.0, 9.0], "step_time_ms_ci95_high_a": [11.0, 11.0],
-                           "step_time_ms_ci95_low_b": [7.5, 7.5], "step_time_ms_ci95_high_b": [8.5, 8.5]})
-    low, high = ratio_interval(merged)
-    assert low[0] == 9 / 8.5 and high[0] == 11 / 7.5 and stats.verdict(low[0], high[0]) == "faster"
-    assert pd.isna(low[1]) and pd.isna(high[1])  # a side that is not ok has no interval
+    # a: 10 ms (9–11), b: 8 ms (7.5–8.5) → r = a/b = 1.25; on the log scale down = √(ln(10/9)² + ln(8.5/8)²)
+    # = √(0.10536² + 0.06062²) = 0.12155, up = √(ln(11/10)² + ln(8/7.5)²) = √(0.09531² + 0.06454²) = 0.11511
+    low, high = ratio_interval(_merged((10.0, 9.0, 11.0), (8.0, 7.5, 8.5)))
+    assert low[0] == pytest.approx(1.25 * math.exp(-0.12155), rel=1e-4)
+    assert high[0] == pytest.approx(1.25 * math.exp(0.11511), rel=1e-4)
+    assert stats.verdict(low[0], high[0]) == "faster"
+    low, high = ratio_interval(_merged((10.0, 9.0, 11.0), (8.0, 7.5, 8.5), status_b="failed"))
+    assert pd.isna(low[0]) and pd.isna(high[0])  # a side that is not ok has no interval
+
+
+def test_compare_cells_measured_to_different_precisions():
+    from bench import stats
+    from bench.report.compare import ratio_interval
+
+    # a precise cell (±0.5 %) against a noisy one (±8 %): the interval is the noisy side's, barely wider
+    # (√(0.5² + 8²) ≈ 8.02 % on the log scale), not the sum of both (8.5 %)
+    low, high = ratio_interval(_merged((10.0, 9.95, 10.05), (10.0, 9.2, 10.8)))
+    assert high[0] == pytest.approx(math.exp(math.hypot(math.log(10.05 / 10), math.log(10 / 9.2))))
+    assert stats.verdict(low[0], high[0]) == "within noise"
+    # two cells each measured to ±3 %, 5.3 % apart: down = √(ln(10/9.7)² + ln(9.785/9.5)²) = 0.04245, so
+    # low = 1.05263 · e^−0.04245 = 1.0089 > 1: resolved; the extremes a_low / b_high = 9.7 / 9.785 = 0.991
+    # (the bound this replaced) would have said within noise
+    low, high = ratio_interval(_merged((10.0, 9.7, 10.3), (9.5, 9.215, 9.785)))
+    assert low[0] == pytest.approx(1.0089, abs=1e-4) and stats.verdict(low[0], high[0]) == "faster"
+    # the same 5 % between a ±2 % cell and a ±6 % one is not resolved: the noisier side decides
+    low, high = ratio_interval(_merged((10.0, 9.8, 10.2), (9.5, 8.93, 10.07)))
+    assert stats.verdict(low[0], high[0]) == "within noise"
 
 
 def test_fp16_cells_that_skipped_timed_steps_are_flagged():
