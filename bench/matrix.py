@@ -233,16 +233,20 @@ def estimate_step_seconds(rates: Rates, cell: Cell, flops_per_sample: float, n_p
 def expected_timed_steps(config: BenchConfig, rates: Rates, round_s: float) -> int:
     """The timed rounds a group is expected to run, by the worker's rule (stats.stop_reason) with the
     widest half-width taken as rates.half_width_sqrt_n_pct / √rounds: the minimum with adaptivity off;
-    else the first checkpoint where that is within run.target_ci_pct, or run.max_timed_steps, or the last
-    checkpoint before the next would take the group past run.max_group_s at `round_s` per round."""
+    else the first checkpoint where that is within run.target_ci_pct, or run.max_timed_steps, or, once the
+    next checkpoint would take the group past run.max_group_s at `round_s` per round, the rounds that fit
+    in it."""
     r = config.run
     if not r.adaptive:
         return r.min_timed_steps
     points = stats.checkpoints(r.min_timed_steps, r.max_timed_steps)
     for n, upcoming in zip(points, [*points[1:], points[-1]]):
         worst = rates.half_width_sqrt_n_pct / math.sqrt(n)
-        if stats.stop_reason(worst, r.target_ci_pct, n, r.max_timed_steps, n * round_s, upcoming,
-                             r.max_group_s):
+        why = stats.stop_reason(worst, r.target_ci_pct, n, r.max_timed_steps, n * round_s, upcoming,
+                                r.max_group_s)
+        if why == "budget":
+            return n + stats.budget_fill(n, n * round_s, r.max_group_s, r.max_timed_steps)
+        if why:
             return n
     return points[-1]
 

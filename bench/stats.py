@@ -229,3 +229,12 @@ def stop_reason(worst_pct: float | None, target_pct: float, rounds: int, max_rou
     if elapsed_s + (next_rounds - rounds) * elapsed_s / rounds > budget_s:
         return "budget"
     return None
+
+
+def budget_fill(rounds: int, elapsed_s: float, budget_s: float, max_rounds: int) -> int:
+    """Rounds that still fit in the budget at the pace so far (elapsed_s over `rounds`), at most up to
+    max_rounds: run after a "budget" stop, so the group spends its whole budget. The count depends on the
+    clock, not on the intervals, and nothing is looked at after them, so they add no stopping bias."""
+    if rounds <= 0 or elapsed_s <= 0:
+        return 0
+    return max(0, min(max_rounds - rounds, math.floor((budget_s - elapsed_s) / (elapsed_s / rounds))))

@@ -169,9 +169,9 @@ def test_expected_timed_steps_hand_worked():
 
     assert rounds(0.1, "run.target_ci_pct=2") == 160
     assert rounds(0.1, "run.target_ci_pct=5") == 20
-    # budget: at 1 s a round, 80 rounds fit in 100 s and 160 do not: it stops at 80 (the worker's rule:
-    # elapsed 80 s + 80 more rounds at 1 s > 100 s)
-    assert rounds(1.0, "run.target_ci_pct=2") == 80
+    # budget: at 1 s a round, 80 rounds fit in 100 s and 160 do not (the worker's rule: elapsed 80 s + 80
+    # more rounds at 1 s > 100 s), so it stops looking at 80 and fills the budget: 20 more rounds
+    assert rounds(1.0, "run.target_ci_pct=2") == 100
     assert rounds(1.0, "run.target_ci_pct=0") == 10  # off: the fixed count
     assert expected_timed_steps(load_config("cpu-smoke", ["run.timed_steps=10"]), HAND, 1.0) == 10
 

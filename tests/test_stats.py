@@ -113,3 +113,35 @@ def test_round_order_rotates_and_walks_back_every_other_round():
     assert sorted(o[0] for o in orders) == sorted(list(range(k)) * (rounds // k))  # each first equally often
     for e in range(k):  # and no engine always follows the same one
         assert len({o[o.index(e) - 1] for o in orders if o.index(e) > 0}) >= 2
+
+
+def test_checkpoints_double_up_to_the_cap():
+    assert stats.checkpoints(10, 160) == [10, 20, 40, 80, 160]
+    assert stats.checkpoints(10, 100) == [10, 20, 40, 80, 100]
+    assert stats.checkpoints(10, 10) == [10]
+
+
+def test_stop_reason_by_hand():
+    # target 2 %: 1.9 % stops; 2.5 % at 40 of 160 rounds after 4 s goes on if 40 more rounds (4 s) fit in
+    # 10 s, and stops for the budget when they do not (budget 7 s)
+    assert stats.stop_reason(1.9, 2.0, 40, 160, 4.0, 80, 10.0) == "target"
+    assert stats.stop_reason(2.5, 2.0, 40, 160, 4.0, 80, 10.0) is None
+    assert stats.stop_reason(2.5, 2.0, 40, 160, 4.0, 80, 7.0) == "budget"
+    assert stats.stop_reason(None, 2.0, 160, 160, 4.0, 160, 100.0) == "max_steps"  # no interval yet: on
+
+
+def test_budget_fill_by_hand():
+    # 40 rounds in 4 s (0.1 s each), budget 7 s: 30 more fit; capped by the rounds left to the maximum
+    assert stats.budget_fill(40, 4.0, 7.0, 160) == 30
+    assert stats.budget_fill(40, 4.0, 7.0, 50) == 10
+    assert stats.budget_fill(40, 8.0, 7.0, 160) == 0  # already past it
+
+
+def test_group_half_width_is_the_widest_of_cells_and_ratios():
+    # six rounds; torch constant 10 ms; the other engine 10, 10, 10, 10, 12, 8 ms: its interval [8, 12]
+    # around median 10 is ±20 %, the ratio's (10/12 … 10/8 around 1.0) is ±20.8 %; torch's ±0 %
+    torch_ms, other = [10.0] * 6, [10.0, 10.0, 10.0, 10.0, 12.0, 8.0]
+    assert stats.group_half_width_pct([torch_ms, other], reference=0) == pytest.approx(
+        (10 / 8 - 10 / 12) / 2 * 100)
+    assert stats.group_half_width_pct([torch_ms, other], reference=None) == pytest.approx(20.0)
+    assert stats.group_half_width_pct([torch_ms[:5], other[:5]], reference=0) is None  # no interval yet

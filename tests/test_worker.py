@@ -489,3 +489,30 @@ def test_a_group_records_why_its_rounds_stopped_and_the_precision_reached(tmp_pa
         (overlap["speed_vs_torch_ci95_high"] - overlap["speed_vs_torch_ci95_low"]) / 2
         / overlap["speed_vs_torch"] * 100)
     assert 0 < overlap["speed_vs_torch_p"] <= 1 and rows["torch"]["speed_vs_torch_p"] is None
+
+
+def test_a_budget_stop_fills_the_budget_alike_on_every_rank():
+    # Two ranks, a budget passed between checkpoints: both ranks run rank 0's count and say "budget".
+    from tests.dist_utils import run_distributed
+
+    overrides = ["run.timed_steps=5", "run.repeats=2", "run.target_ci_pct=1", "run.max_timed_steps=640",
+                 "run.max_group_s=0.45"]
+    (lengths0, why0), (lengths1, why1) = run_distributed(_adaptive_on_each_rank, 2, overrides, True)
+    assert why0 == why1 == "budget" and lengths0 == lengths1 and len(set(lengths0)) == 1
+    assert 10 <= lengths0[0] < 640
+
+
+def test_a_budget_stop_runs_the_rounds_that_still_fit(one_rank_group, monkeypatch):
+    # A clock that reads 0 s at the start, 1 s after 10 rounds, 2 s after 20: budget 3 s. At 20 the next
+    # checkpoint (40 rounds, 2 s more) would pass it, so it stops looking and runs what fits at 0.1 s a
+    # round: (3 − 2) / 0.1 = 10 more, 30 in all.
+    import types
+
+    from bench.worker import cell
+
+    readings = iter([0.0, 1.0, 2.0])
+    monkeypatch.setattr(cell, "time", types.SimpleNamespace(perf_counter=lambda: next(readings)))
+    config = smoke_config(["run.timed_steps=5", "run.repeats=2", "run.target_ci_pct=1",
+                           "run.max_timed_steps=640", "run.max_group_s=3"])
+    per_rank, stopped_by = cell.adaptive_rounds(_sleep_steps(0, True), config, torch.device("cpu"), 0)
+    assert stopped_by == "budget" and [len(t) for ranks in per_rank for t in ranks] == [30, 30]

@@ -96,8 +96,9 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
 
     run.repeats windows of run.timed_steps rounds first; then, with run.target_ci_pct on, more rounds up to
     each pre-set checkpoint (stats.checkpoints: doubling up to run.max_timed_steps) until stats.stop_reason
-    says stop. Rank 0 decides (the budget reads its clock) and broadcasts, so every rank stops at the same
-    round and the collectives of the rounds pair up. stopped_by is None with adaptivity off.
+    says stop; a "budget" stop first runs the rounds that still fit in run.max_group_s (stats.budget_fill).
+    Rank 0 decides (the budget reads its clock) and broadcasts, so every rank stops at the same round and
+    the collectives of the rounds pair up. stopped_by is None with adaptivity off.
     """
     r = config.run
     per_rank: list[list[list[float]]] = [[[] for _ in range(dist.get_world_size())] for _ in steps]
@@ -114,15 +115,21 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
         return per_rank, None
     points = stats.checkpoints(r.min_timed_steps, r.max_timed_steps)
     for i, done in enumerate(points):
-        decision = [None]
+        decision = [None, 0]  # why stop (None: go on), and the rounds to fill the budget with
         if dist.get_rank() == 0:
             samples = [metrics.step_times_over_ranks(ranks) for ranks in per_rank]
             worst = stats.group_half_width_pct(samples, reference)
             upcoming = points[i + 1] if i + 1 < len(points) else done
-            decision = [stats.stop_reason(worst, r.target_ci_pct, done, r.max_timed_steps,
-                                          time.perf_counter() - t0, upcoming, r.max_group_s)]
+            elapsed = time.perf_counter() - t0
+            why = stats.stop_reason(worst, r.target_ci_pct, done, r.max_timed_steps, elapsed, upcoming,
+                                    r.max_group_s)
+            fill = stats.budget_fill(done, elapsed, r.max_group_s, r.max_timed_steps)
+            decision = [why, fill if why == "budget" else 0]
         dist.broadcast_object_list(decision, src=0)
         if decision[0] is not None:
+            if decision[1]:
+                progress(f"timed ({done + decision[1]} rounds)")
+                run(decision[1])
             return per_rank, decision[0]
         progress(f"timed ({points[i + 1]} rounds)")
         run(points[i + 1] - done)
