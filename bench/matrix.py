@@ -143,8 +143,10 @@ class Rates:
 # A micro-step costs max(compute, floor): compute = FLOPs / flops[precision]; floor = host_s_per_tensor ×
 # tensors + floor_s_per_param × parameters (on a GPU the host enqueues kernels while the device runs
 # them, so the slower of the two sets the pace; on a CPU, at these batch sizes, memory traffic does).
-# The CPU's widest group half-width × √rounds: MEASURED_BELOW
-HALF_WIDTH_CPU = 30.0
+# The CPU's widest group half-width (%) × √rounds, `make bench`'s CPU run under heavy load (load average
+# 5-6 on the 2 cores, other benchmarks running; 2026-11-25, results/default-vm-20261125-162514.244): the
+# median over its 32 groups was 94 (88 at one rank, 94 at two; 17 to 214). A quiet machine needs fewer.
+HALF_WIDTH_CPU = 94.0
 RATES = {
     # The 2-core development machine (shared), `make bench`'s CPU run (mlp.small, 3,684,362 parameters in
     # 10 tensors; one thread per rank; 2026-11-25): tests/data/estimate/cpu-default.
