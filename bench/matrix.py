@@ -273,6 +273,18 @@ def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_p
             + r.compute_only_steps * unsynced)
 
 
+def expected_rounds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> list[int]:
+    """Per runnable cell, the timed rounds its group is expected to run (expected_timed_steps)."""
+    from bench.workloads import get_workload
+
+    rates = rates or RATES[config.run.device]
+    workload = get_workload(config.workload.model, config.workload.model_size, config.workload.options())
+    flops = workload.train_flops_per_sample() or 0.0
+    n_params, n_tensors = model_size_counts(config)
+    return [expected_timed_steps(config, rates, group_size(config) * estimate_step_seconds(
+        rates, c, flops, n_params, n_tensors)) for c in cells if not c.skip_reason]
+
+
 def estimate_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> float:
     """A wall-time estimate of the sweep (RATES[run.device] unless `rates`): launches + cells + profiled
     passes (a build, warm-up and the profiled steps, the trace export)."""

@@ -106,7 +106,17 @@ def test_dry_run_prints_cells_and_estimate(tmp_path, capsys):
     assert "run   torch-mlp.tiny-ws1-b0.05-fp32-cnone-ga1-strong-gb8" in text
     assert "skip  torch-mlp.tiny-ws1-b0.05-fp32-cfp16-ga1-strong-gb8" in text
     assert re.search(r"estimated wall time ~[\d.]+ min", text)
+    assert "timed rounds per cell expected" not in text  # cpu-smoke: fixed rounds
     assert not out.exists()
+
+
+def test_dry_run_says_the_expected_rounds(capsys, monkeypatch):
+    # HAND (worst half-width 20 % / √n), steps of 0.24-0.30 s: target ±5 % is met at the checkpoint 20
+    monkeypatch.setattr("bench.matrix.RATES", {"cpu": HAND})
+    assert bench_main(["run", "--config", "cpu-smoke", "--dry-run", "--set", "matrix.engine=torch",
+                       "--set", "run.target_ci_pct=5", "--set", "run.timed_steps=10"]) == 0
+    assert ("timed rounds per cell expected: 20-20 (median 20), until ±5 % (run.target_ci_pct), at most 320 "
+            "rounds or 60 s a group") in capsys.readouterr().out
 
 
 # Round numbers for hand-worked estimates; bf16 twice fp32's rate, so a lookup by the wrong precision shows.
