@@ -31,7 +31,7 @@ from bench.config import (
     resolve_path,
     to_toml,
 )
-from bench.matrix import Cell, by_launch, estimate_seconds, expand
+from bench.matrix import Cell, by_launch, estimate_seconds, expand, expected_rounds
 from bench.run_checks import check_device, cpu_oversubscription
 from bench.schema import STATUSES, TRACE_GLOB, MiB, backend_for
 
@@ -224,6 +224,13 @@ def dry_run(config: BenchConfig, cells: list[Cell]) -> int:
     print(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} skipped, "
           f"{len(by_launch(runnable))} launches; estimated wall time ~{est / 60:.1f} min "
           f"(bench.matrix.RATES: calibrated on a 2-core CPU and one H100; GPU all-reduce speed assumed)")
+    r = config.run
+    if r.adaptive and runnable:
+        rounds = sorted(expected_rounds(config, cells))
+        median = rounds[len(rounds) // 2]
+        print(f"timed rounds per cell expected: {rounds[0]}-{rounds[-1]} (median {median}), "
+              f"until ±{r.target_ci_pct:g} % (run.target_ci_pct), at most {r.max_timed_steps} rounds or "
+              f"{r.max_group_s:g} s a group")
     return 0
 
 

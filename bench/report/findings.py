@@ -37,14 +37,43 @@ def _has(df: pd.DataFrame, *columns: str) -> bool:
 def against_torch_words(r) -> str:
     """One engine against torch DDP in words that respect the verdict: "faster by x % (95 % CI a–b %)"
     only when the whole interval of speed_vs_torch is above 1, "slower …" only when below, else
-    "within noise (±x %)" (bench.stats.verdict)."""
+    "within noise (±x %)" (bench.stats.verdict). With `_verdict` (the run's verdict after Holm's
+    correction, tables.family_verdicts), a difference that does not survive it is "within noise" too."""
     ratio, low, high = r["speed_vs_torch"], r["speed_vs_torch_ci95_low"], r["speed_vs_torch_ci95_high"]
     verdict = stats.verdict(low, high)
+    family = r.get("_verdict", verdict)
+    if verdict != family:
+        return (f"within noise once corrected for the run's comparisons (uncorrected 95 % CI "
+                f"{(low - 1) * 100:+.1f} to {(high - 1) * 100:+.1f} %)")
     if verdict == "faster":
         return f"faster by {(ratio - 1) * 100:.1f} % (95 % CI {(low - 1) * 100:.1f}–{(high - 1) * 100:.1f} %)"
     if verdict == "slower":
         return f"slower by {(1 - ratio) * 100:.1f} % (95 % CI {(1 - high) * 100:.1f}–{(1 - low) * 100:.1f} %)"
     return f"within noise (±{max(abs(low - 1), abs(high - 1)) * 100:.1f} %)"
+
+
+def family_of_verdicts(df: pd.DataFrame) -> list[str]:
+    """How many faster/slower verdicts chance alone would give at the run's number of comparisons against
+    torch DDP (each at 95 %: 5 % of them if every engine equalled torch), and how many survive Holm's
+    correction (tables.family_verdicts)."""
+    if not _has(df, "speed_vs_torch_ci95_low", "speed_vs_torch_ci95_high"):
+        return []
+    ok = df[(df["status"] == "ok") & df["speed_vs_torch_ci95_low"].notna()]
+    if not len(ok):
+        return []
+    m = len(ok)
+    raw = [stats.verdict(lo, hi)
+           for lo, hi in zip(ok["speed_vs_torch_ci95_low"], ok["speed_vs_torch_ci95_high"])]
+    n_raw = sum(v in ("faster", "slower") for v in raw)
+    chance = f"{m * (1 - stats.CONFIDENCE):.1f}"
+    lead = (f"The run compares {m} cells with torch DDP; if every engine equalled torch, chance alone would "
+            f"still give about {chance} faster/slower verdicts at 95 % each. ")
+    if not _has(df, "speed_vs_torch_p"):
+        return [lead + f"{n_raw} of the {m} are faster or slower, uncorrected (these results have no "
+                       "p-values for Holm's correction): read them as possibly chance."]
+    kept = sum(v in ("faster", "slower") for v in tables.family_verdicts(ok))
+    return [lead + f"Holm's correction (family-wise error ≤ 5 %) keeps {kept} of the {n_raw} uncorrected "
+                   "verdicts; the others are worded within noise."]
 
 
 def separable_fastest(at_n: pd.DataFrame):
@@ -80,6 +109,7 @@ def engines_per_world_size(df: pd.DataFrame) -> list[str]:
     """At each world size of the main setting, every engine against torch DDP measured side by side
     (speed_vs_torch with its interval), and the fastest engine only when the intervals separate it.
     Runs without intervals (older result files) get the medians, said to carry no interval."""
+    df = df.assign(_verdict=tables.family_verdicts(df))  # the whole run is the family, not the slice
     main = slices.main_slice(df)
     ok = main[main["status"] == "ok"].copy()
     if not len(ok):
@@ -268,7 +298,7 @@ def headline(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame], env: dic
         return [
             "The run has no cells yet: results.csv has no rows (did the runner stop before the first cell?)."
         ]
-    sentences = (engines_per_world_size(df) + transport_warnings(df, env)
+    sentences = (engines_per_world_size(df) + family_of_verdicts(df) + transport_warnings(df, env)
                  + efficiency_drops(df, scaling_tables) + unstable_cells(df) + skipped_optimizer_steps(df))
     why = tables.efficiency_unavailable(df)
     return sentences + ([why] if why else []) + status_summary(df)

@@ -152,7 +152,9 @@ def engines_section(df: pd.DataFrame, out_dir: Path) -> Section:
         "Read speed_vs_torch first: measured side by side with torch DDP in the same rounds, it is the "
         "median over rounds of torch step / engine step (> 1: faster) with its 95 % interval, and "
         "verdict_vs_torch says faster or slower only when the whole interval is on one side of 1 (else "
-        "within noise). The deltas of medians beside it compare numbers read separately, without interval.",
+        "within noise); verdict_holm is that verdict once the run's comparisons are corrected as a family "
+        "(Holm: at most a 5 % chance of any false verdict in the run), the one the findings state. The "
+        "deltas of medians beside it compare numbers read separately, without interval.",
         "formula",
     )
     plot = plots.engines(df, out_dir / "plots" / "engines.png")
