@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import struct
 
 import pandas as pd
@@ -105,11 +106,12 @@ def test_runs_with_nothing_in_common_exit_2_saying_how_they_differ(runs, tmp_pat
 
 
 @pytest.mark.parametrize("b_step, b_low, b_high, words", [
-    # ratio 100/102 = 0.980; interval (95/107, 105/97) = (0.888, 1.082): half-width 0.0973 / 0.980 = 9.9 %
-    (102.0, 97.0, 107.0, "a 2 % difference inside the noise: the run-to-run noise floor here is ±10 %"),
-    # ratio 100/150 = 0.667; interval (95/152, 105/148) = (0.625, 0.709): half-width 0.0423 / 0.667 = 6.3 %
+    # compare.ratio_interval: log half-widths in quadrature. ratio 100/102 = 0.980; down √(ln(100/95)² +
+    # ln(107/102)²) = 0.0702, up √(ln(105/100)² + ln(102/97)²) = 0.0701: (0.914, 1.052), half-width 7.0 %
+    (102.0, 97.0, 107.0, "a 2 % difference inside the noise: the run-to-run noise floor here is ±7 %"),
+    # ratio 100/150 = 0.667; down 0.0530, up 0.0506: (0.632, 0.701), half-width 5.2 %
     (150.0, 148.0, 152.0, "at the median b is 33 % slower, beyond the noise: the run-to-run noise floor "
-                          "here is ±6 %"),
+                          "here is ±5 %"),
 ])
 def test_compare_states_the_noise_floor_and_words_differences_inside_it_as_noise(
         tmp_path, b_step, b_low, b_high, words):
@@ -121,6 +123,8 @@ def test_compare_states_the_noise_floor_and_words_differences_inside_it_as_noise
     a, b = run("a", 100.0, 95.0, 105.0), run("b", b_step, b_low, b_high)
     joined = compare.join_cells([load_run(a), load_run(b)])
     floor = compare.noise_floor_pct(joined)["b"]
-    assert floor == pytest.approx(((105 / b_low) - (95 / b_high)) / 2 / (100 / b_step) * 100)
+    down = math.hypot(math.log(100 / 95), math.log(b_high / b_step))
+    up = math.hypot(math.log(105 / 100), math.log(b_step / b_low))
+    assert floor == pytest.approx((math.exp(up) - math.exp(-down)) / 2 * 100)
     assert bench_main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0
     assert words in (tmp_path / "cmp" / "summary.md").read_text()
