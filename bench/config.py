@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import engines
-from bench.schema import COMM_DTYPE_ALIASES, COMM_DTYPES, DEFAULT_BUCKET_MB, PRECISIONS, SCALINGS
+from bench.schema import (
+    COMM_DTYPE_ALIASES,
+    COMM_DTYPES,
+    COMM_HOOKS,
+    COMPILE_MODES,
+    DEFAULT_BUCKET_MB,
+    PRECISIONS,
+    SCALINGS,
+)
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEVICES = ("auto", "cpu", "cuda")
@@ -87,17 +95,35 @@ def _engine_names() -> tuple[str, ...]:
         fail(engines.PLUGIN_VARIABLE, os.environ.get(engines.PLUGIN_VARIABLE), str(exc))
 
 
+def _default_engines() -> tuple[str, ...]:
+    _engine_names()  # a plug-in that cannot be added is a config error here too
+    return engines.default_sweep()
+
+
+# The engine-specific axes (an engine's `options` names those that apply to it, bench/engines/base.py):
+# swept only for the engines that take them; empty in the other engines' cells.
+ENGINE_OPTIONS = ("comm_hook", "powersgd_rank", "reshard_after_forward", "static_graph",
+                  "gradient_as_bucket_view", "compile")
+
+
 @dataclass(frozen=True)
 class MatrixConfig:
     """The axes: each a list, the sweep is their cross product (see bench.matrix)."""
 
-    engine: tuple[str, ...] = field(default_factory=lambda: _engine_names())
+    engine: tuple[str, ...] = field(default_factory=_default_engines)
     world_size: tuple[int, ...] = (1, 2)
     bucket_cap_mb: tuple[float, ...] = (DEFAULT_BUCKET_MB,)
     precision: tuple[str, ...] = ("fp32",)
     comm_dtype: tuple[str, ...] = ("none",)
     grad_accum: tuple[int, ...] = (1,)
     scaling: tuple[str, ...] = ("strong",)
+    # engine options (ENGINE_OPTIONS), each with the engine's own default first
+    comm_hook: tuple[str, ...] = ("none",)          # torch: none | fp16 | bf16 | powersgd
+    powersgd_rank: tuple[int, ...] = (4,)           # torch, comm_hook=powersgd: matrix_approximation_rank
+    reshard_after_forward: tuple[bool, ...] = (True,)  # fsdp2 (torch's default for fully_shard)
+    static_graph: tuple[bool, ...] = (False,)       # torch
+    gradient_as_bucket_view: tuple[bool, ...] = (False,)  # torch, bucketed, overlap
+    compile: tuple[str, ...] = ("none",)            # torch, fsdp2: none | inductor
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -113,6 +139,26 @@ class MatrixConfig:
         object.__setattr__(self, "comm_dtype", resolved)
         _check_min("matrix.grad_accum", self.grad_accum, 1, maximum=MAX_STEPS)
         _check_choices("matrix.scaling", self.scaling, SCALINGS)
+        _check_choices("matrix.comm_hook", self.comm_hook, COMM_HOOKS)
+        _check_min("matrix.powersgd_rank", self.powersgd_rank, 0, strict=True, maximum=MAX_BATCH)
+        _check_choices("matrix.compile", self.compile, COMPILE_MODES)
+        casts = [h for h in self.comm_hook if h in COMM_DTYPES and h != "none"]
+        if casts and any(c != "none" for c in self.comm_dtype):
+            fail("matrix.comm_hook", casts[0], f"is torch's comm_dtype={casts[0]} under its hook's name; "
+                 f"with matrix.comm_dtype={list(self.comm_dtype)} set only one of the two")
+        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in ENGINE_OPTIONS}
+        self.check_options_apply([k for k in ENGINE_OPTIONS if getattr(self, k) != defaults[k]])
+
+    def check_options_apply(self, keys) -> None:
+        """Each engine option in `keys` must apply to a listed engine (powersgd_rank: with PowerSGD)."""
+        for key in keys:
+            takers = [e for e in _engine_names() if key in engines.get(e).options]
+            if not set(takers) & set(self.engine):
+                fail(f"matrix.{key}", list(getattr(self, key)), f"applies to engine {takers} only; "
+                     f"matrix.engine={list(self.engine)} lists none of them")
+            if key == "powersgd_rank" and "powersgd" not in self.comm_hook:
+                fail("matrix.powersgd_rank", list(self.powersgd_rank),
+                     "applies only with matrix.comm_hook=powersgd")
 
 
 @dataclass(frozen=True)
@@ -398,8 +444,10 @@ def _apply(tables: dict, key: str, value) -> None:
     target[name] = value
 
 
-def _build(tables: dict, cli: dict[str, str]) -> BenchConfig:
-    """Nested TOML tables + CLI strings → a validated BenchConfig."""
+def _build(tables: dict, cli: dict[str, str], given_options_apply: bool = True) -> BenchConfig:
+    """Nested TOML tables + CLI strings → a validated BenchConfig. given_options_apply: an engine option
+    the user wrote (even at its default) must apply to a listed engine (off for a resolved config, which
+    lists every key)."""
     unknown = set(tables) - set(SECTIONS) - {"description", *DEVICE_SECTIONS}
     if unknown:
         key = sorted(unknown)[0]
@@ -423,6 +471,8 @@ def _build(tables: dict, cli: dict[str, str]) -> BenchConfig:
         for key, value in raw_cli.items():
             values[key] = _convert(f"{name}.{key}", hints[key], value, from_cli=True)
         sections[name] = cls(**values)
+        if name == "matrix" and given_options_apply:
+            sections[name].check_options_apply([k for k in ENGINE_OPTIONS if k in values])
     description = cli.get("description", tables.get("description", ""))
     if not isinstance(description, str):
         fail("description", description, "must be a string")
@@ -508,7 +558,7 @@ def _flatten(table: dict, prefix: str = ""):
 
 def config_from_dict(data: dict) -> BenchConfig:
     """Rebuild a config from `to_dict()` output or a resolved config.toml's tables."""
-    return _build(data, {})
+    return _build(data, {}, given_options_apply=False)
 
 
 # ---- writing the resolved config --------------------------------------------------------------------

@@ -9,7 +9,16 @@ Skip rules (recorded with status `skipped`, the reason in `error`):
 - bf16 on a GPU that does not support it;
 - what an engine says it cannot run (`Engine.skip_reason`; torch with comm_dtype bf16 on CPU: its
   bf16_compress_hook requires CUDA and NCCL);
-- a world size above the GPUs present, when run.skip_world_sizes_above_gpus is set (else a config error).
+- a world size above the GPUs present, when run.skip_world_sizes_above_gpus is set (else a config error);
+- comm_hook=powersgd at world size 1 (nothing to compress) or with a compressed comm_dtype (PowerSGD
+  replaces the all-reduce the cast would compress), comm_hook=fp16|bf16 beside a different comm_dtype.
+
+Engine options (config.ENGINE_OPTIONS: comm_hook, powersgd_rank, reshard_after_forward, static_graph,
+gradient_as_bucket_view, compile) are swept only for an engine whose `options` names them; the other
+engines' cells leave them None, and a cell id names an option only at a value other than the engine's
+default (fsdp2 names reshard_after_forward always), so the cells and ids of a matrix without them are
+those it had before they existed. comm_hook fp16|bf16 is resolved here into the torch cell's comm_dtype
+(the same hook by its comm_dtype name): it is the comm_dtype=fp16|bf16 cell, one id, one row.
 """
 
 from __future__ import annotations
@@ -20,8 +29,8 @@ import re
 from dataclasses import dataclass
 
 from bench import engines
-from bench.config import BenchConfig
-from bench.schema import DEFAULT_BUCKET_MB
+from bench.config import ENGINE_OPTIONS, BenchConfig, MatrixConfig
+from bench.schema import COMM_DTYPES, DEFAULT_BUCKET_MB
 from bench.workloads import model_label
 
 
@@ -41,10 +50,18 @@ class Cell:
     per_rank_batch: int            # samples per rank per micro-step
     global_batch: int              # samples per optimizer step: per_rank_batch × world_size × grad_accum
     skip_reason: str = ""
+    # engine options (None: the option does not apply to this engine)
+    comm_hook: str | None = None
+    powersgd_rank: int | None = None    # set only with comm_hook powersgd
+    reshard_after_forward: bool | None = None
+    static_graph: bool | None = None
+    gradient_as_bucket_view: bool | None = None
+    compile: str | None = None
 
     @property
     def cell_id(self) -> str:
-        """Stable, readable, unique, filesystem-safe: overlap-mlp.small-ws2-b25-fp32-cnone-ga1-strong-gb32.
+        """Stable, readable, unique, filesystem-safe: overlap-mlp.small-ws2-b25-fp32-cnone-ga1-strong-gb32,
+        then the engine options at other than their defaults (`option_tags`).
 
         A user model spec ("/path/to/file.py:Name") appears as `Name-<8 hex of its sha256>` (model_label).
         """
@@ -52,7 +69,29 @@ class Cell:
         model = model_label(self.model)
         text = (f"{self.engine}-{model}.{self.model_size}-ws{self.world_size}-b{bucket}-{self.precision}"
                 f"-c{self.comm_dtype}-ga{self.grad_accum}-{self.scaling}-gb{self.global_batch}")
-        return re.sub(r"[^A-Za-z0-9._-]", "_", text)
+        return re.sub(r"[^A-Za-z0-9._-]", "_", text + "".join(f"-{t}" for t in self.option_tags()))
+
+    def option_tags(self) -> list[str]:
+        """The id's words for the options this cell sets away from their defaults: hpowersgd.r4, static,
+        gbv, inductor; fsdp2's reshard setting always (raf1 | raf0: the engine has no id without one)."""
+        tags = []
+        if self.comm_hook not in (None, "none"):
+            tags.append(f"h{self.comm_hook}" + (f".r{self.powersgd_rank}" if self.powersgd_rank else ""))
+        if self.reshard_after_forward is not None:
+            tags.append(f"raf{int(self.reshard_after_forward)}")
+        if self.static_graph:
+            tags.append("static")
+        if self.gradient_as_bucket_view:
+            tags.append("gbv")
+        if self.compile not in (None, "none"):
+            tags.append(self.compile)
+        return tags
+
+    @property
+    def is_baseline(self) -> bool:
+        """The reference engine with every option at its default: what the other cells of a group are
+        compared with (speed_vs_torch, the parity gates)."""
+        return engines.get(self.engine).reference and not self.option_tags()
 
     @property
     def wrap_bucket_mb(self) -> float:
@@ -87,26 +126,62 @@ def expand(config: BenchConfig, bf16_supported: bool = True, gpu_count: int | No
     """Every cell of the matrix in sweep order (world size first: one launch per world size), deduplicated."""
     m, w = config.matrix, config.workload
     cells: dict[str, Cell] = {}
-    for ws, engine, bucket, precision, comm, accum, scaling in itertools.product(
+    for ws, engine, bucket, precision, comm_dtype, accum, scaling in itertools.product(
         sorted(set(m.world_size)), m.engine, m.bucket_cap_mb, m.precision, m.comm_dtype, m.grad_accum,
         m.scaling,
     ):
         bucket = float(bucket) if engines.get(engine).has_buckets else None
         prb = per_rank_batch(scaling, ws, w.global_batch, w.per_rank_batch)
-        reason = ""
-        if comm != "none" and ws == 1:
-            reason = f"comm_dtype={comm} at world_size=1: nothing is communicated (same as comm_dtype=none)"
-        elif engines.get(engine).skip_reason(comm, config.run.device):
-            reason = engines.get(engine).skip_reason(comm, config.run.device)
-        elif precision == "bf16" and config.run.device == "cuda" and not bf16_supported:
-            reason = "precision=bf16: this GPU does not support bf16"
-        elif config.run.device == "cuda" and gpu_count is not None and ws > gpu_count:
-            reason = f"world_size={ws} is above the {gpu_count} GPUs present"
-        cell = Cell(engine=engine, model=w.model, model_size=w.model_size, world_size=ws,
-                    bucket_cap_mb=bucket, precision=precision, comm_dtype=comm, grad_accum=accum,
-                    scaling=scaling, per_rank_batch=prb, global_batch=prb * ws * accum, skip_reason=reason)
-        cells.setdefault(cell.cell_id, cell)
+        for options in engine_options(m, engine):
+            comm, options, reason = resolve_hook(comm_dtype, options, ws)
+            reason = reason or skip_reason(config, engine, ws, precision, comm, bf16_supported, gpu_count)
+            cell = Cell(engine=engine, model=w.model, model_size=w.model_size, world_size=ws,
+                        bucket_cap_mb=bucket, precision=precision, comm_dtype=comm, grad_accum=accum,
+                        scaling=scaling, per_rank_batch=prb, global_batch=prb * ws * accum,
+                        skip_reason=reason, **options)
+            cells.setdefault(cell.cell_id, cell)
     return list(cells.values())
+
+
+def skip_reason(config: BenchConfig, engine: str, ws: int, precision: str, comm: str, bf16_supported: bool,
+                gpu_count: int | None) -> str:
+    """Why a cell cannot run here ("" when it can): the skip rules of the module docstring."""
+    if comm != "none" and ws == 1:
+        return f"comm_dtype={comm} at world_size=1: nothing is communicated (same as comm_dtype=none)"
+    if engines.get(engine).skip_reason(comm, config.run.device):
+        return engines.get(engine).skip_reason(comm, config.run.device)
+    if precision == "bf16" and config.run.device == "cuda" and not bf16_supported:
+        return "precision=bf16: this GPU does not support bf16"
+    if config.run.device == "cuda" and gpu_count is not None and ws > gpu_count:
+        return f"world_size={ws} is above the {gpu_count} GPUs present"
+    return ""
+
+
+def engine_options(m: MatrixConfig, engine: str) -> list[dict]:
+    """The cross product of the engine options that apply to `engine` (one empty dict when none do);
+    powersgd_rank only beside comm_hook powersgd."""
+    keys = [k for k in ENGINE_OPTIONS if k in engines.get(engine).options and k != "powersgd_rank"]
+    out = []
+    for values in itertools.product(*(getattr(m, k) for k in keys)):
+        options = dict(zip(keys, values))
+        ranks = m.powersgd_rank if options.get("comm_hook") == "powersgd" else (None,)
+        out += [options | ({"powersgd_rank": r} if r is not None else {}) for r in ranks]
+    return out
+
+
+def resolve_hook(comm: str, options: dict, ws: int) -> tuple[str, dict, str]:
+    """(comm_dtype, options, skip reason) with a cast hook resolved into comm_dtype: comm_hook fp16 is
+    the comm_dtype=fp16 cell. PowerSGD needs ranks to compress between and an uncompressed wire."""
+    hook = options.get("comm_hook")
+    if hook in COMM_DTYPES and hook != "none":
+        if comm not in ("none", hook):
+            return comm, options, f"comm_hook={hook} with comm_dtype={comm}: two casts of one gradient"
+        return hook, options | {"comm_hook": "none"}, ""
+    if hook == "powersgd" and ws == 1:
+        return comm, options, "comm_hook=powersgd at world_size=1: nothing is communicated"
+    if hook == "powersgd" and comm != "none":
+        return comm, options, f"comm_hook=powersgd with comm_dtype={comm}: PowerSGD replaces that all-reduce"
+    return comm, options, ""
 
 
 def by_launch(cells: list[Cell]) -> dict[int, list[Cell]]:
