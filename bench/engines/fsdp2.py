@@ -34,6 +34,8 @@ class FSDP2(Engine):
         policy = MixedPrecisionPolicy(param_dtype=getattr(torch, param) if param else None,
                                       reduce_dtype=getattr(torch, wire or "float32"))
         for block in workload.blocks(module):
+            if cell.compile not in (None, "none"):  # per block, before sharding (as torchtitan does)
+                block = replace_module(module, block, torch.compile(block, backend=cell.compile))
             fully_shard(block, mesh=mesh, reshard_after_forward=cell.reshard_after_forward, mp_policy=policy)
         # the root's own parameters (embeddings, head) form the last group; its gathered parameters stay
         # until backward either way (torch sets the root's reshard_after_forward to False when it is None)
@@ -76,6 +78,16 @@ class FSDP2(Engine):
         shard = math.ceil(param_bytes / world_size)
         return {"param_bytes_per_rank": shard, "grad_bytes_per_rank": shard,
                 "optimizer_state_bytes_per_rank": 2 * shard}
+
+
+def replace_module(root, old, new):
+    """Put `new` where `old` sits in `root` (its parent's attribute of the same name); returns `new`."""
+    for name, module in root.named_modules():
+        if module is old:
+            parent_name, _, attr = name.rpartition(".")
+            setattr(root.get_submodule(parent_name), attr, new)
+            return new
+    raise ValueError("a workload block is not a submodule of its model")
 
 
 ENGINE = FSDP2("fsdp2", "torch.distributed.fsdp.fully_shard (FSDP2) per block and on the root",

@@ -45,6 +45,14 @@ class TorchDDP(Engine):
         return model
 
     def wrap_cell(self, module, cell, workload, device):
+        if cell.compile not in (None, "none"):
+            # the model compiled, then wrapped: inside DDP's forward dynamo uses DDPOptimizer, which splits
+            # the graph at the buckets so their all-reduces still overlap backward. With torch 2.13 on CPU
+            # neither torch.compile(DDP(model)) nor model.compile() in place compiled a graph (DDP's
+            # forward breaks the graph and calls the module from a frame dynamo skips); this did.
+            import torch
+
+            module = torch.compile(module, backend=cell.compile)
         return self.wrap(module, cell.wrap_bucket_mb, cell.comm_dtype, device, comm_hook=cell.comm_hook,
                          powersgd_rank=cell.powersgd_rank, static_graph=cell.static_graph,
                          gradient_as_bucket_view=cell.gradient_as_bucket_view)

@@ -52,16 +52,16 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     """Collective. Every phase of the group's cells → per cell (status "ok" | "diverged", error, measured
     part of the row). `progress(phase)` is called between phases (the launcher's watchdog hears it)."""
     r = config.run
-    all_cells, skipped = cells, {}
+    all_cells, dropped = cells, {}
     trainers = [Trainer(c, config, device, rank, world_size, steps_needed(config)) for c in cells]
     clock = Stopwatch()
     with clock:
-        compile_s = warm_up(trainers, r.warmup_steps, device, skipped)
+        compile_s = warm_up(trainers, r.warmup_steps, device, dropped)
         sync_device(device)
-    trainers = [t for t in trainers if t.cell.cell_id not in skipped]
+    trainers = [t for t in trainers if t.cell.cell_id not in dropped]
     cells = [t.cell for t in trainers]
     if not trainers:
-        return [("skipped", skipped[c.cell_id], {}) for c in all_cells]
+        return [(*dropped[c.cell_id], {}) for c in all_cells]
     progress("timed")
     first_timed = trainers[0].cursor
     skipped_before = [skipped_steps(t) for t in trainers]  # syncs, outside the timed window
@@ -112,7 +112,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
         row["interleaved"] = len(cells) > 1
     add_speed_vs_torch(cells, rows)
     outcomes = dict(zip([c.cell_id for c in cells], (outcome(row, c) for row, c in zip(rows, cells))))
-    return [outcomes.get(c.cell_id) or ("skipped", skipped[c.cell_id], {}) for c in all_cells]
+    return [outcomes.get(c.cell_id) or (*dropped[c.cell_id], {}) for c in all_cells]
 
 
 def outcome(row: dict, cell: Cell) -> tuple[str, str | None, dict]:
@@ -126,21 +126,25 @@ def outcome(row: dict, cell: Cell) -> tuple[str, str | None, dict]:
     return "ok", None, row
 
 
-def warm_up(trainers: list[Trainer], n: int, device: torch.device, skipped: dict[str, str]) -> dict:
+def warm_up(trainers: list[Trainer], n: int, device: torch.device,
+            dropped: dict[str, tuple[str, str]]) -> dict:
     """Collective. n rounds of every trainer's step, then more (at most MAX_RECOMPILE_STEPS) while a
     compiled trainer still compiled in the last round. Returns per compiled cell the seconds of its
-    warm-up steps that compiled (compile_s); a compiled cell torch refuses (KNOWN_COMPILE_REFUSALS) goes
-    into `skipped` with the reason and steps no more."""
+    warm-up steps that compiled (compile_s). A compiled cell leaves the group, into `dropped` (cell id →
+    status, reason), when torch refuses it (KNOWN_COMPILE_REFUSALS: `skipped`) or when no graph was
+    compiled for it (`failed`: it would be timed eager under a compiled label)."""
+    import torch._dynamo
     from torch._dynamo.utils import counters
 
     compile_s: dict[str, float] = {}
+    compiled = [t for t in trainers if t.cell.compile not in (None, "none")]
     for round_ in range(n + MAX_RECOMPILE_STEPS):
         recompiled = False
         for trainer in trainers:
             cell = trainer.cell
-            if cell.cell_id in skipped:
+            if cell.cell_id in dropped:
                 continue
-            if cell.compile in (None, "none"):
+            if trainer not in compiled:
                 trainer.step()
                 continue
             graphs, t0 = counters["stats"]["unique_graphs"], time.perf_counter()
@@ -149,8 +153,12 @@ def warm_up(trainers: list[Trainer], n: int, device: torch.device, skipped: dict
             except Exception as e:  # noqa: BLE001 - only a known refusal is a skip; the rest re-raised
                 if not any(text in str(e) for text in KNOWN_COMPILE_REFUSALS):
                     raise
-                skipped[cell.cell_id] = f"compile={cell.compile}: {type(e).__name__}: " + next(
-                    line for line in str(e).splitlines() if any(t in line for t in KNOWN_COMPILE_REFUSALS))
+                dropped[cell.cell_id] = ("skipped", f"compile={cell.compile}: {type(e).__name__}: " + next(
+                    line for line in str(e).splitlines() if any(t in line for t in KNOWN_COMPILE_REFUSALS)))
+                # dynamo remembers the failed frame (DDP's forward) and would run it eagerly for every
+                # later cell of this process: start afresh (the group's other compiled cells recompile)
+                torch._dynamo.reset()
+                recompiled = True
                 continue
             sync_device(device)
             if counters["stats"]["unique_graphs"] != graphs:
@@ -158,6 +166,10 @@ def warm_up(trainers: list[Trainer], n: int, device: torch.device, skipped: dict
                 recompiled = True
         if round_ + 1 >= n and not measure.max_over_ranks(float(recompiled), device):
             break
+    for trainer in compiled:
+        if trainer.cell.cell_id not in dropped and trainer.cell.cell_id not in compile_s:
+            dropped[trainer.cell.cell_id] = ("failed", f"compile={trainer.cell.compile}: torch.compile "
+                                             "compiled no graph in the warm-up (dynamo ran it eagerly)")
     return compile_s
 
 

@@ -138,11 +138,9 @@ class Trainer:
         self.n_params = sum(p.numel() for p in module.parameters() if p.requires_grad)
         self.engine = engines.get(cell.engine)
         self.param_bytes = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+        # an engine taking `compile` compiles in wrap_cell; compilation happens in the first steps (cell.py's
+        # warm-up times it as compile_s)
         self.model = self.engine.wrap_cell(module, cell, self.workload, device)
-        if cell.compile not in (None, "none"):
-            # the wrapper compiled whole: torch DDP's DDPOptimizer splits the graph at bucket boundaries;
-            # compilation happens in the first steps (cell.py's warm-up times it as compile_s)
-            self.model = torch.compile(self.model, backend=cell.compile)
         self.optimizer = make_optimizer(self.model.parameters(), device)
         self.precision = Precision(cell.precision, device, n_steps)
         per_step = cell.per_rank_batch * cell.grad_accum
