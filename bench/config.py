@@ -124,6 +124,10 @@ class MatrixConfig:
     static_graph: tuple[bool, ...] = (False,)       # torch
     gradient_as_bucket_view: tuple[bool, ...] = (False,)  # torch, bucketed, overlap
     compile: tuple[str, ...] = ("none",)            # torch, fsdp2: none | inductor
+    # glob patterns (fnmatch) over a cell's id without its option words (`Cell.base_id`): a cell that sets
+    # an engine option away from its default, or of an engine outside the default sweep (fsdp2), is swept
+    # only where one matches; "*": everywhere. A preset's slice of the options (default.toml).
+    options_cells: tuple[str, ...] = ("*",)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -142,6 +146,9 @@ class MatrixConfig:
         _check_choices("matrix.comm_hook", self.comm_hook, COMM_HOOKS)
         _check_min("matrix.powersgd_rank", self.powersgd_rank, 0, strict=True, maximum=MAX_BATCH)
         _check_choices("matrix.compile", self.compile, COMPILE_MODES)
+        for pattern in self.options_cells:
+            if not isinstance(pattern, str) or not pattern.strip():
+                fail("matrix.options_cells", pattern, "must be a glob pattern over cell ids (\"*-ws2-*\")")
         casts = [h for h in self.comm_hook if h in COMM_DTYPES and h != "none"]
         if casts and any(c != "none" for c in self.comm_dtype):
             fail("matrix.comm_hook", casts[0], f"is torch's comm_dtype={casts[0]} under its hook's name; "

@@ -24,6 +24,7 @@ those it had before they existed. comm_hook fp16|bf16 is resolved here into the 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import itertools
 import re
 from dataclasses import dataclass
@@ -65,11 +66,16 @@ class Cell:
 
         A user model spec ("/path/to/file.py:Name") appears as `Name-<8 hex of its sha256>` (model_label).
         """
+        return re.sub(r"[^A-Za-z0-9._-]", "_", self.base_id + "".join(f"-{t}" for t in self.option_tags()))
+
+    @property
+    def base_id(self) -> str:
+        """The id without the option words (what matrix.options_cells patterns match)."""
         bucket = "na" if self.bucket_cap_mb is None else f"{self.bucket_cap_mb:g}"
         model = model_label(self.model)
         text = (f"{self.engine}-{model}.{self.model_size}-ws{self.world_size}-b{bucket}-{self.precision}"
                 f"-c{self.comm_dtype}-ga{self.grad_accum}-{self.scaling}-gb{self.global_batch}")
-        return re.sub(r"[^A-Za-z0-9._-]", "_", text + "".join(f"-{t}" for t in self.option_tags()))
+        return re.sub(r"[^A-Za-z0-9._-]", "_", text)
 
     def option_tags(self) -> list[str]:
         """The id's words for the options this cell sets away from their defaults: hpowersgd.r4, static,
@@ -133,12 +139,15 @@ def expand(config: BenchConfig, bf16_supported: bool = True, gpu_count: int | No
         bucket = float(bucket) if engines.get(engine).has_buckets else None
         prb = per_rank_batch(scaling, ws, w.global_batch, w.per_rank_batch)
         for options in engine_options(m, engine):
+            peer = not engines.get(engine).in_default_sweep or options != option_defaults(engine)
             comm, options, reason = resolve_hook(comm_dtype, options, ws)
             reason = reason or skip_reason(config, engine, ws, precision, comm, bf16_supported, gpu_count)
             cell = Cell(engine=engine, model=w.model, model_size=w.model_size, world_size=ws,
                         bucket_cap_mb=bucket, precision=precision, comm_dtype=comm, grad_accum=accum,
                         scaling=scaling, per_rank_batch=prb, global_batch=prb * ws * accum,
                         skip_reason=reason, **options)
+            if peer and not any(fnmatch.fnmatchcase(cell.base_id, p) for p in m.options_cells):
+                continue
             cells.setdefault(cell.cell_id, cell)
     return list(cells.values())
 
@@ -167,6 +176,12 @@ def engine_options(m: MatrixConfig, engine: str) -> list[dict]:
         ranks = m.powersgd_rank if options.get("comm_hook") == "powersgd" else (None,)
         out += [options | ({"powersgd_rank": r} if r is not None else {}) for r in ranks]
     return out
+
+
+def option_defaults(engine: str) -> dict:
+    """The options `engine` takes, each at its default (MatrixConfig's first value)."""
+    fields = {f.name: f.default[0] for f in dataclasses.fields(MatrixConfig) if f.name in ENGINE_OPTIONS}
+    return {k: fields[k] for k in ENGINE_OPTIONS if k in engines.get(engine).options and k != "powersgd_rank"}
 
 
 def resolve_hook(comm: str, options: dict, ws: int) -> tuple[str, dict, str]:
@@ -209,6 +224,7 @@ class Rates:
     profile_s: float            # per profiled cell: the trace export
     launch_s: float             # per launch (world size): start-up and tear-down
     run_s: float                # once per run: the launcher's own start, env capture, the --report step
+    compile_s: float = 0.0      # per compiled cell (matrix.compile): torch.compile in its warm-up
 
 
 # A micro-step costs max(compute, floor): compute = FLOPs / flops[precision]; floor = host_s_per_tensor ×
@@ -236,7 +252,11 @@ RATES = {
         # 153.6 s in all, 15.5 s of it outside the two launches' events: 5.0 s before the first, 4.2 s
         # between them, 6.2 s after the last (the --report step)
         launch_s=4.5,
-        run_s=6.5),
+        run_s=6.5,
+        # inductor, mlp.small, world size 2 under load (2026-11-25, default's peers slice): torch DDP's
+        # model 17.8 s, fsdp2's blocks 5.3 s; a later identical model in the launch reuses the graphs
+        # (0 s), so charging every compiled cell the larger figure is an upper bound
+        compile_s=17.8),
     # One H100 80GB HBM3 (VM), torch 2.11+cu130, smollm2-135m (134.5M parameters in 273 tensors), seq 128,
     # world size 1, 2026-11-25: tests/data/estimate/h100-{default-partial,diag,hostbound.log} and a build
     # timing of both models. Not measured at world size > 1: comm_bytes_per_s is an assumption.
@@ -263,7 +283,8 @@ RATES = {
         # diag (one launch): 5.1 s from the worker's start to its first cell, 9.3 s outside the launch's
         # events; all of it counted per launch (the split is not known)
         launch_s=14.4,
-        run_s=0.0),
+        run_s=0.0,
+        compile_s=60.0),  # ASSUMED (not measured on a GPU): inductor on a 135M-360M model
 }
 
 
@@ -305,8 +326,9 @@ def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_p
     synced = r.warmup_steps + r.timed_steps * r.repeats + r.phase_steps + MEMORY_STEPS
     step = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors)
     unsynced = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors, sync=False)
+    compiled = cell.compile not in (None, "none")
     return (2 * rates.build_s_per_param * n_params + rates.cell_s + synced * step
-            + r.compute_only_steps * unsynced)
+            + r.compute_only_steps * unsynced + (rates.compile_s if compiled else 0.0))
 
 
 def estimate_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> float:

@@ -14,8 +14,8 @@ import pytest
 
 from bench.config import ConfigError, load_config
 from bench.matrix import expand
-from bench.workloads import model_label
 from bench.worker import parity
+from bench.workloads import model_label
 
 REPO = Path(__file__).resolve().parent.parent
 # Short windows: the runner's phases all run, each briefly.
@@ -49,7 +49,8 @@ def test_cell_ids_without_options_are_unchanged():
 def test_options_are_swept_only_for_the_engines_that_take_them():
     cells = ids("cpu-smoke", "matrix.engine=torch,naive,fsdp2", "matrix.world_size=2", "matrix.grad_accum=1",
                 "matrix.scaling=strong", "matrix.reshard_after_forward=true,false",
-                "matrix.comm_hook=none,powersgd,fp16", "matrix.powersgd_rank=1,4", "matrix.static_graph=false,true")
+                "matrix.comm_hook=none,powersgd,fp16", "matrix.powersgd_rank=1,4",
+                "matrix.static_graph=false,true")
     assert len(cells) == len(set(cells))
     naive = [c for c in cells if c.startswith("naive-")]
     assert naive == ["naive-mlp.tiny-ws2-bna-fp32-cnone-ga1-strong-gb8"]  # one cell, its old id
@@ -59,6 +60,19 @@ def test_options_are_swept_only_for_the_engines_that_take_them():
     assert len(torch_cells) == 4 * 2
     assert "torch-mlp.tiny-ws2-b0.05-fp32-cfp16-ga1-strong-gb8" in torch_cells
     assert "torch-mlp.tiny-ws2-b0.05-fp32-cnone-ga1-strong-gb8-hpowersgd.r1-static" in torch_cells
+
+
+def test_options_cells_keep_the_options_to_a_slice():
+    """Cells that set an option (and fsdp2's) exist only where options_cells matches their base id; the
+    cells without options are all still there."""
+    sets = ["matrix.engine=torch,fsdp2", "matrix.comm_hook=none,powersgd", "matrix.world_size=2"]
+    everywhere = ids("cpu-smoke", *sets)
+    sliced = ids("cpu-smoke", *sets, "matrix.options_cells=*-ga1-strong-*")
+    plain = [c for c in everywhere if "powersgd" not in c and not c.startswith("fsdp2")]
+    assert plain == [c for c in sliced if "powersgd" not in c and not c.startswith("fsdp2")]
+    assert sorted(set(sliced) - set(plain)) == [
+        "fsdp2-mlp.tiny-ws2-bna-fp32-cnone-ga1-strong-gb8-raf1",
+        "torch-mlp.tiny-ws2-b0.05-fp32-cnone-ga1-strong-gb8-hpowersgd.r4"]
 
 
 def test_a_cast_hook_is_the_comm_dtype_cell():
