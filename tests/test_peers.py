@@ -195,3 +195,15 @@ def test_analyze_classifies_fsdp_collectives_by_hand(tmp_path):
                   2, 1, 1)]
     s = rows_by_step(write_trace(tmp_path / "rank3.json", gpu, GPU_META))[0]["1"]
     assert (s["allgather_ms"], s["reduce_scatter_ms"]) == (pytest.approx(20e-3), pytest.approx(5e-3))
+
+
+def test_memory_frontier_by_hand():
+    """Per engine and world size, a cell stays on the frontier unless another beats it on both axes:
+    (100 MiB, 10/s) and (50, 5) both stay; (120, 8) is beaten by (100, 10); fsdp2's lone cell stays."""
+    import pandas as pd
+
+    from bench.report.memory import frontier
+
+    table = pd.DataFrame({"engine": ["torch", "torch", "torch", "fsdp2"], "world_size": [2, 2, 2, 2],
+                          "peak_mem_mb": [100.0, 50.0, 120.0, 500.0], "samples_per_s": [10.0, 5.0, 8.0, 1.0]})
+    assert list(frontier(table)) == [True, True, False, True]
