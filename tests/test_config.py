@@ -123,7 +123,7 @@ def test_default_preset_chooses_device():
     gpu = load_config("default", cuda_available=True)
     assert (cpu.run.device, cpu.workload.model, cpu.matrix.world_size) == ("cpu", "mlp", (1, 2))
     assert gpu.run.device == "cuda" and gpu.workload.model == "transformer"
-    assert set(cpu.matrix.engine) == {"torch", "naive", "bucketed", "overlap"}
+    assert set(cpu.matrix.engine) == {"torch", "naive", "bucketed", "overlap", "fsdp2"}  # fsdp2: peers slice
     assert len(cpu.matrix.bucket_cap_mb) == 2 and cpu.matrix.precision == ("fp32", "bf16")
     assert cpu.matrix.grad_accum == (1, 2)
 
