@@ -185,7 +185,8 @@ def test_profile_cells_selects_cells_by_pattern(capsys):
         gpu = load_config(preset, cuda_available=True)
         cells = [c for c in expand(gpu) if gpu.profile.covers(c.cell_id)]
         # 4 engines × 4 world sizes × strong and weak
-        assert len(cells) == 32 and {c.engine for c in cells} == set(gpu.matrix.engine)
+        peers = [c for c in cells if c.option_tags()]  # gpu-node's peers slice (docs/peers.md)
+        assert len(cells) - len(peers) == 32 and {c.engine for c in cells} == set(gpu.matrix.engine)
         assert {c.world_size for c in cells} == {1, 2, 4, 8}
     sets = ["matrix.scaling=strong", "profile.cells=*-ga1-*", "matrix.grad_accum=1,2", "matrix.engine=torch",
             "matrix.world_size=2"]

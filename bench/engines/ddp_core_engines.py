@@ -18,8 +18,10 @@ class DdpCore(Engine):
                                                 gradient_as_bucket_view=bool(gradient_as_bucket_view))
 
     def wrap_cell(self, module, cell, workload, device):
-        return self.wrap(module, cell.wrap_bucket_mb, cell.comm_dtype, device,
-                         gradient_as_bucket_view=cell.gradient_as_bucket_view)
+        # the option only where this engine takes it (a subclass's `wrap` may not know the keyword)
+        views = {} if cell.gradient_as_bucket_view is None else {
+            "gradient_as_bucket_view": cell.gradient_as_bucket_view}
+        return self.wrap(module, cell.wrap_bucket_mb, cell.comm_dtype, device, **views)
 
     def bucket_sizes_bytes(self, model, bucket_cap_mb):
         return [int(s) for s in model.bucket_sizes_bytes]  # naive: one per parameter
