@@ -1,4 +1,4 @@
-"""`python -m bench <command>`: run · report · compare · tensorboard · project · analyze.
+"""`python -m bench <command>`: run · report · compare · tensorboard · project · analyze · advise · slurm.
 
 Each command is a pair of functions, `<prefix>add_arguments(parser)` and `<prefix>main(args) -> int`, in
 the module COMMANDS names; this file only dispatches, so the commands stay independent of each other.
@@ -18,6 +18,8 @@ COMMANDS = {
     "tensorboard": ("bench.report.commands", "tensorboard_", "serve a run's traces in TensorBoard"),
     "project": ("bench.project.cli", "", "project a run to 8..1,024 GPUs, validated on its own cells"),
     "analyze": ("bench.analyze.cli", "", "per-step GPU/CPU breakdown and bucket timeline from traces"),
+    "advise": ("bench.advise.cli", "", "which settings to run: ranked by throughput, projected to a target"),
+    "slurm": ("bench.slurm_cli", "", "a run on a SLURM cluster: sbatch script, submit, follow, collect"),
 }
 
 

@@ -85,6 +85,7 @@ MAX_STEPS = 1_000_000
 MAX_BATCH = 1 << 24
 MAX_SECONDS = 7 * 24 * 3600.0    # a week
 MAX_THREADS = 4096
+MAX_TARGET_CI_PCT = 100.0        # ±100 % of the median: any wider target is no target
 
 
 def _engine_names() -> tuple[str, ...]:
@@ -211,8 +212,16 @@ class RunConfig:
 
     device: str = "auto"            # auto: cuda when a GPU is present, else cpu
     warmup_steps: int = 5           # both engines rebuild their buckets after iteration 1: at least 2
-    timed_steps: int = 20
+    timed_steps: int = 20           # with target_ci_pct > 0: the minimum (rounds before the first look)
     repeats: int = 1                # timed windows per cell (barrier + sync before each); samples pooled
+    # Adaptive timed rounds (bench.stats.stop_reason): after timed_steps × repeats rounds, and at each
+    # doubling of them, stop once every engine's median step and every paired speed_vs_torch ratio of the
+    # group has a 95 % interval within ±target_ci_pct % (0: off, exactly timed_steps × repeats rounds),
+    # else at max_timed_steps rounds, or when the next doubling would take the group's timed rounds past
+    # max_group_s seconds.
+    target_ci_pct: float = 2.0
+    max_timed_steps: int = 320
+    max_group_s: float = 60.0
     compute_only_steps: int = 10    # steps under no_sync() for exposed_comm_ms; 0: not measured
     phase_steps: int = 3            # instrumented steps for forward/backward/sync/optimizer times; 0: off
     probe_iters: int = 10           # timed all-reduces of the probe; 0: no probe
@@ -232,6 +241,13 @@ class RunConfig:
         _check_min("run.warmup_steps", [self.warmup_steps], 2, maximum=MAX_STEPS)
         _check_min("run.timed_steps", [self.timed_steps], 1, maximum=MAX_STEPS)
         _check_min("run.repeats", [self.repeats], 1, maximum=MAX_STEPS)
+        _check_min("run.target_ci_pct", [self.target_ci_pct], 0, maximum=MAX_TARGET_CI_PCT)
+        _check_min("run.max_timed_steps", [self.max_timed_steps], 1, maximum=MAX_STEPS)
+        _check_min("run.max_group_s", [self.max_group_s], 0, strict=True, maximum=MAX_SECONDS)
+        if self.adaptive and self.max_timed_steps < self.min_timed_steps:
+            fail("run.max_timed_steps", self.max_timed_steps,
+                 f"must be >= run.timed_steps × run.repeats = {self.min_timed_steps} (the minimum) while "
+                 f"run.target_ci_pct={self.target_ci_pct:g} is on")
         for key in ("compute_only_steps", "phase_steps", "probe_iters"):
             _check_min(f"run.{key}", [getattr(self, key)], 0, maximum=MAX_STEPS)
         _check_min("run.threads_per_rank", [self.threads_per_rank], 0, maximum=MAX_THREADS)
@@ -247,6 +263,21 @@ class RunConfig:
                  f"must exceed the watchdog's limit run.cell_timeout_s={self.cell_timeout_s:g} + "
                  f"run.startup_timeout_s={self.startup_timeout_s:g}, or a hung collective kills its rank "
                  "(recorded `failed`) before the watchdog records `timeout`; or use \"auto\"")
+
+    @property
+    def adaptive(self) -> bool:
+        """Timed rounds continue until the intervals reach target_ci_pct (else a fixed count)."""
+        return self.target_ci_pct > 0
+
+    @property
+    def min_timed_steps(self) -> int:
+        """Rounds every group runs: timed_steps × repeats."""
+        return self.timed_steps * self.repeats
+
+    @property
+    def most_timed_steps(self) -> int:
+        """The most rounds a group may run (what a trainer's data schedule must hold)."""
+        return self.max_timed_steps if self.adaptive else self.min_timed_steps
 
     def watchdog_limit_s(self, first_cell: bool) -> float:
         """The launcher's time limit for a cell: cell_timeout_s, plus startup_timeout_s for the first cell

@@ -214,6 +214,7 @@ class Launch:
                 self.untraced.pop(ev["cell_id"])
                 self.profiling = None
                 self.traced(ev["cell_id"], ev["trace_dir"])
+                self.sweep.progress.profiled_pass()
             elif outcomes_only:
                 continue
             elif kind == "hello":

@@ -26,10 +26,11 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import itertools
+import math
 import re
 from dataclasses import dataclass
 
-from bench import engines
+from bench import engines, stats
 from bench.config import ENGINE_OPTIONS, BenchConfig, MatrixConfig
 from bench.schema import COMM_DTYPES, DEFAULT_BUCKET_MB
 from bench.workloads import model_label
@@ -224,12 +225,19 @@ class Rates:
     profile_s: float            # per profiled cell: the trace export
     launch_s: float             # per launch (world size): start-up and tear-down
     run_s: float                # once per run: the launcher's own start, env capture, the --report step
+    # the widest 95 % half-width (%) of a group's intervals (stats.group_half_width_pct) × √rounds: what
+    # the adaptive rounds are expected to need, (this / target_ci_pct)² rounds
+    half_width_sqrt_n_pct: float
     compile_s: float = 0.0      # per compiled cell (matrix.compile): torch.compile in its warm-up
 
 
 # A micro-step costs max(compute, floor): compute = FLOPs / flops[precision]; floor = host_s_per_tensor ×
 # tensors + floor_s_per_param × parameters (on a GPU the host enqueues kernels while the device runs
 # them, so the slower of the two sets the pace; on a CPU, at these batch sizes, memory traffic does).
+# The CPU's widest group half-width (%) × √rounds, `make bench`'s CPU run under heavy load (load average
+# 5-6 on the 2 cores, other benchmarks running; 2026-11-25, results/default-vm-20261125-162514.244): the
+# median over its 32 groups was 94 (88 at one rank, 94 at two; 17 to 214). A quiet machine needs fewer.
+HALF_WIDTH_CPU = 94.0
 RATES = {
     # The 2-core development machine (shared), `make bench`'s CPU run (mlp.small, 3,684,362 parameters in
     # 10 tensors; one thread per rank; 2026-11-25): tests/data/estimate/cpu-default.
@@ -253,6 +261,7 @@ RATES = {
         # between them, 6.2 s after the last (the --report step)
         launch_s=4.5,
         run_s=6.5,
+        half_width_sqrt_n_pct=HALF_WIDTH_CPU,
         # inductor, mlp.small, world size 2 under load (2026-11-25, default's peers slice): torch DDP's
         # model 17.8 s, fsdp2's blocks 5.3 s; a later identical model in the launch reuses the graphs
         # (0 s), so charging every compiled cell the larger figure is an upper bound
@@ -284,6 +293,8 @@ RATES = {
         # events; all of it counted per launch (the split is not known)
         launch_s=14.4,
         run_s=0.0,
+        # NOT MEASURED on a GPU: 0 assumes the minimum rounds (run.timed_steps × repeats) reach the target
+        half_width_sqrt_n_pct=0.0,
         compile_s=60.0),  # ASSUMED (not measured on a GPU): inductor on a 135M-360M model
 }
 
@@ -317,18 +328,58 @@ def estimate_step_seconds(rates: Rates, cell: Cell, flops_per_sample: float, n_p
     return step
 
 
+def expected_timed_steps(config: BenchConfig, rates: Rates, round_s: float) -> int:
+    """The timed rounds a group is expected to run, by the worker's rule (stats.stop_reason) with the
+    widest half-width taken as rates.half_width_sqrt_n_pct / √rounds: the minimum with adaptivity off;
+    else the first checkpoint where that is within run.target_ci_pct, or run.max_timed_steps, or, once the
+    next checkpoint would take the group past run.max_group_s at `round_s` per round, the rounds that fit
+    in it."""
+    r = config.run
+    if not r.adaptive:
+        return r.min_timed_steps
+    points = stats.checkpoints(r.min_timed_steps, r.max_timed_steps)
+    for n, upcoming in zip(points, [*points[1:], points[-1]]):
+        worst = rates.half_width_sqrt_n_pct / math.sqrt(n)
+        why = stats.stop_reason(worst, r.target_ci_pct, n, r.max_timed_steps, n * round_s, upcoming,
+                                r.max_group_s)
+        if why == "budget":
+            return n + stats.budget_fill(n, n * round_s, r.max_group_s, r.max_timed_steps)
+        if why:
+            return n
+    return points[-1]
+
+
+def group_size(config: BenchConfig) -> int:
+    """Engines stepped side by side in a round (all of the matrix's, when run.interleave is on; a group
+    that does not fit in memory runs alone, which this does not foresee)."""
+    return len(config.matrix.engine) if config.run.interleave else 1
+
+
 def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_per_sample: float,
                           n_params: int, n_tensors: int) -> float:
     """A cell's wall time (its `cell_wall_s`, its profiled pass not included): two builds (the timed
-    trainer, the peak-memory pass), its steps (warm-up, timed, phase, memory pass; compute-only without
-    the all-reduce), and the fixed per-cell overhead."""
+    trainer, the peak-memory pass), its steps (warm-up, the expected timed rounds, phase, memory pass;
+    compute-only without the all-reduce), and the fixed per-cell overhead."""
     r = config.run
-    synced = r.warmup_steps + r.timed_steps * r.repeats + r.phase_steps + MEMORY_STEPS
     step = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors)
+    timed = expected_timed_steps(config, rates, group_size(config) * step)
+    synced = r.warmup_steps + timed + r.phase_steps + MEMORY_STEPS
     unsynced = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors, sync=False)
     compiled = cell.compile not in (None, "none")
     return (2 * rates.build_s_per_param * n_params + rates.cell_s + synced * step
             + r.compute_only_steps * unsynced + (rates.compile_s if compiled else 0.0))
+
+
+def expected_rounds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> list[int]:
+    """Per runnable cell, the timed rounds its group is expected to run (expected_timed_steps)."""
+    from bench.workloads import get_workload
+
+    rates = rates or RATES[config.run.device]
+    workload = get_workload(config.workload.model, config.workload.model_size, config.workload.options())
+    flops = workload.train_flops_per_sample() or 0.0
+    n_params, n_tensors = model_size_counts(config)
+    return [expected_timed_steps(config, rates, group_size(config) * estimate_step_seconds(
+        rates, c, flops, n_params, n_tensors)) for c in cells if not c.skip_reason]
 
 
 def estimate_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> float:

@@ -1,4 +1,4 @@
-"""After a sweep (`bench run --report`): analyze → project → report, called as functions.
+"""After a sweep (`bench run --report`): analyze → project → advise → report, called as functions.
 
 Each step is the command's own module (its `add_arguments` and `main`, with the command's defaults), not
 `bench.__main__` re-entered by a command string. A step that fails says so and the next goes on: the
@@ -13,8 +13,9 @@ import importlib
 import sys
 from pathlib import Path
 
-# (command, module): analyze first, project reads its bucket_timeline.csv
-STEPS = (("analyze", "bench.analyze.cli"), ("project", "bench.project.cli"))
+# (command, module): analyze first, project reads its bucket_timeline.csv, advise ranks and projects to its
+# default target; the report leads with advise's answer
+STEPS = (("analyze", "bench.analyze.cli"), ("project", "bench.project.cli"), ("advise", "bench.advise.cli"))
 
 
 def _defaults(module, run_dir: Path) -> argparse.Namespace:

@@ -1,4 +1,8 @@
-"""A progress bar over cells on stderr (done/total, ETA, current cell) and one line per finished cell."""
+"""A progress bar on stderr over a sweep's work — its cells, then the profiled passes that follow their timed
+steps — with ETA and what runs now, and one line per finished cell.
+
+A profiled pass is counted as work of its own: without it the bar sat at "112/112 cells, ETA 0:00:00" for the
+tens of seconds the passes take. The ETA treats a pass like a cell (the mean time per unit of work so far)."""
 
 from __future__ import annotations
 
@@ -16,8 +20,9 @@ class Progress:
 
     WIDTH = 24
 
-    def __init__(self, total: int, stream=None):
+    def __init__(self, total: int, stream=None, profiled: int = 0):
         self.total, self.done = total, 0
+        self.profiled_total, self.profiled_done = profiled, 0
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.t0 = time.perf_counter()
@@ -25,9 +30,12 @@ class Progress:
 
     def _bar(self) -> str:
         elapsed = time.perf_counter() - self.t0
-        eta = elapsed / self.done * (self.total - self.done) if self.done else None
-        fill = int(self.WIDTH * self.done / max(1, self.total))
-        return (f"[{'#' * fill}{'.' * (self.WIDTH - fill)}] {self.done}/{self.total} cells"
+        done, total = self.done + self.profiled_done, self.total + self.profiled_total
+        eta = elapsed / done * (total - done) if done else None
+        fill = int(self.WIDTH * done / max(1, total))
+        passes = (f", {self.profiled_done}/{self.profiled_total} profiled passes" if self.profiled_total
+                  else "")
+        return (f"[{'#' * fill}{'.' * (self.WIDTH - fill)}] {self.done}/{self.total} cells{passes}"
                 f"  elapsed {_hms(elapsed)}  ETA {_hms(eta) if eta is not None else '?'}"
                 f"  {self.current}")
 
@@ -60,6 +68,12 @@ class Progress:
         else:  # a log: the summary line only (the bar is printed when the next cell starts)
             self.stream.write(summary + "\n")
             self.stream.flush()
+
+    def profiled_pass(self) -> None:
+        """Count a finished profiled pass (its traces are written)."""
+        self.profiled_done = min(self.profiled_done + 1, self.profiled_total)
+        if self.tty:
+            self._draw()
 
     def close(self) -> None:
         if self.tty:

@@ -34,7 +34,8 @@ def check_device(config: BenchConfig, gpu_count: int, nnodes: int = 1) -> None:
             fail("run.device", "cuda", "no CUDA device is present")
         too_big = [ws for ws in config.matrix.world_size if ws > gpu_count * nnodes]
         if too_big and not config.run.skip_world_sizes_above_gpus:
-            fail("matrix.world_size", too_big[0], f"above the {gpu_count * nnodes} GPUs present")
+            fail("matrix.world_size", too_big[0], f"above the {gpu_count * nnodes} GPUs present"
+                 if nnodes == 1 else f"above the {gpu_count * nnodes} GPUs of {nnodes} nodes × {gpu_count}")
     else:
         for precision in config.matrix.precision:
             if precision in ("tf32", "fp16"):

@@ -1,7 +1,8 @@
 """`python -m bench run`: validate a preset, expand its matrix, sweep it, write results/<run-id>/.
 
     python -m bench run --config NAME|PATH [--set section.key=value ...] [--out DIR] [--resume]
-                        [--dry-run] [--report] [--plan-only [--nnodes N]] [--collect DIR]
+                        [--dry-run] [--report] [--plan-only [--nnodes N] [--gpus-per-node G]]
+                        [--collect DIR]
 
 Exit codes: 0 done (failed cells are recorded, not fatal), 2 bad configuration or folder, 130 interrupted.
 """
@@ -30,7 +31,7 @@ from bench.config import (
     resolve_path,
     to_toml,
 )
-from bench.matrix import Cell, by_launch, estimate_seconds, expand
+from bench.matrix import Cell, by_launch, estimate_seconds, expand, expected_rounds
 from bench.run_checks import check_device, cpu_oversubscription
 from bench.schema import STATUSES, TRACE_GLOB, MiB, backend_for
 
@@ -55,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the run folder and plan.json for your own torchrun/srun, run nothing")
     parser.add_argument("--nnodes", type=int, default=1,
                         help="with --plan-only: nodes the plan will run on (GPU-count check)")
+    parser.add_argument("--gpus-per-node", type=int, default=None, metavar="G",
+                        help="with --plan-only: GPUs on each node the plan will run on (default: this "
+                             "machine's); lets a GPU-less login node plan a CUDA run")
     parser.add_argument("--collect", type=Path, metavar="DIR",
                         help="build cells.jsonl/results.csv of DIR from its workers' events/*.jsonl")
 
@@ -220,6 +224,13 @@ def dry_run(config: BenchConfig, cells: list[Cell]) -> int:
     print(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} skipped, "
           f"{len(by_launch(runnable))} launches; estimated wall time ~{est / 60:.1f} min "
           f"(bench.matrix.RATES: calibrated on a 2-core CPU and one H100; GPU all-reduce speed assumed)")
+    r = config.run
+    if r.adaptive and runnable:
+        rounds = sorted(expected_rounds(config, cells))
+        median = rounds[len(rounds) // 2]
+        print(f"timed rounds per cell expected: {rounds[0]}-{rounds[-1]} (median {median}), "
+              f"until ±{r.target_ci_pct:g} % (run.target_ci_pct), at most {r.max_timed_steps} rounds or "
+              f"{r.max_group_s:g} s a group")
     return 0
 
 
@@ -231,16 +242,21 @@ def collect_events(run_dir: Path) -> int:
     plan = json.loads((run_dir / "plan.json").read_text())
     by_id = {c["cell_id"]: Cell.from_dict(c) for c in plan["cells"]}
     done = {r["cell_id"] for r in results.read_records(run_dir)}
-    outcomes: dict[str, dict] = {}  # per cell, its finish event, else the first error event
+    # per cell, its finish event, else the earliest error event of a rank that failed itself (a `peer` event
+    # only says that another rank's group failed; a later error is usually a peer's timeout in a collective
+    # with the rank that failed first)
+    outcomes: dict[str, dict] = {}
     traces: dict[str, str] = {}
-    for path in sorted((run_dir / "events").glob("*.jsonl")):
+    for path in sorted((run_dir / run_folder.EVENTS).glob("*.jsonl")):
         for ev in EventReader(path).read():
             ids = ev.get("cell_ids") or [ev.get("cell_id")]
             if ev["event"] == "finish":
                 outcomes[ev["cell_id"]] = ev
             elif ev["event"] == "error" and ev.get("phase") != "profile":
                 for cell_id in ids:
-                    outcomes.setdefault(cell_id, ev)
+                    known = outcomes.get(cell_id)
+                    if known is None or _precedence(known) > _precedence(ev):
+                        outcomes[cell_id] = ev
             elif ev["event"] == "traced":
                 traces[ev["cell_id"]] = ev["trace_dir"]
     added = 0
@@ -252,9 +268,42 @@ def collect_events(run_dir: Path) -> int:
             results.append_record(run_dir, record)
             added += 1
     results.write_csv(run_dir)
+    nodes = merge_node_envs(run_dir)
     missing = [i for i in by_id if i not in done and i not in outcomes]
-    print(f"collected {added} cells into {run_dir / results.CSV_FILE}; {len(missing)} not run yet")
+    print(f"collected {added} cells into {run_dir / results.CSV_FILE}; {len(missing)} not run yet"
+          + (f"; env.json describes {len(nodes)} node(s): {', '.join(nodes)}" if nodes else ""))
     return 0
+
+
+def _precedence(error_event: dict) -> tuple[bool, float]:
+    """Which error event of a cell says why it failed: a rank's own before a `peer`'s, earliest first."""
+    return bool(error_event.get("peer")), error_event["t"]
+
+
+# env.json keys that describe the plan rather than a machine: kept from the planning machine's env.json
+PLAN_KEYS = ("command", "threads_per_rank", "launch_env_vars", "user_model")
+
+
+def merge_node_envs(run_dir: Path) -> list[str]:
+    """env.json from the nodes' env-<host>.json (bench/worker/plan_mode.py): the machine keys of the first
+    node (node rank 0, the one that holds rank 0), every node under `nodes`, the planning machine's plan
+    keys and its fingerprint under `planned_on`. Returns the nodes' host names (none: env.json unchanged)."""
+    found = []
+    for path in sorted(run_dir.glob(run_folder.NODE_ENV_GLOB)):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    if not found:
+        return []
+    found.sort(key=lambda info: (info.get("node_rank", 0), info["hostname"]))
+    env_path = run_dir / run_folder.ENV
+    planned = json.loads(env_path.read_text()) if env_path.is_file() else {}
+    planned = planned.get("planned_on", planned)  # a second --collect merges from the same sources
+    merged = dict(found[0]) | {k: planned[k] for k in PLAN_KEYS if k in planned}
+    merged |= {"nodes": {info["hostname"]: info for info in found}, "planned_on": planned}
+    env_path.write_text(json.dumps(merged, indent=2) + "\n")
+    return [info["hostname"] for info in found]
 
 
 def plan_only(run_dir: Path, config: BenchConfig, cells: list[Cell]) -> int:
@@ -264,7 +313,8 @@ def plan_only(run_dir: Path, config: BenchConfig, cells: list[Cell]) -> int:
     plan = run_dir / "plan.json"
     write_plan(plan, config, run_dir, runnable, launcher_pid=None,
                profile=[c for c in runnable if config.profile.covers(c.cell_id)])
-    print(f"wrote {plan} ({len(runnable)} cells). On every node, per world size N = nodes × GPUs per node:")
+    print(f"wrote {plan} ({len(runnable)} cells to run; re-running it skips the cells that finished). "
+          "On every node, per world size N = nodes × GPUs per node:")
     print(f"  torchrun --nnodes $NNODES --nproc-per-node $GPUS --rdzv-backend c10d "
           f"--rdzv-endpoint $HEAD:29500 -m bench.worker --plan {plan}")
     print(f"then: python -m bench run --collect {run_dir}")
@@ -290,13 +340,28 @@ def main(args: argparse.Namespace) -> int:
         return _error(f"--retry={unknown[0]!r}: must be statuses among {list(RETRYABLE)}")
     if retry and not args.resume:
         return _error(f"--retry={args.retry!r}: needs --resume (it re-runs cells of an existing run folder)")
+    for flag, value in (("--nnodes", args.nnodes), ("--gpus-per-node", args.gpus_per_node)):
+        if value is not None and value < 1:
+            return _error(f"{flag}={value}: must be at least 1")
+    if args.gpus_per_node is not None and not args.plan_only:
+        return _error(f"--gpus-per-node={args.gpus_per_node}: only with --plan-only (a run uses this "
+                      "machine's GPUs)")
+    # --plan-only --gpus-per-node G plans for the compute nodes, not for this (maybe GPU-less) machine:
+    # "auto" resolves to cuda, and the world sizes are checked against --nnodes × G.
+    planned_gpus = args.gpus_per_node if args.plan_only else None
     try:
-        config = load_config(args.config, args.set, cuda_available=cuda_for_auto)
+        config = load_config(args.config, args.set,
+                             cuda_available=(lambda: True) if planned_gpus else cuda_for_auto)
         gpu_count, bf16_ok = _machine(config)
+        if planned_gpus and config.run.device == "cuda":
+            gpu_count, bf16_ok = planned_gpus, True  # bf16 is the nodes' to check: a cell fails there
         if config.run.device == "cuda" and not gpu_count:  # asked for cuda: say why torch has none
             reason = _unusable_gpus()
             if reason:
                 raise ConfigError(f"run.device='cuda': {reason}")
+            if args.plan_only:
+                raise ConfigError("run.device='cuda': this machine has no CUDA device; to plan for GPU "
+                                  "nodes from here, pass --gpus-per-node G (the GPUs of each node)")
         check_device(config, gpu_count, nnodes=args.nnodes if args.plan_only else 1)
         crowded = cpu_oversubscription(config)
         if crowded:
@@ -326,7 +391,7 @@ def main(args: argparse.Namespace) -> int:
     done = {r["cell_id"] for r in results.read_records(run_dir) if r["status"] not in retry}
     record_skipped(run_dir, config, cells, done)
     if args.plan_only:
-        return plan_only(run_dir, config, cells)
+        return plan_only(run_dir, config, [c for c in cells if c.cell_id not in done])
     todo = [c for c in cells if not c.skip_reason and c.cell_id not in done]
     print(f"run folder: {run_dir}  ({len(todo)} cells to run, {len(cells) - len(todo)} done or skipped)")
     return sweep(run_dir, config, todo, args.report)
@@ -340,7 +405,7 @@ def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) ->
     from bench.launch import Sweep
     from bench.progress import Progress
 
-    progress = Progress(total=len(todo))
+    progress = Progress(total=len(todo), profiled=sum(config.profile.covers(c.cell_id) for c in todo))
     runner = Sweep(config, run_dir, progress)
     t0 = time.perf_counter()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops as cleanly as Ctrl-C
@@ -374,6 +439,9 @@ def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) ->
         traces = list((run_dir / "traces").glob(f"*/{TRACE_GLOB}"))
         print(f"traces: {len(traces)} files, {sum(t.stat().st_size for t in traces) / MiB:.1f} MiB "
               f"in {run_dir / 'traces'}")
+    if not report:
+        print(f"no report (run without --report); build it with: python -m bench advise {run_dir} && "
+              f"python -m bench report {run_dir}")
     return write_report(run_dir) if report else 0
 
 

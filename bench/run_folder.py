@@ -38,6 +38,13 @@ SWEEP = "allreduce_sweep.csv"     # the probe's size sweep, derived with results
 LOCK = ".lock"                    # held by the run writing into the folder
 LOGS = "logs"                     # launch plans, commands, outputs, events, NCCL logs
 EVENTS = "events"                 # the workers' events of a run launched by the user's own torchrun/srun
+NODE_ENV_GLOB = "env-*.json"      # per node of such a run (its worker's local rank 0), merged by --collect
+SBATCH = "job.sbatch"             # `bench slurm`: the job script it wrote (and submitted, with --submit)
+
+
+def node_env(host: str) -> str:
+    """The file a node's local rank 0 writes in a plan run: env-<host>.json."""
+    return f"env-{host}.json"
 TRACES = "traces"                 # traces/<cell_id>/rank<r>.<ts>.pt.trace.json.gz
 # written by `bench analyze RUN` (bench.analyze.summary.TABLES has their columns)
 TRACE_SUMMARY = "trace_summary.csv"
@@ -51,6 +58,10 @@ WITNESSES = "witnesses.csv"
 PROJECTION_DIR = "projection"
 PROJECTION = "projection.csv"
 PROJECTION_NOTES = "notes.txt"    # the caveats `bench project` printed, one a line
+# written by `bench advise RUN`, under ADVICE_DIR (its projection to the target in ADVICE_DIR/projection)
+ADVICE_DIR = "advice"
+ADVICE_MD = "advice.md"           # the short answer, the caveats, the ranking
+ADVICE_CSV = "advice.csv"         # one row per configuration at the largest measured world size, ranked
 
 
 class RunError(ValueError):

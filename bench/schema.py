@@ -90,13 +90,17 @@ EXTRA_COLUMNS = (
     "step_time_ms_mean",
     "step_time_ms_min",
     "step_time_ms_std",
-    "step_time_ms_ci95_low",     # 95 % percentile-bootstrap interval of the median step time (bench.stats)
+    "step_time_ms_ci95_low",     # 95 % order-statistic interval of the median step time (bench.stats)
     "step_time_ms_ci95_high",
+    "step_time_half_width_pct",  # that interval's half-width, % of the median: the precision achieved
+    "stopped_by",                # why the timed rounds stopped: bench.stats.STOPPED_BY; empty: fixed count
     "exposed_comm_ms_ci95_low",  # 95 % interval of step p50 − compute-only p50
     "exposed_comm_ms_ci95_high",
     "speed_vs_torch",            # median over rounds of torch step / this engine's step, same group (×)
     "speed_vs_torch_ci95_low",
     "speed_vs_torch_ci95_high",
+    "speed_vs_torch_half_width_pct",  # its interval's half-width, % of the ratio
+    "speed_vs_torch_p",          # sign test's p-value of ratio = 1 (bench.stats.sign_test_p), for Holm
     "verdict_vs_torch",          # faster | slower | within noise (bench.stats.verdict); empty for torch
     "interleaved",               # true: stepped round-robin beside the other engines of its group
     "rank_skew_ms_p50",          # per step, slowest minus fastest rank; p50 over the timed steps
@@ -152,7 +156,7 @@ SWEEP_COLUMNS = (
 # Columns holding text; every other column is a number (empty when not measured).
 STRING_COLUMNS = (
     "cell_id", "status", "error", "engine", "model", "model_size", "precision", "comm_dtype", "scaling",
-    "device", "backend", "trace_dir", "gpu_name", "hostname", "verdict_vs_torch", "interleaved",
+    "device", "backend", "trace_dir", "gpu_name", "hostname", "verdict_vs_torch", "interleaved", "stopped_by",
     "matmul_fp32_precision", "cudnn_fp32_precision", "nccl_transport", "comm_hook", "compile",
     "reshard_after_forward", "static_graph", "gradient_as_bucket_view", "lossy",
 )

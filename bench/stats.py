@@ -1,13 +1,21 @@
-"""Uncertainty for every compared number: bootstrap intervals, paired ratios and the verdict rule.
+"""Uncertainty for every compared number: intervals of medians, paired ratios, the verdict rule, the
+family-wise correction of many verdicts, and the adaptive stopping rule of the timed rounds.
 
-Used by the worker (to fill a row's intervals) and by the report and compare (to word findings). Pure
-Python + numpy; the resampling is seeded, so the same samples always give the same interval.
+Used by the worker (to fill a row's intervals and to decide when to stop stepping) and by the report and
+compare (to word findings). Pure Python + numpy; deterministic: the same samples give the same interval.
 
-The bootstrap is the **percentile bootstrap** (Efron 1979; Efron & Tibshirani 1993, ch. 13): resample the
-observations with replacement B times, compute the statistic on each resample, and take the 2.5th and
-97.5th percentiles of those B values as the 95 % interval. Steps are resampled as independent units;
-rounds (one step of each engine, side by side) are resampled as units for paired ratios, which keeps the
-pairing that cancels noise lasting a round.
+A median's interval (a cell's step time; a paired ratio's median over rounds) is the **order-statistic
+interval** (distribution-free; Hollander & Wolfe, *Nonparametric Statistical Methods*, ch. 3; the sign
+test's dual): [x_(k), x_(n−k+1)] of the sorted samples, with the largest k for which
+2·P(Binomial(n, ½) ≤ k−1) ≤ 5 %. Its coverage is at least 95 % for any continuous distribution of
+independent samples, at every n ≥ MIN_SAMPLES; below that no 95 % interval exists and none is given. It
+replaced the percentile bootstrap, which under-covers at small n: on tests/synthetic_steps.py's A/A pair
+it said "faster"/"slower" in 5.6-6.4 % of comparisons at 5-20 rounds (docs/design.md, "Uncertainty").
+Steps are the units of a cell's interval; rounds (one step of each engine, side by side) are the units of
+a paired ratio, which keeps the pairing that cancels noise lasting a round.
+
+The difference of two unpaired medians (exposed communication) keeps the **percentile bootstrap** (Efron
+& Tibshirani 1993, ch. 13): B resamples with replacement, seeded, the 2.5th and 97.5th percentiles.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from functools import cache
 
 import numpy as np
 
@@ -25,6 +34,9 @@ VERDICTS = ("faster", "slower", "within noise")
 # A cell whose 95 % interval of the median step time is wider than ±this (half-width over the median)
 # is flagged `unstable` by the report: its numbers are shown but not trusted for comparisons.
 UNSTABLE_HALF_WIDTH_PCT = 10.0
+# The fewest samples (steps, or rounds of a pair) with a 95 % interval of their median: with n, the widest
+# interval [min, max] misses the median with probability 2 · 2^−n, 6.25 % at 5 and 3.1 % at 6.
+MIN_SAMPLES = 6
 
 
 def _clean(samples: Sequence[float | None]) -> np.ndarray:
@@ -38,14 +50,44 @@ def _percentile_interval(stats: np.ndarray) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def median_ci(samples: Sequence[float]) -> tuple[float | None, float | None]:
-    """95 % percentile-bootstrap interval of the median of `samples`; (None, None) with fewer than 2."""
-    values = _clean(samples)
-    if len(values) < 2:
+def _log_binom_half(n: int, k: int) -> float:
+    """log P(Binomial(n, ½) = k)."""
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) - n * math.log(2)
+
+
+def binom_half_cdf(n: int, k: int) -> float:
+    """P(Binomial(n, ½) ≤ k), summed in log space (2^−n underflows a float from n = 1075)."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    logs = [_log_binom_half(n, j) for j in range(k + 1)]
+    top = max(logs)
+    return min(1.0, math.exp(top) * sum(math.exp(v - top) for v in logs))
+
+
+@cache
+def order_statistic_depth(n: int) -> int | None:
+    """The k of the 95 % order-statistic interval [x_(k), x_(n−k+1)] (1-based) of the median of n samples:
+    the largest k with 2·P(Binomial(n, ½) ≤ k−1) ≤ 1 − CONFIDENCE; None when even [min, max] misses that
+    (n < MIN_SAMPLES). Worked by hand: n = 6 → 1 (2/64 = 3.1 %), n = 20 → 6 (2·P(B ≤ 5) = 4.1 %)."""
+    alpha, k = 1 - CONFIDENCE, 0
+    while k < n // 2 and 2 * binom_half_cdf(n, k) <= alpha:
+        k += 1  # k − 1 passes: the interval may reach one rank further in
+    return k or None
+
+
+def _order_statistic_interval(values: np.ndarray) -> tuple[float | None, float | None]:
+    k = order_statistic_depth(len(values))
+    if k is None:
         return None, None
-    rng = np.random.default_rng(SEED)
-    picks = rng.integers(0, len(values), size=(BOOTSTRAP_RESAMPLES, len(values)))
-    return _percentile_interval(np.median(values[picks], axis=1))
+    ordered = np.sort(values)
+    return float(ordered[k - 1]), float(ordered[len(values) - k])
+
+
+def median_ci(samples: Sequence[float]) -> tuple[float | None, float | None]:
+    """95 % order-statistic interval of the median of `samples`; (None, None) with fewer than MIN_SAMPLES."""
+    return _order_statistic_interval(_clean(samples))
 
 
 def median_difference_ci(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, float | None]:
@@ -77,14 +119,44 @@ def paired_ratio(baseline: Sequence[float], other: Sequence[float]) -> tuple[flo
                                                                                  float | None]:
     """(median, low, high) over rounds of baseline_i / other_i, with its 95 % interval from resampling
     rounds. > 1 means `other` is faster than `baseline`. Samples are paired by index (round)."""
-    pairs = [(b, o) for b, o in zip(baseline, other) if b and o and math.isfinite(b) and math.isfinite(o)]
-    if len(pairs) < 2:
+    ratios = _ratios(baseline, other)
+    if not len(ratios):
         return None, None, None
-    ratios = np.asarray([b / o for b, o in pairs], dtype=np.float64)
-    rng = np.random.default_rng(SEED)
-    picks = rng.integers(0, len(ratios), size=(BOOTSTRAP_RESAMPLES, len(ratios)))
-    lo, hi = _percentile_interval(np.median(ratios[picks], axis=1))
+    lo, hi = _order_statistic_interval(ratios)
     return float(np.median(ratios)), lo, hi
+
+
+def _ratios(baseline: Sequence[float], other: Sequence[float]) -> np.ndarray:
+    pairs = [(b, o) for b, o in zip(baseline, other) if b and o and math.isfinite(b) and math.isfinite(o)]
+    return np.asarray([b / o for b, o in pairs], dtype=np.float64)
+
+
+def sign_test_p(baseline: Sequence[float], other: Sequence[float]) -> float | None:
+    """Two-sided p-value of the sign test that the median ratio baseline_i / other_i is 1 (the test whose
+    dual is paired_ratio's interval): with n rounds not tied at exactly 1 and k of them above 1,
+    min(1, 2·P(Binomial(n, ½) ≤ min(k, n − k))). None with fewer than MIN_SAMPLES rounds."""
+    ratios = _ratios(baseline, other)
+    untied = ratios[ratios != 1.0]
+    if len(ratios) < MIN_SAMPLES:
+        return None
+    if not len(untied):
+        return 1.0
+    above = int((untied > 1.0).sum())
+    return min(1.0, 2 * binom_half_cdf(len(untied), min(above, len(untied) - above)))
+
+
+def holm(p_values: Sequence[float | None], alpha: float = 1 - CONFIDENCE) -> list[bool | None]:
+    """Holm's step-down correction (Holm 1979): which of m hypotheses are rejected with a family-wise
+    error rate ≤ alpha, under any dependence between the tests. Sorted ascending, p_(i) is rejected while
+    p_(j) ≤ alpha / (m − j + 1) for every j ≤ i. None stays None (no test) and does not count in m."""
+    tested = sorted((p, i) for i, p in enumerate(p_values) if p is not None and math.isfinite(p))
+    out: list[bool | None] = [None if p is None or not math.isfinite(p) else False for p in p_values]
+    m = len(tested)
+    for j, (p, i) in enumerate(tested):
+        if p > alpha / (m - j):
+            break
+        out[i] = True
+    return out
 
 
 def verdict(low: float | None, high: float | None, neutral: float = 1.0) -> str | None:
@@ -115,3 +187,54 @@ def half_width_pct(center: float | None, low: float | None, high: float | None) 
     if center is None or low is None or high is None or not center:
         return None
     return (high - low) / 2 / abs(center) * 100
+
+
+# The adaptive timed rounds (bench/worker/cell.py): how many rounds, and why they stopped.
+STOPPED_BY = ("target", "max_steps", "budget")
+
+
+def checkpoints(minimum: int, maximum: int) -> list[int]:
+    """The round counts at which the intervals are looked at, fixed before any step: minimum, then doubling
+    (2×, 4×, …) up to maximum, which is the last. Looking only at pre-set points, and few of them, keeps the
+    stopping rule from chasing a lucky stretch (each look is a chance to stop on a narrow interval)."""
+    points = [minimum]
+    while points[-1] < maximum:
+        points.append(min(2 * points[-1], maximum))
+    return points
+
+
+def group_half_width_pct(samples: Sequence[Sequence[float]], reference: int | None) -> float | None:
+    """The widest 95 % half-width, in % of its centre, over a group's engines: each engine's median step
+    (samples[e], one step time per round) and, with a reference engine (torch DDP's index), each other
+    engine's paired ratio to it. None while any of them has no interval yet (fewer than MIN_SAMPLES)."""
+    widths = []
+    for e, steps in enumerate(samples):
+        low, high = median_ci(steps)
+        widths.append(half_width_pct(float(np.median(_clean(steps))) if len(_clean(steps)) else None,
+                                     low, high))
+        if reference is not None and e != reference:
+            widths.append(half_width_pct(*paired_ratio(samples[reference], steps)))
+    return None if not widths or any(w is None for w in widths) else max(widths)
+
+
+def stop_reason(worst_pct: float | None, target_pct: float, rounds: int, max_rounds: int,
+                elapsed_s: float, next_rounds: int, budget_s: float) -> str | None:
+    """Why the timed rounds stop at this checkpoint (one of STOPPED_BY), or None to go on: the target is
+    met; or the cap of rounds is reached; or the next checkpoint's rounds, at this pace (elapsed_s over
+    `rounds`), would take the group past its time budget."""
+    if worst_pct is not None and worst_pct <= target_pct:
+        return "target"
+    if rounds >= max_rounds:
+        return "max_steps"
+    if elapsed_s + (next_rounds - rounds) * elapsed_s / rounds > budget_s:
+        return "budget"
+    return None
+
+
+def budget_fill(rounds: int, elapsed_s: float, budget_s: float, max_rounds: int) -> int:
+    """Rounds that still fit in the budget at the pace so far (elapsed_s over `rounds`), at most up to
+    max_rounds: run after a "budget" stop, so the group spends its whole budget. The count depends on the
+    clock, not on the intervals, and nothing is looked at after them, so they add no stopping bias."""
+    if rounds <= 0 or elapsed_s <= 0:
+        return 0
+    return max(0, min(max_rounds - rounds, math.floor((budget_s - elapsed_s) / (elapsed_s / rounds))))

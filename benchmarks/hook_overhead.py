@@ -43,7 +43,7 @@ WARMUP, STEPS = 20, 300
 REAL = ("resnet", "tiny", 16, 400)  # family, size, per-rank batch, rounds
 ASSUMED_MFU = 0.40
 # the gpu-node preset's model at its weak per-rank batch (12) and at 8-rank strong scaling (64 / 8), and
-# ResNet-50 at NVIDIA's DGX A100 recipe batch (benchmarks/project_published_resnet50.py)
+# ResNet-50 at NVIDIA's DGX A100 recipe batch (256 per GPU; tests/data/published_scaling)
 GPU_MODELS = (("transformer", "smollm2-360m", 12), ("transformer", "smollm2-360m", 8),
               ("resnet", "resnet50", 256))
 GPUS = ("h100-sxm", "a100-sxm")

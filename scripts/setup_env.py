@@ -228,6 +228,11 @@ def summary(info: dict, source: str, project: str, notes: list[str]) -> str:
     return "; ".join([line, *notes])
 
 
+def announce(what: str) -> None:
+    """Say what set-up is about to do before a step that can take a while (stderr: stdout is the result)."""
+    print(f"setup: {what} ...", file=sys.stderr, flush=True)
+
+
 def pip(python: Path, *args: str) -> None:
     """Run pip in the target interpreter; a failure raises CalledProcessError (pip has printed why)."""
     cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *args]
@@ -258,6 +263,7 @@ def setup(target: Target, running: Running, environ: Mapping[str, str], dry_run:
         cmd = venv_command(target, running)
         if dry_run:
             return f"setup (dry run): would run `{' '.join(cmd)}`, then plan inside it"
+        announce(f"creating {target.python.parent.parent} with `{' '.join(map(str, cmd))}` (seconds)")
         subprocess.run(cmd, check=True)
     info = probe(target.python)
     if target.hidden_torch and info["torch"] is None and "TORCH_SPEC" not in environ:
@@ -286,12 +292,17 @@ def setup(target: Target, running: Running, environ: Mapping[str, str], dry_run:
     if steps.install_torch or steps.install_project:
         writable(info)
     if steps.install_torch:
+        announce(f"{info['executable']} has no torch: installing {steps.install_torch} with pip, then "
+                 f"ddpbench and its dependencies. This is set-up's long step (torch is its largest download: "
+                 f"minutes on a slow connection, with nothing printed until pip's own lines)")
         pip(target.python, steps.install_torch)
         source, info = INSTALLED, probe(target.python)
         steps = plan(info, torch_spec, torch_range, python_range, stamp_current=False)
         if steps.install_torch:
             raise SetupError(f"pip installed {torch_spec} but torch still does not import in {target.python}")
     if steps.install_project:
+        announce(f"installing ddpbench (-e {ROOT}[dev]) and its dependencies into {info['executable']}, "
+                 f"torch pinned (-c {steps.constraint.strip()})")
         install_project(target.python, steps.constraint)
         stamp.write_text(digest + "\n")
         project = "installed"

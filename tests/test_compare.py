@@ -89,3 +89,38 @@ def test_cpu_against_gpu_is_refused_with_exit_2_unless_allowed(runs, tmp_path, c
 def test_compare_needs_two_runs(runs, capsys):
     assert bench_main(["compare", str(runs[0])]) == 2
     assert "at least two" in capsys.readouterr().err
+
+
+def test_runs_with_nothing_in_common_exit_2_saying_how_they_differ(runs, tmp_path, capsys):
+    other = []
+    for r in scaling_rows():
+        r.update(model_size="small", cell_id=r["cell_id"].replace("tiny", "small"))
+        other.append(r)
+    small = write_run(tmp_path / "small", other)
+    assert bench_main(["compare", str(runs[0]), str(small), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "h100 and small have no configuration in common" in err and "nothing can be compared" in err
+    assert "model: mlp/tiny vs mlp/small" in err and "engines:" not in err  # only what differs is named
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("b_step, b_low, b_high, words", [
+    # ratio 100/102 = 0.980; interval (95/107, 105/97) = (0.888, 1.082): half-width 0.0973 / 0.980 = 9.9 %
+    (102.0, 97.0, 107.0, "a 2 % difference inside the noise: the run-to-run noise floor here is ±10 %"),
+    # ratio 100/150 = 0.667; interval (95/152, 105/148) = (0.625, 0.709): half-width 0.0423 / 0.667 = 6.3 %
+    (150.0, 148.0, 152.0, "at the median b is 33 % slower, beyond the noise: the run-to-run noise floor "
+                          "here is ±6 %"),
+])
+def test_compare_states_the_noise_floor_and_words_differences_inside_it_as_noise(
+        tmp_path, b_step, b_low, b_high, words):
+    def run(name, step, low, high):
+        r = row("torch", 2, step)
+        r.update(step_time_ms_ci95_low=low, step_time_ms_ci95_high=high)
+        return write_run(tmp_path / name, [r])
+
+    a, b = run("a", 100.0, 95.0, 105.0), run("b", b_step, b_low, b_high)
+    joined = compare.join_cells([load_run(a), load_run(b)])
+    floor = compare.noise_floor_pct(joined)["b"]
+    assert floor == pytest.approx(((105 / b_low) - (95 / b_high)) / 2 / (100 / b_step) * 100)
+    assert bench_main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0
+    assert words in (tmp_path / "cmp" / "summary.md").read_text()

@@ -9,7 +9,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 # the stages in data-flow order; each may import the shared modules and any earlier stage. run_cli is the
 # `bench run` command: after the sweep, `--report` runs the later stages through bench.pipeline.
-STAGES = {"run": 0, "analyze": 1, "project": 2, "report": 3, "pipeline": 4, "run_cli": 4}
+STAGES = {"run": 0, "analyze": 1, "project": 2, "advise": 3, "report": 4, "pipeline": 5, "run_cli": 5}
 RUN_MODULES = {"launch", "worker", "results", "lifetime", "run_checks", "progress", "nccl_log"}
 
 

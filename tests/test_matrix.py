@@ -21,6 +21,7 @@ from bench.matrix import (
     estimate_seconds,
     estimate_step_seconds,
     expand,
+    expected_timed_steps,
     model_size_counts,
     per_rank_batch,
 )
@@ -105,13 +106,23 @@ def test_dry_run_prints_cells_and_estimate(tmp_path, capsys):
     assert "run   torch-mlp.tiny-ws1-b0.05-fp32-cnone-ga1-strong-gb8" in text
     assert "skip  torch-mlp.tiny-ws1-b0.05-fp32-cfp16-ga1-strong-gb8" in text
     assert re.search(r"estimated wall time ~[\d.]+ min", text)
+    assert "timed rounds per cell expected" not in text  # cpu-smoke: fixed rounds
     assert not out.exists()
+
+
+def test_dry_run_says_the_expected_rounds(capsys, monkeypatch):
+    # HAND (worst half-width 20 % / √n), steps of 0.24-0.30 s: target ±5 % is met at the checkpoint 20
+    monkeypatch.setattr("bench.matrix.RATES", {"cpu": HAND})
+    assert bench_main(["run", "--config", "cpu-smoke", "--dry-run", "--set", "matrix.engine=torch",
+                       "--set", "run.target_ci_pct=5", "--set", "run.timed_steps=10"]) == 0
+    assert ("timed rounds per cell expected: 20-20 (median 20), until ±5 % (run.target_ci_pct), at most 320 "
+            "rounds or 60 s a group") in capsys.readouterr().out
 
 
 # Round numbers for hand-worked estimates; bf16 twice fp32's rate, so a lookup by the wrong precision shows.
 HAND = Rates(flops={"fp32": 1e12, "bf16": 2e12, "fp16": 2e12}, host_s_per_tensor=1e-3, floor_s_per_param=1e-9,
              opt_s_per_param=2e-9, comm_bytes_per_s=1e9, build_s_per_param=1e-8, cell_s=0.5, profile_s=3.0,
-             launch_s=10.0, run_s=7.0)
+             launch_s=10.0, run_s=7.0, half_width_sqrt_n_pct=20.0)
 
 
 def hand_cell(**kw) -> Cell:
@@ -158,6 +169,23 @@ def test_cell_and_sweep_estimate_hand_worked(monkeypatch):
     assert estimate_seconds(one, cells, HAND) == pytest.approx(7.0 + 10.0 + 12.4 + profiled)
 
 
+def test_expected_timed_steps_hand_worked():
+    # HAND: worst half-width 20 % / √n. Checkpoints 10, 20, 40, 80, 160 (max 160): 20/√n ≤ 2 needs n ≥ 100,
+    # so 160 with no budget in the way; at target 5 (n ≥ 16) the checkpoint 20.
+    def rounds(round_s, *overrides):
+        config = load_config("cpu-smoke", ["run.timed_steps=10", "run.max_timed_steps=160",
+                                           "run.max_group_s=100", *overrides])
+        return expected_timed_steps(config, HAND, round_s)
+
+    assert rounds(0.1, "run.target_ci_pct=2") == 160
+    assert rounds(0.1, "run.target_ci_pct=5") == 20
+    # budget: at 1 s a round, 80 rounds fit in 100 s and 160 do not (the worker's rule: elapsed 80 s + 80
+    # more rounds at 1 s > 100 s), so it stops looking at 80 and fills the budget: 20 more rounds
+    assert rounds(1.0, "run.target_ci_pct=2") == 100
+    assert rounds(1.0, "run.target_ci_pct=0") == 10  # off: the fixed count
+    assert expected_timed_steps(load_config("cpu-smoke", ["run.timed_steps=10"]), HAND, 1.0) == 10
+
+
 def test_model_size_counts_without_allocating():
     config = load_config("gpu-node", cuda_available=True)
     assert model_size_counts(config) == (361_823_040, 291)   # smollm2-360m, classification head
@@ -166,7 +194,10 @@ def test_model_size_counts_without_allocating():
 
 def recorded(name: str):
     """A recorded run's resolved config and its finished cells (trimmed to the columns used here)."""
-    config = config_from_dict(read_tables(ESTIMATE_DATA / name / "config.toml"))
+    tables = read_tables(ESTIMATE_DATA / name / "config.toml")
+    # recorded before the adaptive rounds existed: they ran run.timed_steps × repeats, a fixed count
+    tables.setdefault("run", {}).setdefault("target_ci_pct", 0)
+    config = config_from_dict(tables)
     rows = [json.loads(line) for line in (ESTIMATE_DATA / name / "cells.jsonl").read_text().splitlines()]
     return config, rows
 

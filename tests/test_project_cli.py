@@ -4,6 +4,7 @@ a bucket timeline and a probe sweep is projected and validated to numbers worked
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +12,7 @@ import pytest
 from report_fixtures import CPU_ENV, row, write_run
 
 from bench.__main__ import main
+from bench.project.physics import DEFAULT_INTERFERENCE
 
 
 def bench_project(*argv) -> int:
@@ -55,16 +57,21 @@ def test_validation_and_projection_match_the_hand_worked_step(tmp_path, capsys):
     out = run / "projection"
     # World size 2 (per-rank batch 4): forward 1, backward 2, optimizer 2. Bucket 0 ready at 1 ms, ends
     # 2.05; bucket 1 ready at 2 ms, starts 2.05, ends 3.10: exposed 1.10 → step 1 + 2 + 1.10 + 2 = 6.10 ms.
+    # Physics terms: σ = (p90 − p50)/z90/p50 = 0.1/1.2816 = 0.07803 of the base cell; straggler at 2 ranks
+    # = σ · compute 5 ms · E[Z_(2)] 1/√π = 0.22011 ms; interference = γ · (2.10 comm − 1.10 exposed).
+    step = 6.10 + 0.1 / 1.2816 * 5.0 / math.sqrt(math.pi) + DEFAULT_INTERFERENCE * 1.0
     v = pd.read_csv(out / "validation.csv")
     assert len(v) == 1
-    assert v.loc[0, "predicted_step_ms"] == pytest.approx(6.10)
-    assert v.loc[0, "error_pct"] == pytest.approx(100 * (6.10 - 6.5) / 6.5)
+    assert v.loc[0, "predicted_step_ms"] == pytest.approx(step)
+    assert v.loc[0, "error_pct"] == pytest.approx(100 * (step - 6.5) / 6.5)
     assert v.loc[0, "timeline_source"] == "trace"
     fit = pd.read_csv(out / "network_fit.csv")
     assert fit.loc[0, "alpha_us"] == pytest.approx(50.0) and fit.loc[0, "algbw_gbps"] == pytest.approx(1.0)
     p = pd.read_csv(out / "projection.csv")
     measured = p[p["network"] == "measured"].set_index("world_size")
-    assert measured.loc[2, "predicted_step_ms"] == pytest.approx(6.10)
+    assert measured.loc[2, "predicted_step_ms"] == pytest.approx(step)
+    assert measured.loc[2, "straggler_ms"] == pytest.approx(0.1 / 1.2816 * 5.0 / math.sqrt(math.pi))
+    assert measured.loc[2, "dominant_term"] == "exposed_comm" and measured.loc[1, "straggler_ms"] == 0
     assert measured.loc[1, "efficiency_pct"] == pytest.approx(100.0)
     # Strong scaling at global batch 8: 16 ranks cannot split it.
     assert pd.isna(measured.loc[16, "predicted_step_ms"])
@@ -73,7 +80,7 @@ def test_validation_and_projection_match_the_hand_worked_step(tmp_path, capsys):
     # data only: the figure and the section are the report's (test_projection_section.py)
     assert not (out / "projection.png").exists() and not (out / "projection.md").exists()
     assert (out / "notes.txt").is_file()
-    assert "median |error| 6.2 %" in capsys.readouterr().out
+    assert f"median |error| {abs(100 * (step - 6.5) / 6.5):.1f} %" in capsys.readouterr().out
 
 
 def test_without_sweep_the_rows_probe_gives_a_line_through_the_origin(tmp_path):

@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.projection_section import efficiency_by_world_size, projection_section
+from bench.report.projection_section import (
+    dominant_by_world_size,
+    efficiency_by_world_size,
+    projection_section,
+)
 
 
 def _projection() -> pd.DataFrame:
@@ -21,6 +25,15 @@ def test_efficiency_table_keeps_the_last_predicted_bottleneck():
     table = efficiency_by_world_size(_projection())
     assert table.to_dict("records")[0]["eff_pct_ws2"] == 80.0
     assert table["bottleneck"].tolist() == ["bandwidth"] and pd.isna(table["eff_pct_ws4"].iloc[0])
+
+
+def test_dominant_term_per_world_size():
+    p = _projection().assign(dominant_term=["none", "straggler", None], straggler_ms=[0.0, 0.42, None],
+                             exposed_comm_ms=[0.0, 0.1, None], interference_ms=0.0, host_floor_ms=0.0)
+    table = dominant_by_world_size(p)
+    assert table.to_dict("records") == [{"network": "measured", "cell_id": "a", "ws1": "none",
+                                         "ws2": "straggler 0.42 ms"}]
+    assert dominant_by_world_size(_projection()) is None  # written before the terms existed
 
 
 def test_section_says_how_to_project_when_nothing_was_projected(tmp_path):
@@ -52,10 +65,11 @@ def test_the_report_draws_the_projection_from_its_data_and_bench_project_writes_
     assert sorted(p.name for p in (run / "projection").iterdir()) == [
         "network_fit.csv", "notes.txt", "projection.csv", "validation.csv"]
     assert bench_main(["report", str(run), "--out", str(tmp_path / "report")]) == 0
-    page = (tmp_path / "report" / "summary.md").read_text()
+    page = (tmp_path / "report" / "report.md").read_text()
     projection = page[page.index("## Projection"):]
     assert (tmp_path / "report" / "plots" / "projection.png").is_file()
     assert "plots/projection.png" in projection
     assert "network fitted to this run's all-reduce probe" in projection
+    assert "What dominates at each world size" in projection
     notes = (run / "projection" / "notes.txt").read_text().splitlines()
     assert notes and all(f"- {n}" in projection for n in notes)

@@ -138,6 +138,15 @@ def _png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+def test_summary_md_is_the_short_answer_and_report_md_the_whole(report):
+    summary = (report.parent / "summary.md").read_text()
+    whole = (report.parent / "report.md").read_text()
+    assert len(summary.splitlines()) < 60
+    assert summary.index("## The answer") < summary.index("## Findings")
+    assert "**Use " in summary and "best throughput (samples/s)" in summary
+    assert "## All cells and traces" in whole and "## All cells and traces" not in summary
+
+
 def test_report_writes_every_plot_and_table_and_links_only_what_exists(report):
     out = report.parent
     expected_plots = {
@@ -180,7 +189,7 @@ def test_report_writes_every_plot_and_table_and_links_only_what_exists(report):
     assert (
         "make tensorboard RUN=" in page and "ui.perfetto.dev" in page and "TraceAnalysis(trace_dir=" in page
     )
-    md = (out / "summary.md").read_text()
+    md = (out / "report.md").read_text()  # the whole report; summary.md is the short answer
     assert "![strong_scaling](plots/strong_scaling.png)" in md
 
 
@@ -208,7 +217,8 @@ def test_findings_are_written_from_the_numbers(report):
     assert ("At 4 ranks, overlap has the highest median throughput, 2,133 samples/s (p50 step 30.00 ms); "
             "no interval was measured, so this may be noise" in md)
     assert "torch (strong, fp32, 25 MiB buckets) falls to 62.5 % efficiency at 4 ranks" in md
-    assert "exposed communication (15.00 ms, 38 % of the step) dominates the 15.00 ms lost" in md
+    assert ("of the 15.00 ms lost, exposed communication is 15.00 ms (38 % of the step) and compute that did "
+            "not shrink 0.00 ms: exposed communication dominates." in md)
 
 
 def test_one_world_size_reports_without_efficiency_and_says_why(tmp_path):

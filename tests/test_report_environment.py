@@ -70,11 +70,11 @@ def test_compare_page_shows_the_list(runs, tmp_path):
 
 def test_run_page_shows_facts_warnings_and_missing_reasons(runs, tmp_path):
     assert bench_main(["report", str(runs[0]), "--out", str(tmp_path / "h")]) == 0
-    page = (tmp_path / "h" / "summary.md").read_text()
+    page = (tmp_path / "h" / "report.md").read_text()
     assert "> CUDA_LAUNCH_BLOCKING=1: every kernel launch waits" in page  # a warning under Findings
     assert "| SM count | 132 |" in page and "| MFU peak | NVIDIA H100 80GB HBM3: H100 SXM |" in page
     assert bench_main(["report", str(runs[1]), "--out", str(tmp_path / "a")]) == 0
-    page = (tmp_path / "a" / "summary.md").read_text()
+    page = (tmp_path / "a" / "report.md").read_text()
     assert "| InfiniBand | — (/sys/class/infiniband is absent" in page and "CUDA_LAUNCH_BLOCKING" not in page
 
 
@@ -85,5 +85,5 @@ def test_a_cpu_run_lists_no_gpu_facts(tmp_path):
     env = CPU_ENV | {"unavailable": {"gpu_smi": "nvidia-smi is not on PATH"}}
     run = write_run(tmp_path / "cpu", [row("torch", 1, 10.0)], env=env)
     assert bench_main(["report", str(run), "--out", str(tmp_path / "out")]) == 0
-    page = (tmp_path / "out" / "summary.md").read_text()
+    page = (tmp_path / "out" / "report.md").read_text()
     assert "| torch |" in page and "SM clock max" not in page and "nvidia-smi is not on PATH" not in page

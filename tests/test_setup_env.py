@@ -76,10 +76,16 @@ def pip_calls(python: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
+ANNOUNCED: list[str] = []  # the last run's "setup: <what it is about to do> ..." lines (stderr)
+
+
 def run_setup(python: Path, capsys) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr less the announcements, which land in ANNOUNCED)."""
     rc = setup_env.main(["--python", str(python)])
     out, err = capsys.readouterr()
-    return rc, out, err
+    lines = err.splitlines(keepends=True)
+    ANNOUNCED[:] = [x for x in lines if x.startswith("setup: ") and x.rstrip().endswith("...")]
+    return rc, out, "".join(x for x in lines if x not in ANNOUNCED)
 
 
 @pytest.fixture(autouse=True)
@@ -123,6 +129,9 @@ def test_without_torch_installs_the_pinned_cpu_build_first(tmp_path, capsys):
     assert torch_call["args"][-1] == "torch==2.13.0"
     assert project_call["constraint"] == "torch==2.13.0+cpu\n"
     assert "torch 2.13.0+cpu (CPU build, installed now)" in out and "NCCL none" in out
+    # said before pip starts: what is installed, and that it is the long step
+    assert "has no torch: installing torch==2.13.0 with pip" in ANNOUNCED[0] and "long step" in ANNOUNCED[0]
+    assert "installing ddpbench" in ANNOUNCED[1]
     record_path = python.parent / setup_env.RECORD
     assert json.loads(record_path.read_text())["torch_source"] == "installed now"
 

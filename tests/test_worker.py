@@ -425,3 +425,94 @@ def test_models_are_built_on_the_cells_device_and_identical(tmp_path, one_rank_g
     first = [p.detach() for p in trainers[0].model.parameters()]
     for trainer in trainers[1:]:
         assert all(torch.equal(a, b) for a, b in zip(first, trainer.model.parameters(), strict=True))
+
+
+def _sleep_steps(rank: int, spread: bool) -> list:
+    """Two step functions that sleep: 3 ms each, or (spread) 1 to 12 ms at random (seeded per rank), whose
+    median no number of rounds here pins to ±1 %."""
+    import random
+    import time
+
+    rng = random.Random(rank)
+
+    def step():
+        time.sleep(rng.uniform(0.001, 0.012) if spread else 0.003)
+    return [step, step]
+
+
+def _adaptive_on_each_rank(rank, world_size, overrides, spread):
+    from bench.worker.cell import adaptive_rounds
+
+    config = smoke_config(overrides)
+    per_rank, stopped_by = adaptive_rounds(_sleep_steps(rank, spread), config, torch.device("cpu"),
+                                           reference=0)
+    return [len(times) for ranks in per_rank for times in ranks], stopped_by
+
+
+@pytest.mark.parametrize(("overrides", "spread", "rounds", "why"), [
+    (["run.target_ci_pct=50", "run.max_timed_steps=40"], False, 10, "target"),
+    (["run.target_ci_pct=1", "run.max_timed_steps=40"], True, 40, "max_steps"),
+    (["run.target_ci_pct=1", "run.max_timed_steps=640", "run.max_group_s=0.05"], True, 10, "budget"),
+])
+def test_adaptive_rounds_stop_together_on_every_rank(overrides, spread, rounds, why):
+    # Two ranks, two engines, timed_steps 5 × repeats 2 = 10 rounds before the first look (checkpoints 10,
+    # 20, 40): rank 0 decides and broadcasts, so both ranks return the same rounds and the same reason.
+    from tests.dist_utils import run_distributed
+
+    base = ["run.timed_steps=5", "run.repeats=2"]
+    results = run_distributed(_adaptive_on_each_rank, 2, [*base, *overrides], spread)
+    assert results == [([rounds] * 4, why)] * 2  # engines × ranks, each `rounds` long, on both ranks
+
+
+def test_adaptive_rounds_off_run_the_fixed_count(one_rank_group):
+    from bench.worker.cell import adaptive_rounds
+
+    config = smoke_config(["run.timed_steps=3", "run.repeats=2", "run.target_ci_pct=0"])
+    per_rank, stopped_by = adaptive_rounds(_sleep_steps(0, True), config, torch.device("cpu"), reference=0)
+    assert stopped_by is None and [len(t) for ranks in per_rank for t in ranks] == [6, 6]
+
+
+def test_a_group_records_why_its_rounds_stopped_and_the_precision_reached(tmp_path, one_rank_group):
+    config = smoke_config(["matrix.world_size=1", "matrix.engine=torch,overlap", "matrix.grad_accum=1",
+                           "matrix.bucket_cap_mb=25", "run.timed_steps=6", "run.target_ci_pct=100",
+                           "run.max_timed_steps=24", "profile.enabled=false"])
+    cells = expand(config)
+    outcomes = run_group(cells, config, torch.device("cpu"), 0, 1)
+    rows = {c.engine: row for c, (_, _, row) in zip(cells, outcomes)}
+    for row in rows.values():  # ±100 % is met at the first look, unless the shared machine stalled a step
+        assert (row["stopped_by"], row["n_timed_steps"]) in (("target", 6), ("target", 12), ("target", 24),
+                                                              ("max_steps", 24))
+        p50, low, high = row["step_time_ms_p50"], row["step_time_ms_ci95_low"], row["step_time_ms_ci95_high"]
+        assert row["step_time_half_width_pct"] == pytest.approx((high - low) / 2 / p50 * 100)
+    overlap = rows["overlap"]
+    assert overlap["speed_vs_torch_half_width_pct"] == pytest.approx(
+        (overlap["speed_vs_torch_ci95_high"] - overlap["speed_vs_torch_ci95_low"]) / 2
+        / overlap["speed_vs_torch"] * 100)
+    assert 0 < overlap["speed_vs_torch_p"] <= 1 and rows["torch"]["speed_vs_torch_p"] is None
+
+
+def test_a_budget_stop_fills_the_budget_alike_on_every_rank():
+    # Two ranks, a budget passed between checkpoints: both ranks run rank 0's count and say "budget".
+    from tests.dist_utils import run_distributed
+
+    overrides = ["run.timed_steps=5", "run.repeats=2", "run.target_ci_pct=1", "run.max_timed_steps=640",
+                 "run.max_group_s=0.45"]
+    (lengths0, why0), (lengths1, why1) = run_distributed(_adaptive_on_each_rank, 2, overrides, True)
+    assert why0 == why1 == "budget" and lengths0 == lengths1 and len(set(lengths0)) == 1
+    assert 10 <= lengths0[0] < 640
+
+
+def test_a_budget_stop_runs_the_rounds_that_still_fit(one_rank_group, monkeypatch):
+    # A clock that reads 0 s at the start, 1 s after 10 rounds, 2 s after 20: budget 3 s. At 20 the next
+    # checkpoint (40 rounds, 2 s more) would pass it, so it stops looking and runs what fits at 0.1 s a
+    # round: (3 − 2) / 0.1 = 10 more, 30 in all.
+    import types
+
+    from bench.worker import cell
+
+    readings = iter([0.0, 1.0, 2.0])
+    monkeypatch.setattr(cell, "time", types.SimpleNamespace(perf_counter=lambda: next(readings)))
+    config = smoke_config(["run.timed_steps=5", "run.repeats=2", "run.target_ci_pct=1",
+                           "run.max_timed_steps=640", "run.max_group_s=3"])
+    per_rank, stopped_by = cell.adaptive_rounds(_sleep_steps(0, True), config, torch.device("cpu"), 0)
+    assert stopped_by == "budget" and [len(t) for ranks in per_rank for t in ranks] == [30, 30]

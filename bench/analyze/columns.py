@@ -33,10 +33,12 @@ WITNESS_COLUMNS = (
     "step_minus_compute_only_ms",
 )
 
-# kernel_classes.csv: one row per (trace file, kernel class) over the file's `all` window.
+# kernel_classes.csv: one row per (trace file, kernel class) over the file's `all` window; the overlapped_*
+# columns: its kernels that ran under communication and had a twin (same name) that ran alone, their time,
+# and the time their alone twins' medians give (kernel_classes.py, the interference witness).
 KERNEL_CLASS_COLUMNS = (
     "cell_id", "trace_file", "rank", "device", "n_steps", "kernel_class", "events", "time_ms",
-    "time_per_step_ms",
+    "time_per_step_ms", "overlapped_events", "overlapped_ms", "overlapped_alone_ms",
 )
 
 ALL_STEPS = "all"  # the `step` of the whole-window row
@@ -48,14 +50,14 @@ IDLE_BREAKDOWN_COLUMNS = (
 )
 
 # launch_stats.csv (bench/analyze/launch.py): per (trace file, step), the launches' delay distribution and
-# whether the host set the pace.
+# whether the host set the pace; host_busy_ms: the training thread's window outside blocking syncs.
 LAUNCH_STATS_COLUMNS = (
     "cell_id", "trace_file", "rank", "step", "launches",
     "launch_delay_us_p50", "launch_delay_us_p90", "launch_delay_us_max",
     "cpu_duration_us_p50", "cpu_duration_us_p90", "cpu_duration_us_max",
     "gpu_duration_us_p50", "gpu_duration_us_p90", "gpu_duration_us_max",
     "short_kernels_pct", "window_ms", "host_us_per_launch", "gpu_busy_pct", "compute_stream", "host_wait_pct",
-    "launch_bound",
+    "launch_bound", "host_busy_ms",
 )
 
 # stragglers.csv (bench/analyze/stragglers.py): per (job, step), the rank whose backward finished last.

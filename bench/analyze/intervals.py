@@ -90,3 +90,19 @@ def weighted_time(starts: np.ndarray, ends: np.ndarray, values: np.ndarray, cap:
     if cap is not None:
         level = np.minimum(level, cap)
     return float((level * np.diff(points)).sum())
+
+
+def covered(a: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per interval [starts[i], ends[i]): how much of it the disjoint sorted set `a` covers. With C(t) the
+    length of `a` before t (piecewise linear, from the cumulative lengths), the cover is C(end) − C(start)."""
+    if not len(a):
+        return np.zeros(len(starts))
+    before = np.concatenate([[0.0], np.cumsum(a[:, 1] - a[:, 0])])  # length of a[:k], k = 0..len(a)
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(a[:, 0], t, side="right")  # intervals starting at or before t
+        prev = np.maximum(k - 1, 0)
+        inside = np.clip(t - a[prev, 0], 0.0, a[prev, 1] - a[prev, 0])
+        return np.where(k > 0, before[prev] + inside, 0.0)
+
+    return upto(np.asarray(ends, float)) - upto(np.asarray(starts, float))

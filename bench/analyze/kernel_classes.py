@@ -20,6 +20,7 @@ import re
 import numpy as np
 
 from bench.analyze import classify as C
+from bench.analyze import intervals as iv
 from bench.analyze.load import Trace
 from bench.analyze.steps import Window, main_thread
 
@@ -128,3 +129,61 @@ def cpu_class_times(trace: Trace, w: Window) -> dict[str, tuple[int, float]]:
         n0, t0 = out.get(cls, (0, 0.0))
         out[cls] = (n0 + n, t0 + t)
     return out
+
+
+# ---- interference: the same kernels with and without communication running beside them ---------------------
+# A compute kernel (a CPU operator on a gloo trace) is *overlapped* when communication covers at least half
+# of it, *alone* when none does; partly covered ones are neither. Per name, the alone instances' median
+# duration is what an overlapped instance would have taken without communication beside it: NCCL's kernels
+# take SMs and memory bandwidth (gloo's threads take cores) from it. bench project turns the difference into
+# its interference factor (docs/design.md "Projection").
+OVERLAPPED_COVER = 0.5
+
+
+def _overlap_by_class(names: list[str], classes: list[str], dur: np.ndarray, cover: np.ndarray,
+                      span: np.ndarray) -> dict[str, tuple[int, float, float]]:
+    """class → (overlapped events with an alone twin, their Σ µs, Σ µs of their names' alone medians)."""
+    alone: dict[str, list[float]] = {}
+    for name, d, c in zip(names, dur, cover):
+        if c <= 0:
+            alone.setdefault(name, []).append(float(d))
+    median = {name: float(np.median(v)) for name, v in alone.items()}
+    out: dict[str, tuple[int, float, float]] = {}
+    for name, cls, d, c, s in zip(names, classes, dur, cover, span):
+        if s > 0 and c >= OVERLAPPED_COVER * s and name in median:
+            n, t, a = out.get(cls, (0, 0.0, 0.0))
+            out[cls] = (n + 1, t + float(d), a + median[name])
+    return out
+
+
+def gpu_overlap_times(trace: Trace, view, selected: np.ndarray) -> dict[str, tuple[int, float, float]]:
+    """_overlap_by_class for the compute kernels among a GpuView's events `selected`, against the union
+    of the communication kernels among them."""
+    comm = selected & (view.cls == C.COMM)
+    comm_set = iv.union(view.bts[comm], view.bend[comm])
+    compute = np.flatnonzero(selected & (view.cls == C.COMPUTE) & view.is_kernel)
+    ts, end = view.bts[compute], view.bend[compute]
+    names = [trace.names[n] for n in trace.name_id[view.rows[compute]]]
+    classes = [class_of(n) for n in names]
+    return _overlap_by_class(names, classes, end - ts, iv.covered(comm_set, ts, end), end - ts)
+
+
+def cpu_overlap_times(trace: Trace, w: Window) -> dict[str, tuple[int, float, float]]:
+    """_overlap_by_class for the main thread's compute operators (by self time) in window w, against the
+    union of gloo's collectives other than barriers."""
+    ops = C.cat_mask(trace, C.HOST_OP_CATS) & ~C.name_mask(trace, C.PROFILER_STEP)
+    ops &= trace.tid_id == main_thread(trace)
+    coll = (C.name_mask(trace, C.HOST_COLLECTIVE) & ~C.cat_mask(trace, C.HOST_OP_CATS)
+            & ~C.name_mask(trace, C.HOST_BARRIER))
+    comm_set = iv.union(trace.ts[coll], trace.end[coll])
+    rows = np.flatnonzero(ops)
+    own = self_times(trace.ts[rows], trace.end[rows])
+    inside = (trace.ts[rows] >= w.lo) & (trace.ts[rows] < w.hi)
+    rows, own = rows[inside], own[inside]
+    names = [trace.names[n] for n in trace.name_id[rows]]
+    keep = [not C.COLLECTIVE_HOST_OP.search(n) for n in names]
+    rows, own = rows[np.array(keep, dtype=bool)], own[np.array(keep, dtype=bool)]
+    names = [n for n, k in zip(names, keep) if k]
+    ts, end = trace.ts[rows], trace.end[rows]
+    return _overlap_by_class(names, [class_of(n) for n in names], own, iv.covered(comm_set, ts, end),
+                             end - ts)

@@ -18,15 +18,53 @@ from bench.analyze import classify as C
 from bench.analyze import intervals as iv
 from bench.analyze.gpu import GpuView
 from bench.analyze.idle import stream_gaps
-from bench.analyze.steps import Window
+from bench.analyze.steps import Window, main_thread
 
 LAUNCH_CALLS = frozenset({
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync",  # HTA's list
     "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",  # ROCm's
     "hipMemcpyAsync", "hipMemsetAsync",
 })
+# Runtime calls in which the host thread waits for the GPU: the synchronisations by name, and any call whose
+# own GPU event (same correlation) finished before the call returned (a copy to pageable memory, `.item()`,
+# is synchronous whatever its name). Time in them is the GPU's pace, not host work; the rest of the
+# training thread's step window is its host time (host_busy_ms: Python, the dispatcher, launches, DDP's
+# hooks, waiting for data), the floor a step cannot go below however fast the GPU (bench project).
+BLOCKING_CALLS = frozenset({
+    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+    "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize", "hipMemcpy",
+})
 SHORT_KERNEL_US = 10.0            # "short": a GPU event under 10 µs (a launch costs several µs of host time)
 LAUNCH_BOUND_HOST_WAIT_PCT = 50.0  # launch-bound: host wait on the compute stream ≥ half the step
+
+
+def host_busy_us(view: GpuView, w: Window) -> float:
+    """The training thread's time in window w outside the calls that wait for the GPU (BLOCKING_CALLS and
+    the calls whose GPU event ended before they returned, each clipped to the window), less what its
+    launch calls took beyond their name's median (a launch blocks when the GPU's queue is full: the GPU's
+    pace, not host work)."""
+    trace = view.trace
+    on_thread = trace.tid_id == main_thread(trace)
+    named = np.fromiter((n in BLOCKING_CALLS for n in trace.names), dtype=bool, count=len(trace.names))
+    blocking = (named[trace.name_id] if len(named) else np.zeros(len(trace), dtype=bool)) & on_thread
+    calls = np.flatnonzero(C.cat_mask(trace, C.RUNTIME_CATS) & on_thread & ~np.isnan(trace.correlation))
+    if len(calls) and len(view.rows):
+        gpu_corr = trace.correlation[view.rows]
+        order = np.argsort(gpu_corr, kind="stable")
+        gpu_corr, gpu_end = gpu_corr[order], view.end[order]
+        pos = np.clip(np.searchsorted(gpu_corr, trace.correlation[calls]), 0, len(gpu_corr) - 1)
+        waited = (gpu_corr[pos] == trace.correlation[calls]) & (gpu_end[pos] <= trace.end[calls])
+        blocking[calls[waited]] = True
+    rows = np.flatnonzero(blocking)
+    blocked = iv.length(iv.clip(iv.union(trace.ts[rows], trace.end[rows]), w.lo, w.hi)) if len(rows) else 0.0
+    launch = np.fromiter((n in LAUNCH_CALLS for n in trace.names), dtype=bool, count=len(trace.names))
+    launches = np.flatnonzero(launch[trace.name_id] & on_thread & ~blocking) if len(launch) else []
+    queued = 0.0
+    for name in np.unique(trace.name_id[launches]) if len(launches) else []:
+        mine = launches[trace.name_id[launches] == name]
+        inside = mine[(trace.ts[mine] >= w.lo) & (trace.end[mine] <= w.hi)]
+        queued += float(np.clip(trace.dur[inside] - np.median(trace.dur[mine]), 0, None).sum())
+    return max(0.0, (w.hi - w.lo) - blocked - queued)
 
 
 def launch_events(view: GpuView) -> dict[str, np.ndarray]:
@@ -93,6 +131,7 @@ def launch_rows(view: GpuView, steps: list[Window], windows: list[Window]) -> li
                "gpu_busy_pct": 100.0 * iv.length(iv.union(ts, end)) / length if length > 0 else None,
                "host_wait_pct": 100.0 * host_wait_us / length if length > 0 and host_wait_us is not None
                else None}
+        row["host_busy_ms"] = host_busy_us(view, w) / 1e3
         row["launch_bound"] = (row["host_wait_pct"] >= LAUNCH_BOUND_HOST_WAIT_PCT
                                if row["host_wait_pct"] is not None else None)
         out.append(row)

@@ -27,7 +27,12 @@ from bench.analyze.columns import (
 from bench.analyze.cpu import CpuView
 from bench.analyze.gpu import US_PER_MS, GpuView
 from bench.analyze.idle import idle_rows
-from bench.analyze.kernel_classes import cpu_class_times, gpu_class_times
+from bench.analyze.kernel_classes import (
+    cpu_class_times,
+    cpu_overlap_times,
+    gpu_class_times,
+    gpu_overlap_times,
+)
 from bench.analyze.launch import launch_rows
 from bench.analyze.load import TraceError, load_trace, trace_rank
 from bench.analyze.steps import device_of, profiler_steps, whole_window
@@ -85,11 +90,20 @@ def _launch(t: OneTrace) -> list[dict]:
 
 def _classes(t: OneTrace) -> list[dict]:
     whole, n_steps = t.windows[-1], len(t.steps)
-    times = (cpu_class_times(t.trace, whole) if t.device == "cpu"
-             else gpu_class_times(t.trace, t.view.rows, t.view.selected(whole)))
-    return [{**t.ident, "device": t.device, "n_steps": n_steps, "kernel_class": cls, "events": n,
-             "time_ms": ms / US_PER_MS, "time_per_step_ms": ms / US_PER_MS / max(n_steps, 1)}
-            for cls, (n, ms) in sorted(times.items(), key=lambda kv: -kv[1][1])]
+    if t.device == "cpu":
+        times, overlap = cpu_class_times(t.trace, whole), cpu_overlap_times(t.trace, whole)
+    else:
+        selected = t.view.selected(whole)
+        times = gpu_class_times(t.trace, t.view.rows, selected)
+        overlap = gpu_overlap_times(t.trace, t.view, selected)
+    rows = []
+    for cls, (n, ms) in sorted(times.items(), key=lambda kv: -kv[1][1]):
+        k, over, alone = overlap.get(cls, (0, 0.0, 0.0))
+        rows.append({**t.ident, "device": t.device, "n_steps": n_steps, "kernel_class": cls, "events": n,
+                     "time_ms": ms / US_PER_MS, "time_per_step_ms": ms / US_PER_MS / max(n_steps, 1),
+                     "overlapped_events": k, "overlapped_ms": over / US_PER_MS,
+                     "overlapped_alone_ms": alone / US_PER_MS})
+    return rows
 
 
 # The analyses, registered: file name → (its columns, its rows). PER_FILE reads one trace file at a time;

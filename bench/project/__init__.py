@@ -8,8 +8,20 @@ inputs       a run's bucket timeline and sweep, read into the engine's terms
 layout       bucket sizes rebuilt from a workload on the meta device (when no trace gave them)
 simulate     one step: bucket all-reduces on one communication stream against backward
 project      configurations of a run, their projection over world sizes and the validation
+physics      the terms beyond compute and all-reduce: straggler, interference, host floor
+spec         what-if without a run: `project_spec(...)` (also `bench.project.project_spec`)
+published    the model against published multi-GPU tables (benchmarks/validate_projection.py)
 plot, summary, cli   the efficiency figure, the Markdown section and `python -m bench project`
 
 Only `layout` imports torch (through bench.workloads and bench.engines, to build a model on the meta
 device), and only when a configuration has no bucket timeline; nothing here uses torch.distributed.
 """
+
+
+def __getattr__(name: str):
+    """`bench.project.project_spec`, imported on first use (the run-mode CLI does not need it)."""
+    if name == "project_spec":
+        from bench.project.spec import project_spec
+
+        return project_spec
+    raise AttributeError(f"module 'bench.project' has no attribute {name!r}")

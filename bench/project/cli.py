@@ -4,6 +4,10 @@
 Writes DIR (default RUN/projection/): projection.csv, validation.csv, network_fit.csv and notes.txt — data
 only; `bench report RUN` draws the figure and renders the section. Exit 2 on bad input (one line naming the
 key and value), before anything is written.
+
+What-if without a run (bench/project/spec.py): `python -m bench project --spec FILE.toml` or
+`--model NAME[:SIZE] | --params N` with `--step-ms T1 --per-gpu-batch B [--precision P] [--network PRESET]
+[--world-sizes ...]`: projection.csv (same columns) and notes.txt in --out (default ./projection/).
 """
 
 from __future__ import annotations
@@ -12,12 +16,21 @@ import argparse
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from bench import run_folder
 from bench.project.collectives import ALGORITHMS
+from bench.project.evidence import read_evidence
 from bench.project.inputs import InputError, read_sweep, read_timeline
 from bench.project.measured import Measured, fits_table, measured_fits
 from bench.project.network import FABRICS, INTER_NODE, custom_network, preset_network
-from bench.project.project import configurations, median_abs_error, projection_table, validation_table
+from bench.project.project import (
+    configurations,
+    median_abs_error,
+    projection_table,
+    validation_table,
+    with_evidence,
+)
 from bench.run_folder import RunError, load_run
 from bench.schema import WIRE_DTYPES
 
@@ -30,7 +43,8 @@ class UsageError(ValueError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", type=Path, help="a results/<run-id>/ folder")
+    parser.add_argument("run_dir", type=Path, nargs="?", default=None,
+                        help="a results/<run-id>/ folder (or a what-if: --spec / --model / --params)")
     parser.add_argument("--network", default=None,
                         help=f"preset(s), comma-separated: {', '.join([*FABRICS, MEASURED])} "
                              f"(default: {MEASURED}, the run's own probe)")
@@ -49,7 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algorithm", default="auto",
                         help=f"all-reduce algorithm: {', '.join(ALGORITHMS)} (default: auto, the cheapest "
                              f"per message; the measured network is ring only)")
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default: RUN/projection)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default: RUN/projection; what-if: ./projection)")
+    what_if = parser.add_argument_group("what-if without a run (docs/projection.md)")
+    what_if.add_argument("--spec", type=Path, default=None, help="a TOML file of spec keys")
+    for flag, kind, words in SPEC_FLAGS:
+        what_if.add_argument(flag, type=kind, default=None, help=words)
 
 
 def parse_world_sizes(text: str) -> list[int]:
@@ -113,6 +132,12 @@ def _networks(args, world_sizes: list[int]) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.spec is not None or any(getattr(args, _dest(f)) is not None for f, _, _ in SPEC_FLAGS):
+        return spec_main(args)
+    if args.run_dir is None:
+        print("bench project: run_dir=None: give a results/<run-id>/ folder, or --spec / --model / --params "
+              "for a what-if", file=sys.stderr)
+        return 2
     try:
         if args.algorithm not in ALGORITHMS:
             raise UsageError(f"--algorithm={args.algorithm!r} is not one of {list(ALGORITHMS)}")
@@ -122,6 +147,8 @@ def main(args: argparse.Namespace) -> int:
         timeline, sweep = read_timeline(args.run_dir), read_sweep(args.run_dir)
         configs = configurations(run.results, timeline,
                                  _layout(args.run_dir, run.config.get("workload", {})))
+        evidence = read_evidence(args.run_dir)
+        configs = [with_evidence(c, evidence) if c.compute is not None else c for c in configs]
     except (UsageError, InputError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
         return 2
@@ -139,6 +166,7 @@ def main(args: argparse.Namespace) -> int:
     if timeline is None:
         notes.append("no bucket_timeline.csv (run `bench analyze` on a profiled run): buckets are assumed "
                      "ready uniformly over backward")
+    notes += [f"physics of {c.base['cell_id']}: {c.physics_source}" for c in configs if c.physics_source]
     projection = projection_table(configs, networks, world_sizes, args.algorithm)
     validation = validation_table(configs, measured, run.env.get("cpu_cores"))
 
@@ -188,3 +216,69 @@ def _layout(run_dir: Path, workload_table: dict):
         return cache[key]
 
     return sizes
+
+
+# what-if flags: (flag, type, help); each maps to the spec key of its name (--step-ms → step_ms)
+SPEC_FLAGS = (
+    ("--model", str, "built-in workload NAME[:SIZE] (its layout is built on the meta device)"),
+    ("--params", int, "or a trainable parameter count (torch DDP's bucket layout)"),
+    ("--step-ms", float, "the 1-GPU step time T1 in ms"),
+    ("--per-gpu-batch", int, "samples per GPU per micro-step"),
+    ("--precision", str, "fp32, tf32, bf16 or fp16 (recorded; gradients are fp32 unless --comm-dtype)"),
+    ("--comm-dtype", str, "none, fp16 or bf16 on the wire"),
+    ("--grad-accum", int, "micro-steps per all-reduce"),
+    ("--bucket-cap-mb", float, "DDP bucket cap (default 25)"),
+    ("--step-cv", float, "per-rank step-time spread σ (default: the corpus fit)"),
+    ("--interference", float, "compute slowdown per ms of overlapped all-reduce γ (default: the corpus fit)"),
+    ("--host-ms", float, "host floor: the step cannot be shorter (default 0)"),
+)
+
+
+def _dest(flag: str) -> str:
+    return flag[2:].replace("-", "_")
+
+
+def spec_main(args: argparse.Namespace) -> int:
+    """The what-if: projection.csv and notes.txt from a spec, nothing measured."""
+    from bench.project.spec import SpecError, projection_of, read_spec, spec_from_keys
+
+    try:
+        if args.run_dir is not None:
+            raise SpecError(f"run_dir={str(args.run_dir)!r}: a what-if (--spec/--model/--params) takes "
+                            f"no run folder")
+        if args.bw_gbps is not None or args.latency_us is not None:
+            raise SpecError(f"--bw-gbps={args.bw_gbps} --latency-us={args.latency_us}: a what-if takes a "
+                            f"--network preset")
+        keys = read_spec(args.spec) if args.spec is not None else {}
+        for flag, _, _ in SPEC_FLAGS:
+            value = getattr(args, _dest(flag))
+            if value is not None:
+                keys[_dest(flag)] = value
+        if args.model is not None:
+            keys["model"], _, keys["size"] = args.model.partition(":")
+        if args.network is not None:
+            keys["network"] = args.network
+        if args.world_sizes != DEFAULT_WORLD_SIZES or "world_sizes" not in keys:
+            keys["world_sizes"] = parse_world_sizes(args.world_sizes)
+        keys.setdefault("gpus_per_node", args.gpus_per_node)
+        keys.setdefault("inter_network", args.inter_network)
+        keys.setdefault("algorithm", args.algorithm)
+        spec = spec_from_keys(keys)
+        projection = projection_of(spec)
+    except (SpecError, UsageError) as exc:
+        print(f"bench project: {exc}", file=sys.stderr)
+        return 2
+    out = args.out or Path(run_folder.PROJECTION_DIR)
+    out.mkdir(parents=True, exist_ok=True)
+    projection.to_csv(out / run_folder.PROJECTION, index=False)
+    notes = [f"what-if from a spec (no run): T1 {spec.step_ms:g} ms, per-GPU batch {spec.per_gpu_batch}, "
+             f"backward share {spec.backward_share:.3f}, σ {spec.step_cv:g}, γ {spec.interference:g}, host "
+             f"{spec.host_ms:g} ms"]
+    (out / run_folder.PROJECTION_NOTES).write_text("".join(f"{note}\n" for note in notes))
+    print(f"projection: {out / run_folder.PROJECTION} ({projection['predicted_step_ms'].notna().sum()} of "
+          f"{len(projection)} rows predicted; what-if, nothing measured)")
+    for _, r in projection.iterrows():
+        if not pd.isna(r["efficiency_pct"]):
+            print(f"  N={int(r['world_size']):5d}  step {r['predicted_step_ms']:9.2f} ms  efficiency "
+                  f"{r['efficiency_pct']:5.1f} %  dominant {r['dominant_term']}")
+    return 0

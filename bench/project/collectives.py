@@ -42,9 +42,9 @@ class Cost:
 NONE = Cost(0.0, 0.0, "none")
 
 
-def _bus_gbps(net: Network, size: float, nodes: int) -> float:
+def _bus_gbps(net: Network, size: float, n: int, nodes: int) -> float:
     """The busbw the slowest hop allows: the node's fabric, or its NICs together once nodes are involved."""
-    intra = net.intra.bandwidth_gbps(size)
+    intra = net.intra_at(n).bandwidth_gbps(size)
     if nodes == 1:
         return intra
     return min(intra, net.gpus_per_node * net.inter.bandwidth_gbps(size))
@@ -57,22 +57,23 @@ def _us(size: float, gbps: float) -> float:
 def ring(net: Network, size: float, n: int) -> Cost:
     """Ring all-reduce (see module docstring)."""
     nodes = net.nodes(n)
-    fabric = net.intra if nodes == 1 else net.inter
+    intra = net.intra_at(n)
+    fabric = intra if nodes == 1 else net.inter
     inter_steps = 2 * (nodes - 1)
-    latency = fabric.base_us + (2 * (n - 1) - inter_steps) * net.intra.hop_us + inter_steps * net.inter.hop_us
-    return Cost(latency, 2 * (n - 1) / n * _us(size, _bus_gbps(net, size, nodes)), "ring")
+    latency = fabric.base_us + (2 * (n - 1) - inter_steps) * intra.hop_us + inter_steps * net.inter.hop_us
+    return Cost(latency, 2 * (n - 1) / n * _us(size, _bus_gbps(net, size, n, nodes)), "ring")
 
 
 def tree(net: Network, size: float, n: int) -> Cost:
     """NCCL's tree all-reduce: a chain inside each node, a (double binary) tree between nodes."""
     nodes = net.nodes(n)
     if nodes == 1:
-        latency = net.intra.tree_base_us + 2 * (n - 1) * net.intra.tree_hop_us
+        latency = net.intra_at(n).tree_base_us + 2 * (n - 1) * net.intra_at(n).tree_hop_us
     else:
         per_node = n // nodes
         latency = net.inter.tree_base_us + 2 * ((per_node - 1) * net.intra.tree_hop_us
                                                 + math.floor(math.log2(nodes)) * net.inter.tree_hop_us)
-    return Cost(latency, 2 * _us(size, TREE_BW_FACTOR * _bus_gbps(net, size, nodes)), "tree")
+    return Cost(latency, 2 * _us(size, TREE_BW_FACTOR * _bus_gbps(net, size, n, nodes)), "tree")
 
 
 def hierarchical(net: Network, size: float, n: int) -> Cost:

@@ -126,7 +126,59 @@ ETH_100G = Fabric(
     source="100 Gb Ethernet: 12.5 GB/s line rate × 0.94 (NDR's busbw/line ratio; an assumption); "
            "latencies: NCCL tuning.cc NET Simple",
 )
-FABRICS = {f.name: f for f in (H100_NVLINK, A100_NVLINK, IB_NDR400, ETH_100G)}
+
+# Systems without a published busbw table of their own: bus bandwidth = link rate per direction × an
+# efficiency measured on a system that has one. NVLink: A100's 229 GB/s busbw (above) over its 12 NVLink 3
+# links × 25 GB/s = 300 GB/s per direction (NVIDIA A100 datasheet) gives NVLINK_EFFICIENCY = 0.763.
+# PCIe: x16 payload rate per direction (PCI-SIG: 8 / 16 / 32 GT/s per lane with 128b/130b encoding =
+# 15.75 / 31.5 / 63 GB/s for gen 3 / 4 / 5) × PCIE_EFFICIENCY, the fraction of it a DMA stream of 256 B
+# TLPs carries after headers and flow control (≈ 0.8; PCI-SIG's TLP overhead of 20–26 B per 256 B
+# payload), times the fraction left when a ring's every hop crosses the host bridge. These systems run
+# NCCL's Simple protocol for MiB-sized buckets: ring latency base 8.4 µs + per step 5.7 µs (PCI) or 3.4 µs
+# (NVLink), NCCL 2.x tuning.cc `hwLat` (the NCCL of the 2019–2022 NGC containers the tables were made
+# with).
+NVLINK_EFFICIENCY = 229.0 / 300.0
+PCIE_EFFICIENCY = 0.8
+PCIE_X16_GBPS = {3: 15.75, 4: 31.5, 5: 63.0}
+NCCL_PCI_RING_SIMPLE, NCCL_NVLINK_RING_SIMPLE = 5.7, 3.4
+_PCI_LATENCIES = dict(hop_us=NCCL_PCI_RING_SIMPLE, base_us=NCCL_BASE_SIMPLE,
+                      tree_hop_us=NCCL_PCI_RING_SIMPLE, tree_base_us=NCCL_BASE_SIMPLE)
+_NVLINK_SIMPLE = dict(hop_us=NCCL_NVLINK_RING_SIMPLE, base_us=NCCL_BASE_SIMPLE,
+                      tree_hop_us=NCCL_NVLINK_RING_SIMPLE, tree_base_us=NCCL_BASE_SIMPLE)
+
+
+def _nvlink(name: str, links: int, gbps_per_link: float, what: str) -> Fabric:
+    per_direction = links * gbps_per_link
+    return Fabric(name, ((1.0, per_direction * NVLINK_EFFICIENCY),), **_NVLINK_SIMPLE,
+                  source=f"{what}: {links} links × {gbps_per_link:g} GB/s = {per_direction:g} GB/s per "
+                         f"direction × {NVLINK_EFFICIENCY:.3f} (A100's busbw/link rate); NCCL NVLink Simple "
+                         f"latencies")
+
+
+def _pcie(gen: int) -> Fabric:
+    rate = PCIE_X16_GBPS[gen]
+    return Fabric(f"pcie{gen}", ((1.0, rate * PCIE_EFFICIENCY),), **_PCI_LATENCIES,
+                  source=f"PCIe gen {gen} x16: {rate:g} GB/s per direction (PCI-SIG) × {PCIE_EFFICIENCY} "
+                         f"(TLP overhead); NCCL PCI Simple latencies")
+
+
+# DGX-1 V100: 6 NVLink 2 links per GPU (25 GB/s per direction each) in a hybrid cube mesh; NCCL builds its
+# rings over all six (NVIDIA DGX-1 with Tesla V100 system architecture white paper, 2017).
+V100_DGX1 = _nvlink("v100-dgx1", 6, 25.0, "DGX-1 V100 NVLink 2 hybrid cube mesh")
+# DGX-2: each V100's 6 NVLink 2 links go to the NVSwitch planes, 150 GB/s per direction to any GPU (NVIDIA
+# DGX-2 data sheet: 2.4 TB/s bisection for 16 GPUs).
+V100_DGX2 = _nvlink("v100-dgx2", 6, 25.0, "DGX-2 V100 NVLink 2 through NVSwitch")
+# B200: 18 NVLink 5 links, 1.8 TB/s per GPU both directions = 900 GB/s per direction (NVIDIA HGX B200
+# data sheet).
+B200_NVLINK = _nvlink("b200-nvlink", 18, 50.0, "HGX B200 NVLink 5 (NVSwitch)")
+# Turing NVLink bridge: two NVLink 2 links between a pair of RTX 2080 Ti / Quadro RTX 8000 (NVIDIA Turing
+# architecture white paper: 2 × 25 GB/s per direction, "100 GB/s bidirectional").
+NVLINK_BRIDGE = _nvlink("nvlink-bridge", 2, 25.0, "Turing NVLink bridge between a pair")
+PCIE3, PCIE4, PCIE5 = _pcie(3), _pcie(4), _pcie(5)
+FABRICS = {f.name: f for f in (H100_NVLINK, A100_NVLINK, V100_DGX1, V100_DGX2, B200_NVLINK, PCIE3, PCIE4,
+                               PCIE5, NVLINK_BRIDGE, IB_NDR400, ETH_100G)}
+# NVLink bridges join GPUs in pairs: two ranks talk over the bridge, a ring through more crosses PCIe.
+BRIDGED = {"nvlink-bridge": "pcie3"}
 INTER_NODE = ("ib-ndr400", "eth-100g")   # fabrics that can connect nodes (--inter-network)
 
 
@@ -146,6 +198,11 @@ class Network:
     inter: Fabric
     gpus_per_node: int
     ring_only: bool = False
+    pair: Fabric | None = None   # the fabric of exactly two ranks when it differs (NVLink bridges)
+
+    def intra_at(self, n: int) -> Fabric:
+        """The fabric inside a node for a collective over n ranks."""
+        return self.pair if self.pair is not None and n == 2 else self.intra
 
     def __post_init__(self):
         if self.gpus_per_node < 1:
@@ -173,6 +230,9 @@ def preset_network(name: str, gpus_per_node: int = 8, inter_name: str = "ib-ndr4
     fabric = FABRICS[name]
     if name in INTER_NODE:
         return Network(name, fabric, fabric, gpus_per_node=1)
+    if name in BRIDGED:
+        return Network(name, FABRICS[BRIDGED[name]], FABRICS[inter_name], gpus_per_node=gpus_per_node,
+                       pair=fabric)
     return Network(name, fabric, FABRICS[inter_name], gpus_per_node=gpus_per_node)
 
 

@@ -17,9 +17,11 @@ import pandas as pd
 
 from bench import engines, metrics
 from bench.config import ENGINE_OPTIONS
+from bench.project.evidence import TraceEvidence, host_ms_of, interference_of
 from bench.project.inputs import COMM_DTYPE_WIRE, InputError, ReadyTimes, timeline_buckets
 from bench.project.measured import Measured
 from bench.project.network import Network
+from bench.project.physics import Physics, expected_max_normal
 from bench.project.simulate import Buckets, Compute, simulate_step
 from bench.schema import LOSSY_COMM_HOOKS, WIRE_DTYPES
 
@@ -28,7 +30,8 @@ CONFIG_COLUMNS = ("engine", "model", "model_size", "bucket_cap_mb", "precision",
 PROJECTION_COLUMNS = ("cell_id",) + CONFIG_COLUMNS + (
     "network", "algorithm", "world_size", "nodes", "per_rank_batch", "global_batch", "predicted_step_ms",
     "predicted_samples_per_s", "efficiency_pct", "exposed_comm_ms", "comm_ms", "comm_latency_ms",
-    "comm_bandwidth_ms", "bottleneck", "timeline_source", "network_source", "reason")
+    "comm_bandwidth_ms", "bottleneck", "timeline_source", "network_source", "reason", "straggler_ms",
+    "interference_ms", "host_floor_ms", "dominant_term")
 VALIDATION_COLUMNS = ("cell_id", "world_size", "measured_step_ms", "predicted_step_ms", "error_pct",
                       "base_cell_id", "measured_compute_only_ms", "predicted_compute_ms",
                       "measured_exposed_comm_ms", "predicted_exposed_comm_ms",
@@ -46,6 +49,8 @@ class Configuration:
     compute: Compute | None
     buckets: Buckets | None
     reason: str = ""
+    physics: Physics | None = None  # the terms from the run's evidence (with_evidence); None: physics_of's
+    physics_source: str = ""
 
     @property
     def micro_batch(self) -> int:
@@ -161,6 +166,46 @@ def configurations(results: pd.DataFrame, timeline: pd.DataFrame | None,
     return out
 
 
+Z90 = 1.2816  # the standard normal's 90th percentile
+
+
+def step_cv_of(row: pd.Series) -> tuple[float, str]:
+    """σ, the per-rank step-time spread (standard deviation / median) the straggler term draws from, and
+    where it came from. On more than one rank the median slowest-minus-fastest gap is the expected range
+    of n draws, 2·σ·T·E[Z_(n)]; on one rank, (p90 − p50)/z90 over p50; else 0 (nothing measured)."""
+    t = row.get("step_time_ms_p50")
+    if pd.isna(t) or not t > 0:
+        return 0.0, "no step times"
+    n = int(row["world_size"])
+    skew = row.get("rank_skew_ms_p50")
+    if n > 1 and not pd.isna(skew):
+        return max(0.0, skew / (2 * t * expected_max_normal(n))), f"rank_skew_ms_p50 of {row['cell_id']}"
+    p90 = row.get("step_time_ms_p90")
+    if not pd.isna(p90):
+        return max(0.0, (p90 - t) / Z90 / t), f"step_time_ms p90/p50 of {row['cell_id']}"
+    return 0.0, "no step-time spread"
+
+
+def physics_of(config: Configuration) -> Physics:
+    """The physics terms of a measured configuration: those with_evidence attached, else σ from its base
+    cell (step_cv_of), interference at its documented default and no host floor."""
+    return config.physics if config.physics is not None else Physics(step_cv=step_cv_of(config.base)[0])
+
+
+def with_evidence(config: Configuration, evidence: TraceEvidence | None) -> Configuration:
+    """The configuration with its physics from the run: σ from its base cell (step_cv_of), γ from the
+    traces of its communicating cells (the base cell first), host_ms from the base cell's launch
+    statistics (bench/project/evidence.py); physics_source says where each came from."""
+    cv, cv_source = step_cv_of(config.base)
+    cells = [c for c, n in zip(config.rows["cell_id"], config.rows["world_size"]) if int(n) > 1]
+    evidence = evidence or TraceEvidence(None, None, None)
+    gamma, gamma_source = interference_of(evidence, cells)
+    host, host_source = host_ms_of(evidence, config.base["cell_id"], str(config.base.get("device", "")))
+    source = f"σ {cv:.4g}: {cv_source}; γ {gamma:.4g}: {gamma_source}; host {host:.4g} ms: {host_source}"
+    return replace(config, physics=Physics(step_cv=cv, interference_factor=gamma, host_ms=host),
+                   physics_source=source)
+
+
 NetworkAt = Callable[[int, str], tuple[Network, str]]  # (world size, wire dtype) → (network, source words)
 
 
@@ -170,9 +215,10 @@ def _row(config: Configuration, **values) -> dict:
 
 
 def project(config: Configuration, network_name: str, network_at: NetworkAt, world_sizes: list[int],
-            algorithm: str) -> list[dict]:
+            algorithm: str, physics: Physics | None = None) -> list[dict]:
     """projection.csv rows of one configuration on one network; a world size that cannot be predicted is
-    a row with empty numbers and its reason."""
+    a row with empty numbers and its reason. `physics`: the terms (default physics_of(config))."""
+    physics = physics_of(config) if physics is None and config.compute is not None else physics
     rows = []
     k = int(config.base["grad_accum"])
     for n in world_sizes:
@@ -190,7 +236,8 @@ def project(config: Configuration, network_name: str, network_at: NetworkAt, wor
             per_rank = t1_batch = int(config.base["per_rank_batch"])
         try:
             net, source = network_at(n, COMM_DTYPE_WIRE[config.base["comm_dtype"]]) if n > 1 else (None, "")
-            step = simulate_step(config.compute.at_batch(per_rank), config.buckets, net, n, algorithm)
+            step = simulate_step(config.compute.at_batch(per_rank), config.buckets, net, n, algorithm,
+                                 physics)
         except (LookupError, ValueError) as exc:
             rows.append(_row(config, **row, per_rank_batch=per_rank, reason=str(exc).strip("'\"")))
             continue
@@ -205,7 +252,9 @@ def project(config: Configuration, network_name: str, network_at: NetworkAt, wor
             predicted_samples_per_s=metrics.throughput(global_batch, step.step_ms),
             efficiency_pct=eff * 100, exposed_comm_ms=step.exposed_comm_ms, comm_ms=step.comm_ms,
             comm_latency_ms=step.latency_ms, comm_bandwidth_ms=step.bandwidth_ms, bottleneck=step.bottleneck,
-            timeline_source=config.buckets.source, network_source=source, reason=""))
+            timeline_source=config.buckets.source, network_source=source, reason="",
+            straggler_ms=step.straggler_ms, interference_ms=step.interference_ms,
+            host_floor_ms=step.host_floor_ms, dominant_term=step.dominant_term))
     return rows
 
 
@@ -278,13 +327,15 @@ def validation_table(configs: list[Configuration], measured: Measured,
                 rows.append(row | {"reason": str(exc).strip("'\"")})
                 continue
             compute = config.compute.at_batch(int(cell["per_rank_batch"]))
-            step = simulate_step(compute, config.buckets, net, n)
+            physics = physics_of(config)
+            step = simulate_step(compute, config.buckets, net, n, physics=physics)
             diagnostic = math.nan
             if not pd.isna(cell["compute_only_ms_p50"]):
                 f = cell["compute_only_ms_p50"] / compute.step_ms
                 own = replace(compute, forward_ms=compute.forward_ms * f, backward_ms=compute.backward_ms * f,
                               optimizer_ms=compute.optimizer_ms * f)
-                diagnostic = _error_pct(simulate_step(own, config.buckets, net, n).step_ms, measured_ms)
+                diagnostic = _error_pct(simulate_step(own, config.buckets, net, n, physics=physics).step_ms,
+                                        measured_ms)
             rows.append(row | {
                 "predicted_step_ms": step.step_ms, "error_pct": _error_pct(step.step_ms, measured_ms),
                 "predicted_compute_ms": compute.step_ms, "predicted_exposed_comm_ms": step.exposed_comm_ms,

@@ -7,6 +7,10 @@ and is all-reduced on one communication stream, in issue order:
     start_i = max(ready_i · b, end_{i−1}),   end_i = start_i + cost(bytes_i, n)
     tail    = max(b, end_last)               exposed = tail − b
     step    = forward + backward · (K−1)/K + tail + optimizer
+              + interference + straggler + host floor      (bench/project/physics.py; off by default)
+
+interference takes the all-reduce time that ran under backward (Σ cost − exposed), straggler the compute
+(forward + backward + optimizer), host floor the step so far.
 
 Bottleneck (first rule that holds):
     compute          exposed ≤ 5 % of the step: the step is within 5 % of its no-communication time
@@ -22,8 +26,11 @@ from dataclasses import dataclass, replace
 
 from bench.project.collectives import allreduce_cost
 from bench.project.network import Network
+from bench.project.physics import OFF, Physics, host_floor_ms, interference_ms, straggler_ms
 
 BOTTLENECKS = ("compute", "bandwidth", "latency", "overlap-limited")
+# what N ranks add to the compute, each a Step field `<term>_ms` (Step.dominant_term names the largest)
+TERMS = ("exposed_comm", "interference", "straggler", "host_floor")
 COMPUTE_BOUND_EXPOSED = 0.05  # exposed communication at most this fraction of the step: compute-bound
 
 
@@ -77,12 +84,21 @@ class Step:
     bandwidth_ms: float
     bottleneck: str
     algorithms: tuple[str, ...]
+    interference_ms: float = 0.0
+    straggler_ms: float = 0.0
+    host_floor_ms: float = 0.0
+
+    @property
+    def dominant_term(self) -> str:
+        """The largest of what N ranks add to the compute: exposed communication or a physics term."""
+        name, value = max(((t, getattr(self, f"{t}_ms")) for t in TERMS), key=lambda kv: kv[1])
+        return name if value > 0 else "none"
 
 
 def simulate_step(compute: Compute, buckets: Buckets, network: Network | None, n: int,
-                  algorithm: str = "auto") -> Step:
+                  algorithm: str = "auto", physics: Physics = OFF) -> Step:
     """The step of `compute` with `buckets` all-reduced on `n` ranks of `network` (module docstring).
-    n = 1 needs no network: nothing is communicated."""
+    n = 1 needs no network: nothing is communicated (and no rank waits for another)."""
     k = compute.grad_accum
     last_backward = compute.backward_ms / k
     comm_end = latency = bandwidth = 0.0
@@ -101,10 +117,16 @@ def simulate_step(compute: Compute, buckets: Buckets, network: Network | None, n
     earlier_backward = compute.backward_ms * (k - 1) / k  # the micro-steps under no_sync
     step = compute.forward_ms + earlier_backward + last_backward + exposed + compute.optimizer_ms
     comm = latency + bandwidth
+    interference = interference_ms(max(0.0, comm - exposed), physics) if n > 1 else 0.0
+    straggler = straggler_ms(compute.step_ms, n, physics)
+    step += interference + straggler
+    floor = host_floor_ms(step, physics)
+    step += floor
     if exposed <= COMPUTE_BOUND_EXPOSED * step:
         bottleneck = "compute"
     elif comm <= last_backward:
         bottleneck = "overlap-limited"
     else:
         bottleneck = "bandwidth" if bandwidth >= latency else "latency"
-    return Step(step, exposed, comm, latency, bandwidth, bottleneck, tuple(used))
+    return Step(step, exposed, comm, latency, bandwidth, bottleneck, tuple(used), interference, straggler,
+                floor)

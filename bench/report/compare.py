@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bench import stats
@@ -34,6 +35,34 @@ def mixed_devices(runs: list[Run]) -> str:
         f"NCCL measure different things, and docs/design.md keeps CPU numbers out of GPU comparisons. "
         f"Pass --allow-mixed-devices to compare them anyway."
     )
+
+
+# What a user chose when making a run, in the words of `nothing_in_common`: (label, how to read it off a run).
+_RUN_SHAPE = (
+    ("preset", lambda r: [str(r.config.get("description") or r.env.get("command") or "?")]),
+    ("model", lambda r: sorted({f"{m}/{s}" if s else m for m, s in zip(r.results["model"],
+                                                                       r.results["model_size"])})),
+    ("engines", lambda r: sorted(set(r.results["engine"]))),
+    ("world sizes", lambda r: [str(n) for n in tables.world_sizes(r.results)]),
+    ("precisions", lambda r: sorted(set(r.results["precision"]))),
+    ("global batches", lambda r: [f"{b:g}" for b in sorted(set(r.results["global_batch"].dropna()))]),
+)
+
+
+def nothing_in_common(runs: list[Run]) -> str:
+    """Why nothing can be compared — a run shares no configuration (bench.schema.CONFIG_KEYS) with the
+    baseline — and how the two differ; '' when every run shares at least one."""
+    labels = run_labels(runs)
+    base = set(tables.config_key(runs[0].results, CONFIG_KEYS))
+    for label, run in zip(labels[1:], runs[1:]):
+        if base & set(tables.config_key(run.results, CONFIG_KEYS)):
+            continue
+        differs = [f"{what}: {', '.join(get(runs[0]))} vs {', '.join(get(run))}"
+                   for what, get in _RUN_SHAPE if get(runs[0]) != get(run)]
+        return (f"{labels[0]} and {label} have no configuration in common (cells are matched on "
+                f"{', '.join(CONFIG_KEYS)}), so nothing can be compared. They differ in "
+                + ("; ".join(differs) or "how their cells are configured") + ".")
+    return ""
 
 
 def env_differences(runs: list[Run]) -> pd.DataFrame:
@@ -152,6 +181,10 @@ def _join_pair(base: pd.DataFrame, other: pd.DataFrame, label_a: str, label_b: s
     out["throughput_ratio_ci95_low_x"], out["throughput_ratio_ci95_high_x"] = low, high
     out["verdict_b_vs_a"] = [stats.verdict(lo, hi) if pd.notna(lo) and pd.notna(hi) else ""
                              for lo, hi in zip(low, high)]
+    for side in ("a", "b"):  # the precision each side reached (run.target_ci_pct, or its fixed steps)
+        p50, lo, hi = (pd.to_numeric(merged.get(f"{c}_{side}"), errors="coerce") for c in (
+            "step_time_ms_p50", "step_time_ms_ci95_low", "step_time_ms_ci95_high"))
+        out[f"half_width_{side}_pct"] = ((hi - lo) / 2 / p50 * 100).where(merged[f"status_{side}"] == "ok")
     errors = merged[["error_a", "error_b"]].fillna("")
     out["note"] = [_note(r, e, label_a, label_b) for (_, r), (_, e) in zip(out.iterrows(), errors.iterrows())]
     # Reading order: configuration, presence, the comparison itself, then each side's detail.
@@ -161,9 +194,15 @@ def _join_pair(base: pd.DataFrame, other: pd.DataFrame, label_a: str, label_b: s
 
 
 def ratio_interval(merged: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    """The interval of throughput b / a = step a / step b from both sides' 95 % step-time intervals, at
-    their extremes: (a_low / b_high, a_high / b_low). Combining two intervals this way covers more than
-    95 %, so a verdict drawn from it errs towards "within noise". NaN where a side has no interval."""
+    """The 95 % interval of throughput b / a = step a / step b from each side's achieved 95 % interval of
+    its median step time (a cell measured to ±1 % and one to ±8 % each bring their own precision).
+
+    The two runs are independent, so on the log scale the ratio's half-widths add in quadrature, each
+    side's lower and upper distances kept apart (the order-statistic intervals are not symmetric):
+    low = r · exp(−√(ln(a/a_low)² + ln(b_high/b)²)), high = r · exp(√(ln(a_high/a)² + ln(b/b_low)²)), with
+    a, b the medians and r = a / b. (Two normal estimates' 95 % half-widths 1.96·σ combine to 1.96·√(σa² +
+    σb²): an interval of 95 %, where the extremes a_low / b_high … a_high / b_low cover more, and so miss
+    differences that two precise cells resolve.) NaN where a side has no interval."""
     def col(name, side):
         key = f"{name}_{side}"
         ok = merged.get(f"status_{side}") == "ok"
@@ -171,9 +210,12 @@ def ratio_interval(merged: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
                                                                                             index=merged.index)
         return values.where(ok)
 
+    a, b = col("step_time_ms_p50", "a"), col("step_time_ms_p50", "b")
     a_low, a_high = col("step_time_ms_ci95_low", "a"), col("step_time_ms_ci95_high", "a")
     b_low, b_high = col("step_time_ms_ci95_low", "b"), col("step_time_ms_ci95_high", "b")
-    return a_low / b_high, a_high / b_low
+    down = np.sqrt(np.log(a / a_low) ** 2 + np.log(b_high / b) ** 2)
+    up = np.sqrt(np.log(a_high / a) ** 2 + np.log(b / b_low) ** 2)
+    return a / b * np.exp(-down), a / b * np.exp(up)
 
 
 def verdict_counts(joined: pd.DataFrame) -> pd.DataFrame:
@@ -214,6 +256,17 @@ def throughput_ratios(joined: pd.DataFrame) -> pd.DataFrame:
     both = joined[(joined["presence"] == "both") & joined["throughput_ratio_b_over_a_x"].notna()]
     by_run = both.groupby("run_b", sort=False)["throughput_ratio_b_over_a_x"]
     return by_run.agg(cells="count", median="median", min="min", max="max").reset_index()
+
+
+def noise_floor_pct(joined: pd.DataFrame) -> pd.Series:
+    """Per other run (run_b): the run-to-run noise floor of this comparison, in %: the median over the cells
+    measured on both sides of half their throughput-ratio interval (`ratio_interval`, both runs' step-time
+    intervals at their extremes) relative to the ratio. A median difference smaller than this is noise.
+    NaN for a run whose cells have no intervals."""
+    both = joined[(joined["presence"] == "both") & joined["throughput_ratio_b_over_a_x"].notna()]
+    half = ((both["throughput_ratio_ci95_high_x"] - both["throughput_ratio_ci95_low_x"]) / 2
+            / both["throughput_ratio_b_over_a_x"] * 100)
+    return half.groupby(both["run_b"], sort=False).median()
 
 
 def one_side_only(joined: pd.DataFrame) -> pd.DataFrame:

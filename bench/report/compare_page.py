@@ -34,6 +34,9 @@ def write_compare_page(
     refusal = compare.mixed_devices(runs)
     if refusal and not allow_mixed_devices:
         raise RunError(refusal)
+    unmatched = compare.nothing_in_common(runs)
+    if unmatched:
+        raise RunError(unmatched)
     labels = compare.run_labels(runs)
     out_dir = out_dir or default_out_dir(runs)
     (out_dir / "tables").mkdir(parents=True, exist_ok=True)
@@ -81,15 +84,13 @@ def summary_section(
         sec.para("Environment differences (machine facts and variables; all fields under Environment "
                  "differences below):").bullets(differences, "findings")
     ratios = compare.throughput_ratios(joined).set_index("run_b")
+    floors = compare.noise_floor_pct(joined)
     for label in labels[1:]:
         if label in ratios.index:
             r = ratios.loc[label]
-            median = r["median"]
-            sec.para(
-                f"{label} against {labels[0]}: median throughput ratio {median:.2f}× over {int(r['cells'])} "
-                f"cells measured on both (range {r['min']:.2f}× to {r['max']:.2f}×): at the median {label} "
-                f"is {abs(median - 1) * 100:.0f} % {'faster' if median >= 1 else 'slower'}."
-            )
+            sec.para(f"{label} against {labels[0]}: median throughput ratio {r['median']:.2f}× over "
+                     f"{int(r['cells'])} cells measured on both (range {r['min']:.2f}× to {r['max']:.2f}×): "
+                     + median_words(label, r["median"], floors.get(label, float("nan"))))
     counts = compare.verdict_counts(joined).set_index("run_b") if len(joined) else pd.DataFrame()
     for label in labels[1:]:
         if label in counts.index:
@@ -102,6 +103,21 @@ def summary_section(
     if not len(ratios):
         sec.para("No configuration was measured successfully on both sides, so there is no ratio.", "note")
     return sec.para(f"{n_one_side} configurations were measured on one side only (listed below).")
+
+
+def median_words(label: str, median: float, floor_pct: float) -> str:
+    """The median difference in words, as noise when it is inside the run-to-run noise floor."""
+    diff_pct = abs(median - 1) * 100
+    way = "faster" if median >= 1 else "slower"
+    if pd.isna(floor_pct):
+        return (f"at the median {label} is {diff_pct:.0f} % {way}; the cells recorded no intervals, so the "
+                f"run-to-run noise floor is unknown and this may be noise.")
+    floor = (f"the run-to-run noise floor here is ±{floor_pct:.0f} % (the median half-width of the cells' "
+             f"95 % ratio intervals)")
+    if diff_pct <= floor_pct:
+        return (f"a {diff_pct:.0f} % difference inside the noise: {floor}, so the two runs cannot be told "
+                f"apart at the median.")
+    return f"at the median {label} is {diff_pct:.0f} % {way}, beyond the noise: {floor}."
 
 
 def traces_section(label_a: str, traced: list[tuple[str, pd.DataFrame, pd.DataFrame]]) -> Section:

@@ -16,7 +16,7 @@ BUSBW_FLOOR_FRACTION = 0.25
 NVLINK_PRESETS = (("H100", "h100-nvlink"), ("H200", "h100-nvlink"), ("A100", "a100-nvlink"))
 SLURM_HINT = ("Under SLURM, `--gpus-per-task=1` puts each rank in a cgroup that sees only its own GPU, so "
               "NCCL cannot map its peers' memory and falls back to host memory or the network: launch with "
-              "`--gpu-bind=none` or `--gpus-per-node` (README, SLURM).")
+              "`--gpu-bind=none` or `--gpus-per-node` (docs/running.md, SLURM).")
 
 
 def _setting(r) -> str:
@@ -37,14 +37,43 @@ def _has(df: pd.DataFrame, *columns: str) -> bool:
 def against_torch_words(r) -> str:
     """One engine against torch DDP in words that respect the verdict: "faster by x % (95 % CI a–b %)"
     only when the whole interval of speed_vs_torch is above 1, "slower …" only when below, else
-    "within noise (±x %)" (bench.stats.verdict)."""
+    "within noise (±x %)" (bench.stats.verdict). With `_verdict` (the run's verdict after Holm's
+    correction, tables.family_verdicts), a difference that does not survive it is "within noise" too."""
     ratio, low, high = r["speed_vs_torch"], r["speed_vs_torch_ci95_low"], r["speed_vs_torch_ci95_high"]
     verdict = stats.verdict(low, high)
+    family = r.get("_verdict", verdict)
+    if verdict != family:
+        return (f"within noise once corrected for the run's comparisons (uncorrected 95 % CI "
+                f"{(low - 1) * 100:+.1f} to {(high - 1) * 100:+.1f} %)")
     if verdict == "faster":
         return f"faster by {(ratio - 1) * 100:.1f} % (95 % CI {(low - 1) * 100:.1f}–{(high - 1) * 100:.1f} %)"
     if verdict == "slower":
         return f"slower by {(1 - ratio) * 100:.1f} % (95 % CI {(1 - high) * 100:.1f}–{(1 - low) * 100:.1f} %)"
     return f"within noise (±{max(abs(low - 1), abs(high - 1)) * 100:.1f} %)"
+
+
+def family_of_verdicts(df: pd.DataFrame) -> list[str]:
+    """How many faster/slower verdicts chance alone would give at the run's number of comparisons against
+    torch DDP (each at 95 %: 5 % of them if every engine equalled torch), and how many survive Holm's
+    correction (tables.family_verdicts)."""
+    if not _has(df, "speed_vs_torch_ci95_low", "speed_vs_torch_ci95_high"):
+        return []
+    ok = df[(df["status"] == "ok") & df["speed_vs_torch_ci95_low"].notna()]
+    if not len(ok):
+        return []
+    m = len(ok)
+    raw = [stats.verdict(lo, hi)
+           for lo, hi in zip(ok["speed_vs_torch_ci95_low"], ok["speed_vs_torch_ci95_high"])]
+    n_raw = sum(v in ("faster", "slower") for v in raw)
+    chance = f"{m * (1 - stats.CONFIDENCE):.1f}"
+    lead = (f"The run compares {m} cells with torch DDP; if every engine equalled torch, chance alone would "
+            f"still give about {chance} faster/slower verdicts at 95 % each. ")
+    if not _has(df, "speed_vs_torch_p"):
+        return [lead + f"{n_raw} of the {m} are faster or slower, uncorrected (these results have no "
+                       "p-values for Holm's correction): read them as possibly chance."]
+    kept = sum(v in ("faster", "slower") for v in tables.family_verdicts(ok))
+    return [lead + f"Holm's correction (family-wise error ≤ 5 %) keeps {kept} of the {n_raw} uncorrected "
+                   "verdicts; the others are worded within noise."]
 
 
 def separable_fastest(at_n: pd.DataFrame):
@@ -57,10 +86,30 @@ def separable_fastest(at_n: pd.DataFrame):
     return best if (best["step_time_ms_ci95_high"] < others["step_time_ms_ci95_low"]).all() else None
 
 
+def _lead(at_n: pd.DataFrame, paired: pd.DataFrame) -> str:
+    """The lead of a world size's sentence, from the same verdicts against torch that follow it: "fastest"
+    only when the step-time intervals separate one engine from all others, and never "no engine is faster"
+    when a verdict that follows says faster."""
+    best = separable_fastest(at_n)
+    if best is not None:
+        return (f"{best['engine']} is fastest ({best['_thr']:,.0f} samples/s, its step-time interval below "
+                f"every other engine's)")
+    verdicts = [(r["engine"], stats.verdict(r["speed_vs_torch_ci95_low"], r["speed_vs_torch_ci95_high"]))
+                for _, r in paired.iterrows()]
+    faster = [engine for engine, v in verdicts if v == "faster"]
+    if not faster:
+        return "no engine is fastest beyond the noise (step-time intervals overlap)"
+    names = " and ".join([", ".join(faster[:-1]), faster[-1]] if len(faster) > 1 else faster)
+    are = "are" if len(faster) > 1 else "is"
+    return (f"{names} {are} faster than torch DDP beyond the noise, yet no engine is fastest (the step-time "
+            f"intervals of the quickest overlap)")
+
+
 def engines_per_world_size(df: pd.DataFrame) -> list[str]:
     """At each world size of the main setting, every engine against torch DDP measured side by side
     (speed_vs_torch with its interval), and the fastest engine only when the intervals separate it.
     Runs without intervals (older result files) get the medians, said to carry no interval."""
+    df = df.assign(_verdict=tables.family_verdicts(df))  # the whole run is the family, not the slice
     main = slices.main_slice(df)
     ok = main[main["status"] == "ok"].copy()
     if not len(ok):
@@ -82,10 +131,7 @@ def engines_per_world_size(df: pd.DataFrame) -> list[str]:
             paired = paired[paired["speed_vs_torch_ci95_low"].notna()]
         if len(paired) and "speed_vs_torch_ci95_low" in paired:
             words = "; ".join(f"{r['engine']} {against_torch_words(r)}" for _, r in paired.iterrows())
-            best = separable_fastest(at_n)
-            lead = (f"{best['engine']} is fastest ({best['_thr']:,.0f} samples/s, its step-time interval "
-                    f"below every other engine's)" if best is not None else
-                    "no engine is fastest beyond the noise (step-time intervals overlap)")
+            lead = _lead(at_n, paired)
             out.append(f"At {n} {rank_word}, {lead}. Against torch DDP, measured side by side: {words} "
                        f"[{_setting(paired.iloc[0])}].")
             continue
@@ -170,7 +216,9 @@ def efficiency_drops(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame]) 
 
 
 def _drop_sentence(first: pd.Series, scaling: str, loss: float, exposed: float) -> str:
-    """One configuration's first scaling-table row below the threshold, the ms it lost, and what dominates."""
+    """One configuration's first scaling-table row below the threshold and the ms it lost, split the same
+    way for every configuration: exposed communication (the breakdown column, at most the loss) and the rest,
+    compute that did not shrink with more ranks; the larger part is said to dominate."""
     t_n = first["step_time_ms_p50"]
     s = (
         f"{first['engine']} ({scaling}, {_setting(first)}) falls to {first['efficiency_pct']:.1f} % "
@@ -179,14 +227,12 @@ def _drop_sentence(first: pd.Series, scaling: str, loss: float, exposed: float) 
     )
     if pd.isna(exposed):
         return s + "; compute-only time was not measured, so what dominates is unknown."
-    if loss > 0 and exposed >= loss / 2:
-        return s + (
-            f"; exposed communication ({exposed:.2f} ms, {exposed / t_n * 100:.0f} % of the step) "
-            f"dominates the {loss:.2f} ms lost."
-        )
+    comm = min(max(exposed, 0.0), max(loss, 0.0))
+    rest = max(loss, 0.0) - comm
+    dominant = "exposed communication" if comm >= rest else "compute that did not shrink"
     return s + (
-        f"; compute that did not shrink with more ranks dominates the {loss:.2f} ms lost "
-        f"(exposed communication only {exposed:.2f} ms)."
+        f"; of the {loss:.2f} ms lost, exposed communication is {comm:.2f} ms ({exposed / t_n * 100:.0f} % "
+        f"of the step) and compute that did not shrink {rest:.2f} ms: {dominant} dominates."
     )
 
 
@@ -252,7 +298,7 @@ def headline(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame], env: dic
         return [
             "The run has no cells yet: results.csv has no rows (did the runner stop before the first cell?)."
         ]
-    sentences = (engines_per_world_size(df) + transport_warnings(df, env)
+    sentences = (engines_per_world_size(df) + family_of_verdicts(df) + transport_warnings(df, env)
                  + efficiency_drops(df, scaling_tables) + unstable_cells(df) + skipped_optimizer_steps(df))
     why = tables.efficiency_unavailable(df)
     return sentences + ([why] if why else []) + status_summary(df)

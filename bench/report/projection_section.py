@@ -14,6 +14,7 @@ import pandas as pd
 
 from bench import run_folder
 from bench.project.project import configurations
+from bench.project.simulate import TERMS
 from bench.report.projection_figure import efficiency_figure
 from bench.report.render import Section, write_csv
 
@@ -40,6 +41,25 @@ def efficiency_by_world_size(projection: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+
+
+def dominant_by_world_size(projection: pd.DataFrame) -> pd.DataFrame | None:
+    """Per network and configuration, which term adds most to the compute at each world size (`none` at
+    N = 1) with its ms: exposed communication, interference, straggler or host floor (projection.csv's
+    dominant_term and term columns). None for a projection.csv written before those columns existed."""
+    if "dominant_term" not in projection.columns:
+        return None
+    rows = []
+    for (network, cell_id), group in projection.groupby(["network", "cell_id"], sort=False):
+        row = {"network": network, "cell_id": cell_id}
+        for _, r in group.dropna(subset=["efficiency_pct"]).iterrows():
+            term = r["dominant_term"]
+            ms = r[f"{term}_ms"] if term in TERMS else 0.0
+            row[f"ws{int(r['world_size'])}"] = f"{term} {ms:.2f} ms" if term in TERMS else term
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | None = None) -> Section:
     """The section; a note on how to make it when `bench project` has not been run on this run."""
     sec = Section("Projection", "projection")
@@ -50,6 +70,10 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
                         "configurations on 8 to 1,024 GPUs from its own cells (docs/design.md, Projection).",
                         "note")
     (out_dir / "plots").mkdir(parents=True, exist_ok=True)
+    if results is not None and len(results) and set(results["device"]) == {"cpu"}:
+        sec.para("A CPU run: these curves project CPU compute onto GPU networks up to "
+                 f"{int(projection['world_size'].max()):,} ranks. They exercise the model; they do not "
+                 "predict a GPU cluster.", "warn")
     configs = configurations(results, None, None) if results is not None else []
     if efficiency_figure(projection, configs, out_dir / "plots" / "projection.png"):
         sec.image("plots/projection.png", "projected scaling efficiency, measured points on the curves")
@@ -59,6 +83,14 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
              "and the chosen network (alpha-beta all-reduce model, buckets queued on one communication "
              "stream as they become ready). Not a measurement.", "formula")
     sec.table(table, "tables/projection_efficiency.csv")
+    dominant = dominant_by_world_size(projection)
+    if dominant is not None and len(dominant):
+        write_csv(dominant, out_dir / "tables" / "projection_dominant_term.csv")
+        sec.para("What dominates at each world size: the largest of what N ranks add to the compute: exposed "
+                 "communication (all-reduce time backward could not hide), interference (backward slowed "
+                 "by the all-reduces it overlaps), straggler (the slowest rank's expected lag) or the host "
+                 "floor (docs/design.md, Projection).", "formula")
+        sec.table(dominant, "tables/projection_dominant_term.csv")
     validation = _read(folder / "validation.csv")
     if validation is not None and validation["error_pct"].notna().any():
         errors = validation["error_pct"].dropna()

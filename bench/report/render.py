@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,11 +37,23 @@ th { background: #eef0f4; position: sticky; top: 0; white-space: normal; max-wid
      vertical-align: bottom; } td.text { text-align: left; }
 tr.status-bad td { background: #fdecec; } td.status-bad { color: #b3261e; font-weight: 600; }
 td.wrap { white-space: normal; min-width: 220px; max-width: 420px; text-align: left; }
-img { max-width: 100%; border: 1px solid #e3e6ec; margin: 6px 0; }
+img { max-width: 100%; max-height: 320px; border: 1px solid #e3e6ec; margin: 6px 0; }
+.story img { max-height: none; }
 code, pre { background: #f4f6f9; border-radius: 4px; } pre { padding: 8px 12px; overflow-x: auto; }
 .csv { font-size: 12px; margin-bottom: 0; }
 .same { font-size: 12.5px; color: #3a4254; margin: 2px 0; } .empty { color: #5b6475; }
+details { margin: 6px 0; } summary { cursor: pointer; color: #27466e; }
+.answer { font-size: 17px; font-weight: 600; margin: 8px 0; }
+.cards { display: flex; gap: 12px; flex-wrap: wrap; margin: 10px 0; }
+.card { border: 1px solid #d8dce3; border-radius: 6px; padding: 8px 12px; min-width: 220px; flex: 1; }
+.card .big { font-size: 22px; font-weight: 600; } .card .lbl { color: #5b6475; font-size: 12.5px; }
+.story { display: flex; gap: 12px; } .story p { flex: 1; margin: 0; }
+a.cell { font-size: 11px; color: #5b6475; }
 """
+FORMULAS = '<details class="formulas"><summary>Definitions</summary>'
+# Tables longer than this are collapsed behind a one-line summary; wider ones show their key columns first.
+COLLAPSE_ROWS = 15
+WIDE_COLUMNS = 12
 
 # Left-aligned columns: the run's text columns plus the ones the report's own tables add.
 TEXT_COLUMNS = set(STRING_COLUMNS) | {
@@ -71,8 +84,10 @@ def fmt(value, column: str = "") -> str:
     return str(value)
 
 
-def html_table(df: pd.DataFrame, links: dict[str, str] | None = None) -> str:
-    """An HTML table; `links` maps a cell_id to HTML for a "traces" column placed right after cell_id."""
+def html_table(df: pd.DataFrame, links: dict[str, str] | None = None, cell_rows: bool = False) -> str:
+    """An HTML table; `links` maps a cell_id to HTML for a "traces" column placed right after cell_id.
+    `cell_rows`: this is the table of every cell, each row the target `#cell-<id>` of the links to it
+    (`link_cells`)."""
     if not len(df):
         return '<p class="empty">(no rows)</p>'
     # The traces column follows cell_id (the cell it belongs to), or ends the row when there is none.
@@ -96,11 +111,49 @@ def html_table(df: pd.DataFrame, links: dict[str, str] | None = None) -> str:
             cls = ["text"] if c in TEXT_COLUMNS or isinstance(r[c], str) else []
             cls += ["wrap"] if c in WRAP_COLUMNS else []
             cls += ["status-bad"] if c in bad_cols else []
+            cls += ["home"] if cell_rows and c == "cell_id" else []  # the id's home: text, not a link
             attr = f' class="{" ".join(cls)}"' if cls else ""
             cells.append(f"<td{attr}>{html.escape(fmt(r[c], c)).replace(chr(10), '<br>')}</td>")
-        body.append(f"<tr{' class=status-bad' if bad else ''}>{''.join(cells)}</tr>")
+        row_id = f' id="cell-{html.escape(str(r["cell_id"]))}"' if cell_rows and "cell_id" in df else ""
+        body.append(f"<tr{row_id}{' class=status-bad' if bad else ''}>{''.join(cells)}</tr>")
     table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
     return f'<div class="scroll">{table}</div>'
+
+
+def key_columns(df: pd.DataFrame) -> list[str]:
+    """What a wide table shows before its toggle: the configuration, status, the first measured columns,
+    the note and the cell id."""
+    config = [c for c in df.columns if c in HOISTABLE or c == "status"]
+    measured = [c for c in df.columns if c not in config and c not in WRAP_COLUMNS | {"cell_id", "error"}][:4]
+    tail = [c for c in ("note", "reason", "cell_id") if c in df.columns]
+    return [c for c in df.columns if c in set(config + measured + tail)]
+
+
+def link_cells(page: str, cell_ids: set[str]) -> str:
+    """Every table cell holding just a cell id becomes a link to that cell's row in the table of every cell
+    (`html_table(cell_rows=True)`): the configuration is read from the labelled columns, the id is a link."""
+    def link(m: re.Match) -> str:
+        cell = html.unescape(m.group(1))
+        return (f'<td class="text"><a class="cell" href="#cell-{m.group(1)}">{m.group(1)}</a></td>'
+                if cell in cell_ids else m.group(0))
+
+    return re.sub(r'<td class="text">([^<]+)</td>', link, page)
+
+
+def collapsed(df: pd.DataFrame, links: dict[str, str] | None, csv_rel: str | None, summary: str,
+              cell_rows: bool = False) -> str:
+    """The table as HTML for reading: a wide one shows key_columns and keeps the rest behind "all N columns";
+    a long one sits in a closed <details> whose summary line says what it holds and links its CSV."""
+    body = html_table(df, links, cell_rows)
+    keys = key_columns(df)
+    if len(df.columns) > WIDE_COLUMNS and len(keys) < len(df.columns):
+        body = (html_table(df[keys], links, cell_rows) + f"<details><summary>all {len(df.columns)} columns "
+                f"({len(df.columns) - len(keys)} more)</summary>{html_table(df)}</details>")
+    if len(df) <= COLLAPSE_ROWS:
+        return body
+    line = f"{len(df)} rows" + (f", {html.escape(summary)}" if summary else "")
+    csv = f' · CSV: <a href="{html.escape(csv_rel)}">{html.escape(csv_rel)}</a>' if csv_rel else ""
+    return f"<details><summary>{line}: show the table{csv}</summary>{body}</details>"
 
 
 def md_cell(text: str) -> str:
@@ -132,7 +185,16 @@ class Section:
     md: list[str] = field(default_factory=list)
 
     def para(self, text: str, cls: str = "") -> Section:
+        """A paragraph; consecutive definitions (cls "formula") share one closed "Definitions" toggle."""
         attr = f' class="{cls}"' if cls else ""
+        if cls == "formula":
+            inner = f"<p{attr}>{html.escape(text)}</p></details>"
+            if self.html and self.html[-1].startswith(FORMULAS):
+                self.html[-1] = self.html[-1].removesuffix("</details>") + inner
+            else:
+                self.html.append(FORMULAS + inner)
+            self.md.append(text + "\n")
+            return self
         self.html.append(f"<p{attr}>{html.escape(text)}</p>")
         self.md.append(("> " if cls in ("warn", "note") else "") + text + "\n")
         return self
@@ -150,9 +212,12 @@ class Section:
         csv_rel: str | None = None,
         links: dict[str, str] | None = None,
         md_columns: list[str] | None = None,
+        summary: str = "",
+        cell_rows: bool = False,
     ) -> Section:
         """The table (and a link to its CSV, which keeps every column). Configuration columns that hold one
-        value in every row are said once above the table instead of repeated down a column."""
+        value in every row are said once above the table instead of repeated down a column. A long table is
+        collapsed behind `summary` and its row count, a wide one shows its key columns first (`collapsed`)."""
         if md_columns:
             df = df[md_columns]
         constant = [
@@ -168,7 +233,7 @@ class Section:
             self.html.append(f'<p class="same">Every row: {html.escape(same)}</p>')
             self.md.append(f"Every row: {same}\n")
             df = df.drop(columns=constant)
-        self.html.append(html_table(df, links))
+        self.html.append(collapsed(df, links, csv_rel, summary, cell_rows))
         self.md.append(md_table(df))
         return self
 
@@ -190,8 +255,10 @@ class Section:
         return self
 
 
-def write_page(out_dir: Path, title: str, subtitle: str, sections: list[Section]) -> Path:
-    """Write index.html and summary.md for `sections`; returns the index.html path."""
+def write_page(out_dir: Path, title: str, subtitle: str, sections: list[Section],
+               summary: list[Section] | None = None, cell_ids: set[str] | None = None) -> Path:
+    """Write index.html and report.md (every section) and summary.md (the `summary` sections, else every
+    one); returns the index.html path."""
     nav = " ".join(f'<a href="#{s.anchor}">{html.escape(s.title)}</a>' for s in sections)
     body = "".join(
         f'<section id="{s.anchor}"><h2>{html.escape(s.title)}</h2>{"".join(s.html)}</section>'
@@ -203,14 +270,23 @@ def write_page(out_dir: Path, title: str, subtitle: str, sections: list[Section]
         f'<body><h1>{html.escape(title)}</h1><p class="sub">{html.escape(subtitle)}</p><nav>{nav}</nav>'
         f"{body}</body></html>\n"
     )
+    if cell_ids:
+        page = link_cells(page, cell_ids)
     index = out_dir / "index.html"
     index.write_text(page, encoding="utf-8")
+    (out_dir / "report.md").write_text(markdown(title, subtitle, sections), encoding="utf-8")
+    short = markdown(title, subtitle, summary) + "\nThe whole report: index.html (report.md in Markdown).\n" \
+        if summary is not None else markdown(title, subtitle, sections)
+    (out_dir / "summary.md").write_text(short, encoding="utf-8")
+    return index
+
+
+def markdown(title: str, subtitle: str, sections: list[Section]) -> str:
     md = [f"# {title}\n", f"{subtitle}\n"]
     for s in sections:
         md.append(f"## {s.title}\n")
         md.extend(s.md)
-    (out_dir / "summary.md").write_text("\n".join(md), encoding="utf-8")
-    return index
+    return "\n".join(md)
 
 
 # Counts and configuration values that are whole numbers by nature; measured times stay as measured.

@@ -14,6 +14,7 @@ import pandas as pd
 
 from bench.envinfo import timing_warnings
 from bench.report import findings, memory, plots, tables, traces
+from bench.report.answer_section import answer_section
 from bench.report.environment import environment_table
 from bench.report.projection_section import projection_section
 from bench.report.render import Section, write_csv, write_page
@@ -37,6 +38,7 @@ def write_run_page(run_dir: Path, out_dir: Path | None = None) -> Path:
         s: tables.scaling_table(df, s) for s in ("strong", "weak") if (df["scaling"] == s).any()
     }
     files = traces.trace_files(run)
+    (out_dir / "tables").mkdir(parents=True, exist_ok=True)
     sections = [
         findings_section(run, scaling_tables),
         environment_section(run, out_dir),
@@ -51,11 +53,13 @@ def write_run_page(run_dir: Path, out_dir: Path | None = None) -> Path:
         cells_section(run, out_dir, files),
         traces.viewers_section(run, out_dir, files),
     ]
+    answer = answer_section(run, out_dir)  # last: it shows the figures the sections above drew
     subtitle = (
         f"Run {run.name} · {len(df)} cells · {run.env.get('device', run.device)} · "
         f"torch {run.env.get('torch', '?')} · report of {run.path}"
     )
-    return write_page(out_dir, f"ddpbench report: {run.name}", subtitle, sections)
+    return write_page(out_dir, f"ddpbench report: {run.name}", subtitle, [answer, *sections],
+                      summary=[answer, sections[0]], cell_ids=set(df["cell_id"]))
 
 
 def _csv(df: pd.DataFrame, out_dir: Path, name: str) -> str:
@@ -73,7 +77,15 @@ def _with_table(
         return sec.para(empty_reason, "note")
     if plot_path is not None:
         sec.image(plot_path.relative_to(out_dir).as_posix(), name)
-    return sec.table(df, _csv(df, out_dir, name))
+    return sec.table(df, _csv(df, out_dir, name), summary=_outcomes(df))
+
+
+def _outcomes(df: pd.DataFrame) -> str:
+    """A collapsed table's one-line summary: how many of its rows have numbers."""
+    if "status" not in df:
+        return ""
+    ok = int((df["status"] == "ok").sum())
+    return f"{ok} with numbers, {len(df) - ok} without" if ok < len(df) else "all with numbers"
 
 
 def findings_section(run: Run, scaling_tables: dict[str, pd.DataFrame]) -> Section:
@@ -141,7 +153,9 @@ def engines_section(df: pd.DataFrame, out_dir: Path) -> Section:
         "Read speed_vs_torch first: measured side by side with torch DDP in the same rounds, it is the "
         "median over rounds of torch step / engine step (> 1: faster) with its 95 % interval, and "
         "verdict_vs_torch says faster or slower only when the whole interval is on one side of 1 (else "
-        "within noise). The deltas of medians beside it compare numbers read separately, without interval.",
+        "within noise); verdict_holm is that verdict once the run's comparisons are corrected as a family "
+        "(Holm: at most a 5 % chance of any false verdict in the run), the one the findings state. The "
+        "deltas of medians beside it compare numbers read separately, without interval.",
         "formula",
     )
     plot = plots.engines(df, out_dir / "plots" / "engines.png")
@@ -206,5 +220,6 @@ def cells_section(run: Run, out_dir: Path, files: dict[str, list[Path]]) -> Sect
     cols = list(CELL_LISTING)
     links = traces.trace_links(files, out_dir)
     return Section("All cells and traces", "cells").table(
-        run.results[cols], _csv(run.results, out_dir, "results"), links=links, md_columns=cols
+        run.results[cols], _csv(run.results, out_dir, "results"), links=links, md_columns=cols,
+        summary="every cell with its status, times and trace files", cell_rows=True,
     )

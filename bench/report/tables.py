@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from bench import metrics
+from bench import metrics, stats
 from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB
 
 
@@ -260,6 +260,24 @@ def _measured(rows: pd.DataFrame) -> dict[str, pd.Series]:
     }
 
 
+def family_verdicts(df: pd.DataFrame) -> pd.Series:
+    """Each row's verdict against torch DDP once the run's comparisons are taken as one family: Holm's
+    correction (bench.stats.holm, family-wise error ≤ 5 %) over every row with a sign-test p-value
+    (speed_vs_torch_p); a "faster"/"slower" whose test does not survive becomes "within noise". Rows
+    without a p-value (result files from before it) keep verdict_vs_torch, uncorrected; None: no verdict."""
+    raw = [stats.verdict(lo, hi) if pd.notna(lo) and pd.notna(hi) else None for lo, hi in zip(
+        df.get("speed_vs_torch_ci95_low", pd.Series(float("nan"), index=df.index)),
+        df.get("speed_vs_torch_ci95_high", pd.Series(float("nan"), index=df.index)))]
+    p_values = pd.to_numeric(df.get("speed_vs_torch_p", pd.Series(float("nan"), index=df.index)),
+                             errors="coerce")
+    ok = (df["status"] == "ok") if "status" in df else pd.Series(True, index=df.index)
+    tested = [float(p) if pd.notna(p) and k and v else None for p, k, v in zip(p_values, ok, raw)]
+    survives = stats.holm(tested)
+    out = [v if s is None or v in (None, "within noise") or s else "within noise"
+           for v, s in zip(raw, survives)]
+    return pd.Series(out, index=df.index, dtype=object)
+
+
 def engines_vs_torch(df: pd.DataFrame) -> pd.DataFrame:
     """Each non-torch cell against torch DDP on the same configuration: delta % (positive = slower/larger).
 
@@ -286,6 +304,8 @@ def engines_vs_torch(df: pd.DataFrame) -> pd.DataFrame:
     # separately read medians above; empty for cells that did not run beside their torch cell.
     for col in ("speed_vs_torch", "speed_vs_torch_ci95_low", "speed_vs_torch_ci95_high", "verdict_vs_torch"):
         table[col] = cells[col] if col in cells else (None if col == "verdict_vs_torch" else float("nan"))
+    # the verdict that holds across the run's comparisons (Holm): what the findings say
+    table["verdict_holm"] = family_verdicts(df)[mine].reset_index(drop=True)
     note = reasons(cells)
     note = note.mask((note == "") & torch_cells["status"].isna(), "no torch DDP cell with this configuration")
     note = note.mask((note == "") & (torch_cells["status"] != "ok"), "torch cell " + _outcome(torch_cells))

@@ -20,6 +20,7 @@ import statistics
 import time
 
 import torch
+import torch.distributed as dist
 
 from bench import metrics, stats
 from bench.config import BenchConfig
@@ -41,9 +42,11 @@ KNOWN_COMPILE_REFUSALS = ("First bucket should be smaller/equal to other buckets
 
 
 def steps_needed(config: BenchConfig) -> int:
-    """Optimizer steps a trainer may run over the timed phases (the data schedule's length)."""
+    """Optimizer steps a trainer may run over the timed phases (the data schedule's length): the adaptive
+    rounds' cap, as the rounds they will take are not known in advance, and the warm-up steps a compiled
+    cell may add."""
     r = config.run
-    return (r.warmup_steps + MAX_RECOMPILE_STEPS + r.timed_steps * r.repeats + r.phase_steps
+    return (r.warmup_steps + MAX_RECOMPILE_STEPS + r.most_timed_steps + r.phase_steps
             + r.compute_only_steps)
 
 
@@ -65,13 +68,10 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     progress("timed")
     first_timed = trainers[0].cursor
     skipped_before = [skipped_steps(t) for t in trainers]  # syncs, outside the timed window
-    per_rank = [[[] for _ in range(world_size)] for _ in trainers]  # engine × rank × step
+    reference = next((i for i, c in enumerate(cells) if c.is_baseline), None)
     with clock:
-        for _ in range(r.repeats):
-            window = measure.timed_rounds([t.step for t in trainers], r.timed_steps, device)
-            for e, ranks in enumerate(window):
-                for k, times in enumerate(ranks):
-                    per_rank[e][k] += times
+        per_rank, stopped_by = adaptive_rounds([t.step for t in trainers], config, device, reference,
+                                               progress)
     skipped_timed = [None if b is None else skipped_steps(t) - b for t, b in zip(trainers, skipped_before)]
     timed_steps = trainers[0].schedule[first_timed:trainers[0].cursor]  # the same batches for every engine
     progress("checks")
@@ -110,9 +110,56 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
         row |= solo_peak_memory(cell, config, device, rank, world_size)
         row["steps_wall_s"] = clock.seconds / len(cells)
         row["interleaved"] = len(cells) > 1
+        row["stopped_by"] = stopped_by
     add_speed_vs_torch(cells, rows)
     outcomes = dict(zip([c.cell_id for c in cells], (outcome(row, c) for row, c in zip(rows, cells))))
     return [outcomes.get(c.cell_id) or (*dropped[c.cell_id], {}) for c in all_cells]
+
+
+def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, reference: int | None,
+                    progress=lambda phase: None) -> tuple[list[list[list[float]]], str | None]:
+    """Collective. The group's timed rounds → (per engine, per rank, its step times; why they stopped).
+
+    run.repeats windows of run.timed_steps rounds first; then, with run.target_ci_pct on, more rounds up to
+    each pre-set checkpoint (stats.checkpoints: doubling up to run.max_timed_steps) until stats.stop_reason
+    says stop; a "budget" stop first runs the rounds that still fit in run.max_group_s (stats.budget_fill).
+    Rank 0 decides (the budget reads its clock) and broadcasts, so every rank stops at the same round and
+    the collectives of the rounds pair up. stopped_by is None with adaptivity off.
+    """
+    r = config.run
+    per_rank: list[list[list[float]]] = [[[] for _ in range(dist.get_world_size())] for _ in steps]
+
+    def run(n):
+        for e, ranks in enumerate(measure.timed_rounds(steps, n, device)):
+            for k, times in enumerate(ranks):
+                per_rank[e][k] += times
+
+    t0 = time.perf_counter()
+    for _ in range(r.repeats):
+        run(r.timed_steps)
+    if not r.adaptive:
+        return per_rank, None
+    points = stats.checkpoints(r.min_timed_steps, r.max_timed_steps)
+    for i, done in enumerate(points):
+        decision = [None, 0]  # why stop (None: go on), and the rounds to fill the budget with
+        if dist.get_rank() == 0:
+            samples = [metrics.step_times_over_ranks(ranks) for ranks in per_rank]
+            worst = stats.group_half_width_pct(samples, reference)
+            upcoming = points[i + 1] if i + 1 < len(points) else done
+            elapsed = time.perf_counter() - t0
+            why = stats.stop_reason(worst, r.target_ci_pct, done, r.max_timed_steps, elapsed, upcoming,
+                                    r.max_group_s)
+            fill = stats.budget_fill(done, elapsed, r.max_group_s, r.max_timed_steps)
+            decision = [why, fill if why == "budget" else 0]
+        dist.broadcast_object_list(decision, src=0)
+        if decision[0] is not None:
+            if decision[1]:
+                progress(f"timed ({done + decision[1]} rounds)")
+                run(decision[1])
+            return per_rank, decision[0]
+        progress(f"timed ({points[i + 1]} rounds)")
+        run(points[i + 1] - done)
+    raise AssertionError("unreachable: the last checkpoint is max_timed_steps, where stop_reason stops")
 
 
 def outcome(row: dict, cell: Cell) -> tuple[str, str | None, dict]:
@@ -266,6 +313,7 @@ def timed_values(per_rank: list[list[float]], global_batch: int) -> dict:
         "step_time_ms_p90": metrics.percentile(samples, 90),
         "step_time_ms_ci95_low": low,
         "step_time_ms_ci95_high": high,
+        "step_time_half_width_pct": stats.half_width_pct(p50, low, high),
         "step_time_ms_mean": statistics.fmean(samples),
         "step_time_ms_min": min(samples),
         "step_time_ms_std": statistics.stdev(samples) if len(samples) > 1 else None,
@@ -327,8 +375,10 @@ def add_speed_vs_torch(cells: list[Cell], rows: list[dict]) -> None:
     torch step / engine step, its 95 % interval, and the verdict. Empty without a torch cell."""
     torch_rows = [row for cell, row in zip(cells, rows) if cell.is_baseline]
     for cell, row in zip(cells, rows):
-        ratio = low = high = None
+        ratio = low = high = p = None
         if torch_rows and not cell.is_baseline:
             ratio, low, high = stats.paired_ratio(torch_rows[0]["step_times_ms"], row["step_times_ms"])
+            p = stats.sign_test_p(torch_rows[0]["step_times_ms"], row["step_times_ms"])
         row |= {"speed_vs_torch": ratio, "speed_vs_torch_ci95_low": low, "speed_vs_torch_ci95_high": high,
-                "verdict_vs_torch": stats.verdict(low, high)}
+                "speed_vs_torch_half_width_pct": stats.half_width_pct(ratio, low, high),
+                "speed_vs_torch_p": p, "verdict_vs_torch": stats.verdict(low, high)}

@@ -1,10 +1,13 @@
 """The events a launch's ranks write and the launcher (or `bench run --collect`) reads.
 
 One JSON object per line, appended and flushed per event, each with its time `t`:
-- "hello"  every rank, at start: rank, pid, pgid (so the launcher can stop the workers by process group);
+- "hello"  every rank, at start: rank, pid, pgid (so the launcher can stop the workers by process group),
+           ppid (the torchrun agent or srun step that started it);
 - "start"  rank 0, a cell begins: cell_id;
 - "finish" rank 0, a cell ended with a measurement: cell_id, status ("ok" | "diverged"), error, row;
-- "error"  the first rank whose cell raised: cell_id, rank, status ("failed" | "oom"), error.
+- "error"  a rank whose cell raised: cell_ids, rank, status ("failed" | "oom"), phase, error; in a plan run
+           (bench/worker/plan_mode.py) every rank writes one for a failed group, `peer: true` on the ranks
+           that only learnt of it, and phase "start" when the process group never formed.
 `status` travels only here: the row a "finish" event carries holds measurements, never a status.
 """
 

@@ -6,6 +6,9 @@ Rank 0 writes "start" (a group), "progress", "finish" (per cell: status, error, 
 "profile" and "traced"; a rank whose group raises writes "error" and exits non-zero, so torchrun tears the
 launch down and the launcher relaunches the remaining cells (see bench/worker/events.py). Every profiled
 pass runs after the last timed step of the launch: no timed step follows the profiler in a process.
+
+A plan run by the user's own torchrun or srun (no launcher) continues past a failed group instead, skips the
+cells an earlier run of the plan finished, and describes each node (bench/worker/plan_mode.py).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from bench.config import BenchConfig, config_from_dict
 from bench.lifetime import die_with_parent, watch_launcher
 from bench.matrix import Cell
 from bench.schema import error_text
-from bench.worker import process
+from bench.worker import plan_mode, process
 from bench.worker.cell import release, run_group
 from bench.worker.events import Events
 from bench.worker.groups import plan_groups
@@ -48,25 +51,43 @@ def main(argv: list[str] | None = None) -> int:
     rank, ws = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     host = socket.gethostname()
     events = Events(args.events or run_dir / "events" / f"{host}-{os.getpid()}.jsonl")
-    events.emit(event="hello", rank=rank, pid=os.getpid(), pgid=os.getpgid(0))
+    events.emit(event="hello", rank=rank, pid=os.getpid(), pgid=os.getpgid(0), ppid=os.getppid())
 
+    plan_run = plan.get("launcher_pid") is None  # the user's own torchrun/srun: see plan_mode
+    if plan_run:
+        plan_mode.write_node_env(run_dir, config, [sys.executable, "-m", "bench.worker", *sys.argv[1:]])
     threads = config.run.threads_for(int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
     torch.set_num_threads(threads)
     device = process.pick_device(config.run.device, int(os.environ.get("LOCAL_RANK", 0)))
-    process.init_process_group(device, config.run.process_group_timeout_s)
-    # Facts of this rank's process that go into every row it finishes.
-    facts = {"threads_per_rank": threads, "hostname": host,
-             "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
     cells = [Cell.from_dict(c) for c in plan["cells"] if c["world_size"] == ws]
     to_profile = [Cell.from_dict(c) for c in plan.get("profile", []) if c["world_size"] == ws]
     try:
+        process.init_process_group(device, config.run.process_group_timeout_s)
+    except RuntimeError as e:  # a peer never came (env:// rendezvous under srun): say so for every cell
+        if plan_run and cells:
+            events.emit(event="error", cell_ids=[c.cell_id for c in cells], rank=rank, status="failed",
+                        phase="start", error=f"the process group of WORLD_SIZE={ws} did not form within "
+                        f"{config.run.process_group_timeout_s:g} s (run.pg_timeout_s): {type(e).__name__}: "
+                        f"{str(e).strip()[:2000]}")
+        raise
+    # Facts of this rank's process that go into every row it finishes.
+    facts = {"threads_per_rank": threads, "hostname": host,
+             "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
+    try:
+        if plan_run:  # an earlier run of this plan finished these: continue after them
+            timed, traced = plan_mode.agreed_finished(run_dir)
+            cells = [c for c in cells if c.cell_id not in timed]
+            to_profile = [c for c in to_profile if c.cell_id not in traced]
         # Collective: every rank plans from the smallest free memory over the ranks, so all build the
         # same trainers and their collectives pair up.
-        for group in plan_groups(cells, config, device):
+        for i, group in enumerate(plan_groups(cells, config, device)):
             if not process.launcher_alive(plan.get("launcher_pid"), device):
                 print("bench.worker: the launcher is gone; stopping", file=sys.stderr)
                 return 1
-            run_and_emit(group, config, device, events, facts)
+            if not plan_run:
+                run_and_emit(group, config, device, events, facts)
+            elif not run_agreeing(f"ws{ws}-group{i}", group, config, device, events, facts):
+                return 1
         for cell in to_profile:
             profile_and_emit(cell, config, device, run_dir, events)
         dist.barrier()
@@ -79,26 +100,61 @@ def run_and_emit(group: list[Cell], config: BenchConfig, device: torch.device, e
                  facts: dict) -> None:
     """Run one group of cells on this rank and write its events; a failure is re-raised after its "error"
     event."""
+    t_group = time.perf_counter()
+    outcomes = measure_group(group, config, device, events)
+    emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group)
+    release(device)
+
+
+def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
+                 facts: dict) -> bool:
+    """Plan mode: run one group; a failure on any rank is recorded on every rank (the failing rank's own
+    "error" event says why; the others' say `peer`) and the run goes on. False when the ranks could not
+    agree (plan_mode.group_failed): the process group is unusable and this rank must stop."""
+    t_group = time.perf_counter()
+    try:
+        outcomes = measure_group(group, config, device, events)
+    except Exception:  # measure_group wrote the "error" event
+        outcomes = None
+    failed = plan_mode.group_failed(key, outcomes is None, config.run.process_group_timeout_s, device)
+    if failed is None:
+        return False
+    if failed and outcomes is not None:
+        events.emit(event="error", cell_ids=[c.cell_id for c in group], rank=dist.get_rank(),
+                    status="failed", phase="cell", peer=True,
+                    error="the group failed on another rank (its error event says why)")
+    elif not failed:
+        emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group)
+    release(device)
+    return True
+
+
+def measure_group(group: list[Cell], config: BenchConfig, device: torch.device,
+                  events: Events) -> list[tuple[str, str | None, dict]]:
+    """Collective. Run one group of cells on this rank (rank 0 writes "start" and "progress"); a failure is
+    re-raised after this rank's "error" event."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     ids = [c.cell_id for c in group]
     if rank == 0:
         events.emit(event="start", cell_ids=ids)
-    t_group = time.perf_counter()
     try:
         for cell in group:
             inject_fault(config.debug.fault_for(cell.cell_id), cell, rank, ws)
         progress = (lambda phase: events.emit(event="progress", cell_ids=ids, phase=phase)) if rank == 0 \
             else (lambda phase: None)
-        outcomes = run_group(group, config, device, rank, ws, progress)
+        return run_group(group, config, device, rank, ws, progress)
     except Exception as e:
         emit_error(events, ids, e, "cell")
         raise
-    if rank == 0:
-        wall = (time.perf_counter() - t_group) / len(group)
-        for cell, (status, error, row) in zip(group, outcomes, strict=True):
-            row |= facts | {"cell_wall_s": wall}
-            events.emit(event="finish", cell_id=cell.cell_id, status=status, error=error, row=row)
-    release(device)
+
+
+def emit_finish(group: list[Cell], outcomes: list, events: Events, facts: dict, wall_s: float) -> None:
+    """Rank 0: a "finish" event per cell of the group, its wall time shared evenly."""
+    if dist.get_rank() != 0:
+        return
+    for cell, (status, error, row) in zip(group, outcomes, strict=True):
+        row |= facts | {"cell_wall_s": wall_s / len(group)}
+        events.emit(event="finish", cell_id=cell.cell_id, status=status, error=error, row=row)
 
 
 def profile_and_emit(cell: Cell, config: BenchConfig, device: torch.device, run_dir: Path,

@@ -47,10 +47,11 @@ def pick_device(device_type: str, local_rank: int) -> torch.device:
     return device
 
 
-def init_process_group(device: torch.device, timeout_s: float) -> str:
-    """The default process group for `device` (NCCL bound to the device, or gloo); returns the backend."""
+def init_process_group(device: torch.device, timeout_s: float, **rendezvous) -> str:
+    """The default process group for `device` (NCCL bound to the device, or gloo); returns the backend.
+    `rendezvous`: store, rank and world_size for a group rebuilt on an existing store (else env://)."""
     backend = backend_for(device.type)
-    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s),
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), **rendezvous,
                             **({"device_id": device} if backend == "nccl" else {}))
     return backend
 

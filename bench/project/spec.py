@@ -1,0 +1,199 @@
+"""What-if without a run: a projection from a 1-GPU step time and a model, as a user has before any run
+(`python -m bench project --spec FILE.toml | --model NAME[:SIZE] --step-ms T1 ...`; docs/projection.md).
+
+The model is a built-in workload (`model` and `size`: its trainable parameters built on the meta device,
+grouped by torch DDP's rule at `bucket_cap_mb`; bench/project/layout.py, imports torch), or a parameter
+count (`params`: ddp_buckets below, no torch), or an explicit `bucket_sizes` list (wire bytes, issue order).
+The compute side is `step_ms` split into forward and backward by `backward_share` (optimizer 0); the
+buckets' gradients arrive uniformly over backward. The rows are projection.csv's (PROJECTION_COLUMNS), one
+per world size, computed as run mode computes them (bench/project/project.py `project`).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import pandas as pd
+
+from bench.project.collectives import ALGORITHMS
+from bench.project.network import FABRICS, INTER_NODE, preset_network
+from bench.project.physics import DEFAULT_INTERFERENCE, DEFAULT_STEP_CV, Physics
+from bench.project.project import PROJECTION_COLUMNS, Configuration, _typed, project
+from bench.project.simulate import Buckets, Compute
+from bench.schema import DEFAULT_BUCKET_MB, PRECISIONS, WIRE_DTYPES
+
+# Backward does twice forward's FLOPs (gradients w.r.t. inputs and w.r.t. weights: Kaplan et al. 2020,
+# §2.1), so 2/3 of a step is backward when nothing else is known.
+DEFAULT_BACKWARD_SHARE = 2 / 3
+# torch DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES): the first gradients to arrive go out early.
+FIRST_BUCKET_BYTES = 2**20
+DEFAULT_WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+FP32_GRAD_BYTES = 4  # parameters are fp32 (AMP autocasts the math), so DDP reduces fp32 gradients
+
+
+class SpecError(ValueError):
+    """A bad spec value: the message names the key and the value."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Everything a what-if projection needs (keys of the TOML file and of project_spec)."""
+
+    step_ms: float
+    per_gpu_batch: int
+    model: str = ""
+    size: str = ""
+    params: int | None = None
+    bucket_sizes: tuple[int, ...] | None = None
+    precision: str = "fp32"
+    comm_dtype: str = "none"
+    bucket_cap_mb: float = DEFAULT_BUCKET_MB
+    grad_accum: int = 1
+    network: str = "h100-nvlink"
+    gpus_per_node: int = 8
+    inter_network: str = "ib-ndr400"
+    algorithm: str = "auto"
+    world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES
+    backward_share: float = DEFAULT_BACKWARD_SHARE
+    step_cv: float = DEFAULT_STEP_CV
+    interference: float = DEFAULT_INTERFERENCE
+    host_ms: float = 0.0
+
+    def __post_init__(self):
+        def bad(key: str, why: str):
+            raise SpecError(f"{key}={getattr(self, key)!r}: {why}")
+
+        if not _positive(self.step_ms):
+            bad("step_ms", "must be a number > 0 (the 1-GPU step time in ms)")
+        for key in ("per_gpu_batch", "grad_accum", "gpus_per_node"):
+            if not (isinstance(getattr(self, key), int) and getattr(self, key) >= 1):
+                bad(key, "must be an integer >= 1")
+        if self.precision not in PRECISIONS:
+            bad("precision", f"is not one of {list(PRECISIONS)}")
+        if self.comm_dtype not in WIRE_DTYPES:
+            bad("comm_dtype", f"is not one of {list(WIRE_DTYPES)}")
+        if self.network not in FABRICS:
+            bad("network", f"is not a preset; choose from {list(FABRICS)}")
+        if self.inter_network not in INTER_NODE:
+            bad("inter_network", f"is not one of {list(INTER_NODE)}")
+        if self.algorithm not in ALGORITHMS:
+            bad("algorithm", f"is not one of {list(ALGORITHMS)}")
+        if not _positive(self.bucket_cap_mb):
+            bad("bucket_cap_mb", "must be a number > 0")
+        if not (isinstance(self.backward_share, (int, float)) and 0 < self.backward_share <= 1):
+            bad("backward_share", "must lie in (0, 1]")
+        for key in ("step_cv", "interference", "host_ms"):
+            value = getattr(self, key)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                bad(key, "must be a number >= 0")
+        if not self.world_sizes or any(not isinstance(n, int) or n < 1 for n in self.world_sizes):
+            bad("world_sizes", "must be integers >= 1")
+        given = [k for k in ("model", "params", "bucket_sizes") if getattr(self, k)]
+        if len(given) != 1:
+            raise SpecError(f"model={self.model!r} params={self.params!r} "
+                            f"bucket_sizes={self.bucket_sizes!r}: give exactly one of model (a workload), "
+                            f"params (a count) or bucket_sizes")
+        if self.params is not None and not (isinstance(self.params, int) and self.params >= 1):
+            bad("params", "must be an integer >= 1")
+        if self.bucket_sizes is not None and any(not isinstance(s, int) or s < 1 for s in self.bucket_sizes):
+            bad("bucket_sizes", "must be positive integers (bytes on the wire)")
+        net = preset_network(self.network, self.gpus_per_node, self.inter_network)
+        for n in self.world_sizes:
+            try:
+                net.nodes(n)
+            except ValueError:
+                bad("world_sizes", f"{n} is not a multiple of gpus_per_node={self.gpus_per_node}")
+
+
+def _positive(value) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value > 0
+
+
+def ddp_buckets(params: int, grad_bytes: int = FP32_GRAD_BYTES,
+                cap_mb: float = DEFAULT_BUCKET_MB) -> Buckets:
+    """torch DDP's buckets for `params` gradients without their layer shapes: 1 MiB first, then `cap_mb`
+    MiB each, the remainder last; gradients arrive uniformly in bytes over backward, so bucket i is ready
+    when the bytes of buckets 0..i are (the last at the end of backward: the exposed tail)."""
+    total, cap = params * grad_bytes, int(cap_mb * 2**20)
+    sizes = [min(total, FIRST_BUCKET_BYTES)]
+    while sum(sizes) < total:
+        sizes.append(min(cap, total - sum(sizes)))
+    return _uniform(sizes, f"torch DDP layout of {params} parameters, uniform over backward")
+
+
+def _uniform(sizes: list[int], source: str) -> Buckets:
+    total, done, ready = sum(sizes), 0, []
+    for s in sizes:
+        done += s
+        ready.append(done / total)
+    return Buckets(tuple(sizes), tuple(ready), source)
+
+
+def spec_buckets(spec: Spec) -> Buckets:
+    """The spec's all-reduce messages (module docstring)."""
+    wire = WIRE_DTYPES[spec.comm_dtype]
+    if spec.bucket_sizes:
+        return _uniform(list(spec.bucket_sizes), "spec bucket_sizes, uniform over backward")
+    if spec.params:
+        return ddp_buckets(spec.params, wire.bytes, spec.bucket_cap_mb)
+    from bench.project.layout import engine_bucket_sizes, workload_options
+
+    try:
+        sizes = engine_bucket_sizes("torch", spec.model, spec.size, spec.bucket_cap_mb, spec.comm_dtype,
+                                    workload_options({}))
+    except (ValueError, KeyError) as exc:
+        raise SpecError(f"model={spec.model!r} size={spec.size!r}: {exc}") from None
+    return _uniform(sizes, f"workload {spec.model}:{spec.size} layout, uniform over backward")
+
+
+def project_spec(**keys) -> pd.DataFrame:
+    """projection.csv's rows for a what-if (keys: Spec's fields). SpecError names a bad key and value."""
+    return projection_of(spec_from_keys(keys))
+
+
+def spec_from_keys(keys: dict) -> Spec:
+    """A Spec from a dict of its keys (a TOML file's, or project_spec's); SpecError names a bad one."""
+    keys = dict(keys)
+    known = {f.name for f in fields(Spec)}
+    for key in keys:
+        if key not in known:
+            raise SpecError(f"{key}={keys[key]!r}: not a spec key; known: {sorted(known)}")
+    for key in ("world_sizes", "bucket_sizes"):
+        if isinstance(keys.get(key), list):
+            keys[key] = tuple(keys[key])
+    try:
+        return Spec(**keys)
+    except TypeError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def projection_of(spec: Spec) -> pd.DataFrame:
+    buckets = spec_buckets(spec)
+    k = spec.grad_accum
+    compute = Compute(forward_ms=spec.step_ms * (1 - spec.backward_share) * k,
+                      backward_ms=spec.step_ms * spec.backward_share * k, optimizer_ms=0.0, grad_accum=k,
+                      per_rank_batch=spec.per_gpu_batch)
+    base = pd.Series({"cell_id": "spec", "engine": "torch", "model": spec.model or "(params)",
+                      "model_size": spec.size, "bucket_cap_mb": spec.bucket_cap_mb,
+                      "precision": spec.precision,
+                      "comm_dtype": spec.comm_dtype, "grad_accum": k, "scaling": "weak",
+                      "per_rank_batch": spec.per_gpu_batch, "world_size": 1})
+    config = Configuration(base, pd.DataFrame([base]), compute, buckets)
+    net = preset_network(spec.network, spec.gpus_per_node, spec.inter_network)
+    physics = Physics(step_cv=spec.step_cv, interference_factor=spec.interference, host_ms=spec.host_ms)
+    rows = project(config, spec.network, lambda n, dtype: (net, net.label), sorted(set(spec.world_sizes)),
+                   spec.algorithm, physics)
+    return _typed(pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS)))
+
+
+def read_spec(path: Path) -> dict:
+    """The TOML file's keys (top level, or a [spec] table)."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SpecError(f"--spec={str(path)!r}: {exc}") from None
+    return data.get("spec", data)
