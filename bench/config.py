@@ -154,8 +154,6 @@ class MatrixConfig:
         if casts and any(c != "none" for c in self.comm_dtype):
             fail("matrix.comm_hook", casts[0], f"is torch's comm_dtype={casts[0]} under its hook's name; "
                  f"with matrix.comm_dtype={list(self.comm_dtype)} set only one of the two")
-        defaults = {f.name: f.default for f in dataclasses.fields(self) if f.name in ENGINE_OPTIONS}
-        self.check_options_apply([k for k in ENGINE_OPTIONS if getattr(self, k) != defaults[k]])
 
     def check_options_apply(self, keys) -> None:
         """Each engine option in `keys` must apply to a listed engine (powersgd_rank: with PowerSGD)."""
@@ -484,8 +482,9 @@ def _apply(tables: dict, key: str, value) -> None:
 
 def _build(tables: dict, cli: dict[str, str], given_options_apply: bool = True) -> BenchConfig:
     """Nested TOML tables + CLI strings → a validated BenchConfig. given_options_apply: an engine option
-    the user wrote (even at its default) must apply to a listed engine (off for a resolved config, which
-    lists every key)."""
+    given with --set (even at its default) must apply to a listed engine, and so must one the TOML gives
+    unless --set chose the engines (a preset's peers options then stay unswept for engines it no longer
+    lists); off for a resolved config, which lists every key."""
     unknown = set(tables) - set(SECTIONS) - {"description", *DEVICE_SECTIONS}
     if unknown:
         key = sorted(unknown)[0]
@@ -510,7 +509,8 @@ def _build(tables: dict, cli: dict[str, str], given_options_apply: bool = True) 
             values[key] = _convert(f"{name}.{key}", hints[key], value, from_cli=True)
         sections[name] = cls(**values)
         if name == "matrix" and given_options_apply:
-            sections[name].check_options_apply([k for k in ENGINE_OPTIONS if k in values])
+            given = set(raw_cli) | (set() if "engine" in raw_cli else set(raw))
+            sections[name].check_options_apply([k for k in ENGINE_OPTIONS if k in given])
     description = cli.get("description", tables.get("description", ""))
     if not isinstance(description, str):
         fail("description", description, "must be a string")

@@ -102,6 +102,12 @@ def test_bad_values_name_the_key(sets, key):
         load_config("cpu-smoke", sets)
 
 
+def test_a_preset_narrowed_on_the_command_line_keeps_its_options_unswept():
+    """default lists fsdp2's reshard_after_forward; --set matrix.engine=torch drops fsdp2, not an error."""
+    config = load_config("default", ["matrix.engine=torch"], cuda_available=False)
+    assert {c.engine for c in expand(config)} == {"torch"}
+
+
 def test_bad_value_exits_2_before_anything_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bench", "run", "--config", "cpu-smoke", "--out",
                            str(tmp_path / "run"), "--set", "matrix.engine=torch",
