@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import engines
-from bench.schema import COMM_DTYPE_ALIASES, COMM_DTYPES, DEFAULT_BUCKET_MB, PRECISIONS, SCALINGS
+from bench.schema import (
+    COMM_DTYPE_ALIASES,
+    COMM_DTYPES,
+    COMM_HOOKS,
+    COMPILE_MODES,
+    DEFAULT_BUCKET_MB,
+    PRECISIONS,
+    SCALINGS,
+)
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEVICES = ("auto", "cpu", "cuda")
@@ -88,17 +96,39 @@ def _engine_names() -> tuple[str, ...]:
         fail(engines.PLUGIN_VARIABLE, os.environ.get(engines.PLUGIN_VARIABLE), str(exc))
 
 
+def _default_engines() -> tuple[str, ...]:
+    _engine_names()  # a plug-in that cannot be added is a config error here too
+    return engines.default_sweep()
+
+
+# The engine-specific axes (an engine's `options` names those that apply to it, bench/engines/base.py):
+# swept only for the engines that take them; empty in the other engines' cells.
+ENGINE_OPTIONS = ("comm_hook", "powersgd_rank", "reshard_after_forward", "static_graph",
+                  "gradient_as_bucket_view", "compile")
+
+
 @dataclass(frozen=True)
 class MatrixConfig:
     """The axes: each a list, the sweep is their cross product (see bench.matrix)."""
 
-    engine: tuple[str, ...] = field(default_factory=lambda: _engine_names())
+    engine: tuple[str, ...] = field(default_factory=_default_engines)
     world_size: tuple[int, ...] = (1, 2)
     bucket_cap_mb: tuple[float, ...] = (DEFAULT_BUCKET_MB,)
     precision: tuple[str, ...] = ("fp32",)
     comm_dtype: tuple[str, ...] = ("none",)
     grad_accum: tuple[int, ...] = (1,)
     scaling: tuple[str, ...] = ("strong",)
+    # engine options (ENGINE_OPTIONS), each with the engine's own default first
+    comm_hook: tuple[str, ...] = ("none",)          # torch: none | fp16 | bf16 | powersgd
+    powersgd_rank: tuple[int, ...] = (4,)           # torch, comm_hook=powersgd: matrix_approximation_rank
+    reshard_after_forward: tuple[bool, ...] = (True,)  # fsdp2 (torch's default for fully_shard)
+    static_graph: tuple[bool, ...] = (False,)       # torch
+    gradient_as_bucket_view: tuple[bool, ...] = (False,)  # torch, bucketed, overlap
+    compile: tuple[str, ...] = ("none",)            # torch, fsdp2: none | inductor
+    # glob patterns (fnmatch) over a cell's id without its option words (`Cell.base_id`): a cell that sets
+    # an engine option away from its default, or of an engine outside the default sweep (fsdp2), is swept
+    # only where one matches; "*": everywhere. A preset's slice of the options (default.toml).
+    options_cells: tuple[str, ...] = ("*",)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -114,6 +144,27 @@ class MatrixConfig:
         object.__setattr__(self, "comm_dtype", resolved)
         _check_min("matrix.grad_accum", self.grad_accum, 1, maximum=MAX_STEPS)
         _check_choices("matrix.scaling", self.scaling, SCALINGS)
+        _check_choices("matrix.comm_hook", self.comm_hook, COMM_HOOKS)
+        _check_min("matrix.powersgd_rank", self.powersgd_rank, 0, strict=True, maximum=MAX_BATCH)
+        _check_choices("matrix.compile", self.compile, COMPILE_MODES)
+        for pattern in self.options_cells:
+            if not isinstance(pattern, str) or not pattern.strip():
+                fail("matrix.options_cells", pattern, "must be a glob pattern over cell ids (\"*-ws2-*\")")
+        casts = [h for h in self.comm_hook if h in COMM_DTYPES and h != "none"]
+        if casts and any(c != "none" for c in self.comm_dtype):
+            fail("matrix.comm_hook", casts[0], f"is torch's comm_dtype={casts[0]} under its hook's name; "
+                 f"with matrix.comm_dtype={list(self.comm_dtype)} set only one of the two")
+
+    def check_options_apply(self, keys) -> None:
+        """Each engine option in `keys` must apply to a listed engine (powersgd_rank: with PowerSGD)."""
+        for key in keys:
+            takers = [e for e in _engine_names() if key in engines.get(e).options]
+            if not set(takers) & set(self.engine):
+                fail(f"matrix.{key}", list(getattr(self, key)), f"applies to engine {takers} only; "
+                     f"matrix.engine={list(self.engine)} lists none of them")
+            if key == "powersgd_rank" and "powersgd" not in self.comm_hook:
+                fail("matrix.powersgd_rank", list(self.powersgd_rank),
+                     "applies only with matrix.comm_hook=powersgd")
 
 
 @dataclass(frozen=True)
@@ -429,8 +480,11 @@ def _apply(tables: dict, key: str, value) -> None:
     target[name] = value
 
 
-def _build(tables: dict, cli: dict[str, str]) -> BenchConfig:
-    """Nested TOML tables + CLI strings → a validated BenchConfig."""
+def _build(tables: dict, cli: dict[str, str], given_options_apply: bool = True) -> BenchConfig:
+    """Nested TOML tables + CLI strings → a validated BenchConfig. given_options_apply: an engine option
+    given with --set (even at its default) must apply to a listed engine, and so must one the TOML gives
+    unless --set chose the engines (a preset's peers options then stay unswept for engines it no longer
+    lists); off for a resolved config, which lists every key."""
     unknown = set(tables) - set(SECTIONS) - {"description", *DEVICE_SECTIONS}
     if unknown:
         key = sorted(unknown)[0]
@@ -454,6 +508,9 @@ def _build(tables: dict, cli: dict[str, str]) -> BenchConfig:
         for key, value in raw_cli.items():
             values[key] = _convert(f"{name}.{key}", hints[key], value, from_cli=True)
         sections[name] = cls(**values)
+        if name == "matrix" and given_options_apply:
+            given = set(raw_cli) | (set() if "engine" in raw_cli else set(raw))
+            sections[name].check_options_apply([k for k in ENGINE_OPTIONS if k in given])
     description = cli.get("description", tables.get("description", ""))
     if not isinstance(description, str):
         fail("description", description, "must be a string")
@@ -539,7 +596,7 @@ def _flatten(table: dict, prefix: str = ""):
 
 def config_from_dict(data: dict) -> BenchConfig:
     """Rebuild a config from `to_dict()` output or a resolved config.toml's tables."""
-    return _build(data, {})
+    return _build(data, {}, given_options_apply=False)
 
 
 # ---- writing the resolved config --------------------------------------------------------------------

@@ -9,20 +9,30 @@ Skip rules (recorded with status `skipped`, the reason in `error`):
 - bf16 on a GPU that does not support it;
 - what an engine says it cannot run (`Engine.skip_reason`; torch with comm_dtype bf16 on CPU: its
   bf16_compress_hook requires CUDA and NCCL);
-- a world size above the GPUs present, when run.skip_world_sizes_above_gpus is set (else a config error).
+- a world size above the GPUs present, when run.skip_world_sizes_above_gpus is set (else a config error);
+- comm_hook=powersgd at world size 1 (nothing to compress) or with a compressed comm_dtype (PowerSGD
+  replaces the all-reduce the cast would compress), comm_hook=fp16|bf16 beside a different comm_dtype.
+
+Engine options (config.ENGINE_OPTIONS: comm_hook, powersgd_rank, reshard_after_forward, static_graph,
+gradient_as_bucket_view, compile) are swept only for an engine whose `options` names them; the other
+engines' cells leave them None, and a cell id names an option only at a value other than the engine's
+default (fsdp2 names reshard_after_forward always), so the cells and ids of a matrix without them are
+those it had before they existed. comm_hook fp16|bf16 is resolved here into the torch cell's comm_dtype
+(the same hook by its comm_dtype name): it is the comm_dtype=fp16|bf16 cell, one id, one row.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import itertools
 import math
 import re
 from dataclasses import dataclass
 
 from bench import engines, stats
-from bench.config import BenchConfig
-from bench.schema import DEFAULT_BUCKET_MB
+from bench.config import ENGINE_OPTIONS, BenchConfig, MatrixConfig
+from bench.schema import COMM_DTYPES, DEFAULT_BUCKET_MB
 from bench.workloads import model_label
 
 
@@ -42,18 +52,53 @@ class Cell:
     per_rank_batch: int            # samples per rank per micro-step
     global_batch: int              # samples per optimizer step: per_rank_batch × world_size × grad_accum
     skip_reason: str = ""
+    # engine options (None: the option does not apply to this engine)
+    comm_hook: str | None = None
+    powersgd_rank: int | None = None    # set only with comm_hook powersgd
+    reshard_after_forward: bool | None = None
+    static_graph: bool | None = None
+    gradient_as_bucket_view: bool | None = None
+    compile: str | None = None
 
     @property
     def cell_id(self) -> str:
-        """Stable, readable, unique, filesystem-safe: overlap-mlp.small-ws2-b25-fp32-cnone-ga1-strong-gb32.
+        """Stable, readable, unique, filesystem-safe: overlap-mlp.small-ws2-b25-fp32-cnone-ga1-strong-gb32,
+        then the engine options at other than their defaults (`option_tags`).
 
         A user model spec ("/path/to/file.py:Name") appears as `Name-<8 hex of its sha256>` (model_label).
         """
+        return re.sub(r"[^A-Za-z0-9._-]", "_", self.base_id + "".join(f"-{t}" for t in self.option_tags()))
+
+    @property
+    def base_id(self) -> str:
+        """The id without the option words (what matrix.options_cells patterns match)."""
         bucket = "na" if self.bucket_cap_mb is None else f"{self.bucket_cap_mb:g}"
         model = model_label(self.model)
         text = (f"{self.engine}-{model}.{self.model_size}-ws{self.world_size}-b{bucket}-{self.precision}"
                 f"-c{self.comm_dtype}-ga{self.grad_accum}-{self.scaling}-gb{self.global_batch}")
         return re.sub(r"[^A-Za-z0-9._-]", "_", text)
+
+    def option_tags(self) -> list[str]:
+        """The id's words for the options this cell sets away from their defaults: hpowersgd.r4, static,
+        gbv, inductor; fsdp2's reshard setting always (raf1 | raf0: the engine has no id without one)."""
+        tags = []
+        if self.comm_hook not in (None, "none"):
+            tags.append(f"h{self.comm_hook}" + (f".r{self.powersgd_rank}" if self.powersgd_rank else ""))
+        if self.reshard_after_forward is not None:
+            tags.append(f"raf{int(self.reshard_after_forward)}")
+        if self.static_graph:
+            tags.append("static")
+        if self.gradient_as_bucket_view:
+            tags.append("gbv")
+        if self.compile not in (None, "none"):
+            tags.append(self.compile)
+        return tags
+
+    @property
+    def is_baseline(self) -> bool:
+        """The reference engine with every option at its default: what the other cells of a group are
+        compared with (speed_vs_torch, the parity gates)."""
+        return engines.get(self.engine).reference and not self.option_tags()
 
     @property
     def wrap_bucket_mb(self) -> float:
@@ -88,26 +133,71 @@ def expand(config: BenchConfig, bf16_supported: bool = True, gpu_count: int | No
     """Every cell of the matrix in sweep order (world size first: one launch per world size), deduplicated."""
     m, w = config.matrix, config.workload
     cells: dict[str, Cell] = {}
-    for ws, engine, bucket, precision, comm, accum, scaling in itertools.product(
+    for ws, engine, bucket, precision, comm_dtype, accum, scaling in itertools.product(
         sorted(set(m.world_size)), m.engine, m.bucket_cap_mb, m.precision, m.comm_dtype, m.grad_accum,
         m.scaling,
     ):
         bucket = float(bucket) if engines.get(engine).has_buckets else None
         prb = per_rank_batch(scaling, ws, w.global_batch, w.per_rank_batch)
-        reason = ""
-        if comm != "none" and ws == 1:
-            reason = f"comm_dtype={comm} at world_size=1: nothing is communicated (same as comm_dtype=none)"
-        elif engines.get(engine).skip_reason(comm, config.run.device):
-            reason = engines.get(engine).skip_reason(comm, config.run.device)
-        elif precision == "bf16" and config.run.device == "cuda" and not bf16_supported:
-            reason = "precision=bf16: this GPU does not support bf16"
-        elif config.run.device == "cuda" and gpu_count is not None and ws > gpu_count:
-            reason = f"world_size={ws} is above the {gpu_count} GPUs present"
-        cell = Cell(engine=engine, model=w.model, model_size=w.model_size, world_size=ws,
-                    bucket_cap_mb=bucket, precision=precision, comm_dtype=comm, grad_accum=accum,
-                    scaling=scaling, per_rank_batch=prb, global_batch=prb * ws * accum, skip_reason=reason)
-        cells.setdefault(cell.cell_id, cell)
+        for options in engine_options(m, engine):
+            peer = not engines.get(engine).in_default_sweep or options != option_defaults(engine)
+            comm, options, reason = resolve_hook(comm_dtype, options, ws)
+            reason = reason or skip_reason(config, engine, ws, precision, comm, bf16_supported, gpu_count)
+            cell = Cell(engine=engine, model=w.model, model_size=w.model_size, world_size=ws,
+                        bucket_cap_mb=bucket, precision=precision, comm_dtype=comm, grad_accum=accum,
+                        scaling=scaling, per_rank_batch=prb, global_batch=prb * ws * accum,
+                        skip_reason=reason, **options)
+            if peer and not any(fnmatch.fnmatchcase(cell.base_id, p) for p in m.options_cells):
+                continue
+            cells.setdefault(cell.cell_id, cell)
     return list(cells.values())
+
+
+def skip_reason(config: BenchConfig, engine: str, ws: int, precision: str, comm: str, bf16_supported: bool,
+                gpu_count: int | None) -> str:
+    """Why a cell cannot run here ("" when it can): the skip rules of the module docstring."""
+    if comm != "none" and ws == 1:
+        return f"comm_dtype={comm} at world_size=1: nothing is communicated (same as comm_dtype=none)"
+    if engines.get(engine).skip_reason(comm, config.run.device):
+        return engines.get(engine).skip_reason(comm, config.run.device)
+    if precision == "bf16" and config.run.device == "cuda" and not bf16_supported:
+        return "precision=bf16: this GPU does not support bf16"
+    if config.run.device == "cuda" and gpu_count is not None and ws > gpu_count:
+        return f"world_size={ws} is above the {gpu_count} GPUs present"
+    return ""
+
+
+def engine_options(m: MatrixConfig, engine: str) -> list[dict]:
+    """The cross product of the engine options that apply to `engine` (one empty dict when none do);
+    powersgd_rank only beside comm_hook powersgd."""
+    keys = [k for k in ENGINE_OPTIONS if k in engines.get(engine).options and k != "powersgd_rank"]
+    out = []
+    for values in itertools.product(*(getattr(m, k) for k in keys)):
+        options = dict(zip(keys, values))
+        ranks = m.powersgd_rank if options.get("comm_hook") == "powersgd" else (None,)
+        out += [options | ({"powersgd_rank": r} if r is not None else {}) for r in ranks]
+    return out
+
+
+def option_defaults(engine: str) -> dict:
+    """The options `engine` takes, each at its default (MatrixConfig's first value)."""
+    fields = {f.name: f.default[0] for f in dataclasses.fields(MatrixConfig) if f.name in ENGINE_OPTIONS}
+    return {k: fields[k] for k in ENGINE_OPTIONS if k in engines.get(engine).options and k != "powersgd_rank"}
+
+
+def resolve_hook(comm: str, options: dict, ws: int) -> tuple[str, dict, str]:
+    """(comm_dtype, options, skip reason) with a cast hook resolved into comm_dtype: comm_hook fp16 is
+    the comm_dtype=fp16 cell. PowerSGD needs ranks to compress between and an uncompressed wire."""
+    hook = options.get("comm_hook")
+    if hook in COMM_DTYPES and hook != "none":
+        if comm not in ("none", hook):
+            return comm, options, f"comm_hook={hook} with comm_dtype={comm}: two casts of one gradient"
+        return hook, options | {"comm_hook": "none"}, ""
+    if hook == "powersgd" and ws == 1:
+        return comm, options, "comm_hook=powersgd at world_size=1: nothing is communicated"
+    if hook == "powersgd" and comm != "none":
+        return comm, options, f"comm_hook=powersgd with comm_dtype={comm}: PowerSGD replaces that all-reduce"
+    return comm, options, ""
 
 
 def by_launch(cells: list[Cell]) -> dict[int, list[Cell]]:
@@ -138,6 +228,7 @@ class Rates:
     # the widest 95 % half-width (%) of a group's intervals (stats.group_half_width_pct) × √rounds: what
     # the adaptive rounds are expected to need, (this / target_ci_pct)² rounds
     half_width_sqrt_n_pct: float
+    compile_s: float = 0.0      # per compiled cell (matrix.compile): torch.compile in its warm-up
 
 
 # A micro-step costs max(compute, floor): compute = FLOPs / flops[precision]; floor = host_s_per_tensor ×
@@ -170,7 +261,11 @@ RATES = {
         # between them, 6.2 s after the last (the --report step)
         launch_s=4.5,
         run_s=6.5,
-        half_width_sqrt_n_pct=HALF_WIDTH_CPU),
+        half_width_sqrt_n_pct=HALF_WIDTH_CPU,
+        # inductor, mlp.small, world size 2 under load (2026-11-25, default's peers slice): torch DDP's
+        # model 17.8 s, fsdp2's blocks 5.3 s; a later identical model in the launch reuses the graphs
+        # (0 s), so charging every compiled cell the larger figure is an upper bound
+        compile_s=17.8),
     # One H100 80GB HBM3 (VM), torch 2.11+cu130, smollm2-135m (134.5M parameters in 273 tensors), seq 128,
     # world size 1, 2026-11-25: tests/data/estimate/h100-{default-partial,diag,hostbound.log} and a build
     # timing of both models. Not measured at world size > 1: comm_bytes_per_s is an assumption.
@@ -199,7 +294,8 @@ RATES = {
         launch_s=14.4,
         run_s=0.0,
         # NOT MEASURED on a GPU: 0 assumes the minimum rounds (run.timed_steps × repeats) reach the target
-        half_width_sqrt_n_pct=0.0),
+        half_width_sqrt_n_pct=0.0,
+        compile_s=60.0),  # ASSUMED (not measured on a GPU): inductor on a 135M-360M model
 }
 
 
@@ -269,8 +365,9 @@ def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_p
     timed = expected_timed_steps(config, rates, group_size(config) * step)
     synced = r.warmup_steps + timed + r.phase_steps + MEMORY_STEPS
     unsynced = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors, sync=False)
+    compiled = cell.compile not in (None, "none")
     return (2 * rates.build_s_per_param * n_params + rates.cell_s + synced * step
-            + r.compute_only_steps * unsynced)
+            + r.compute_only_steps * unsynced + (rates.compile_s if compiled else 0.0))
 
 
 def expected_rounds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> list[int]:

@@ -45,6 +45,14 @@ COMM_DTYPES = tuple(WIRE_DTYPES)
 # gradients sent as fp32 are "none".
 COMM_DTYPE_ALIASES = {"fp32": "none"}
 
+# torch DDP's comm hooks (matrix.comm_hook). fp16 and bf16 are the comm_dtype hooks above under the
+# hook's name: the config resolves them into comm_dtype (config.py), so a row only ever carries "none" or
+# "powersgd" here and the cast's name stays comm_dtype's alone. powersgd is lossy (a low-rank
+# approximation with error feedback): its rows carry the loss trajectory's distance from uncompressed DDP.
+COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
+LOSSY_COMM_HOOKS = ("powersgd",)
+COMPILE_MODES = ("none", "inductor")   # matrix.compile: eager, or torch.compile(backend="inductor")
+
 # ---- shared defaults and units -------------------------------------------------------------------------
 DEFAULT_BUCKET_MB = 25.0   # torch DDP's default bucket_cap_mb; ddp_core and the presets use the same
 MiB = 2**20                # bucket sizes and memory are in MiB (2^20 bytes); bandwidths in GB/s (1e9 bytes)
@@ -120,6 +128,20 @@ EXTRA_COLUMNS = (
     "nccl_transport",
     "peak_reserved_mb",      # peak held by torch's CUDA caching allocator in the memory pass; CPU: empty
     "device_used_mb",        # the GPU's used memory (total − free) at the memory pass's end; CPU: empty
+    # engine options (bench/engines: an engine's `options`); empty where the option does not apply
+    "comm_hook",             # torch DDP: none | powersgd (fp16/bf16 hooks are comm_dtype)
+    "powersgd_rank",         # PowerSGD's matrix_approximation_rank
+    "reshard_after_forward",  # fsdp2: true (ZeRO-3-like) | false (ZeRO-2-like)
+    "static_graph",          # torch DDP's static_graph
+    "gradient_as_bucket_view",  # torch DDP's gradient_as_bucket_view
+    "compile",               # none | inductor
+    "compile_s",             # seconds of the warm-up steps that compiled (never inside the timed steps)
+    "lossy",                 # true: a lossy comm hook; the parity gate is loss_rel_distance instead
+    "loss_rel_distance",     # max over steps of |loss − uncompressed DDP's loss| / |DDP's loss|
+    "param_max_abs_diff",    # gated cells: max |parameter − torch DDP's| after the timed steps
+    "param_bytes_per_rank",  # what the engine should hold per rank by its layout (bench/engines)
+    "grad_bytes_per_rank",
+    "optimizer_state_bytes_per_rank",
 )
 
 RESULT_COLUMNS = CONTRACT_COLUMNS + EXTRA_COLUMNS
@@ -135,7 +157,8 @@ SWEEP_COLUMNS = (
 STRING_COLUMNS = (
     "cell_id", "status", "error", "engine", "model", "model_size", "precision", "comm_dtype", "scaling",
     "device", "backend", "trace_dir", "gpu_name", "hostname", "verdict_vs_torch", "interleaved", "stopped_by",
-    "matmul_fp32_precision", "cudnn_fp32_precision", "nccl_transport",
+    "matmul_fp32_precision", "cudnn_fp32_precision", "nccl_transport", "comm_hook", "compile",
+    "reshard_after_forward", "static_graph", "gradient_as_bucket_view", "lossy",
 )
 
 # The keys that identify a configuration (what compare joins on, what T1 is matched by).

@@ -123,7 +123,7 @@ def test_default_preset_chooses_device():
     gpu = load_config("default", cuda_available=True)
     assert (cpu.run.device, cpu.workload.model, cpu.matrix.world_size) == ("cpu", "mlp", (1, 2))
     assert gpu.run.device == "cuda" and gpu.workload.model == "transformer"
-    assert set(cpu.matrix.engine) == {"torch", "naive", "bucketed", "overlap"}
+    assert set(cpu.matrix.engine) == {"torch", "naive", "bucketed", "overlap", "fsdp2"}  # fsdp2: peers slice
     assert len(cpu.matrix.bucket_cap_mb) == 2 and cpu.matrix.precision == ("fp32", "bf16")
     assert cpu.matrix.grad_accum == (1, 2)
 
@@ -185,7 +185,8 @@ def test_profile_cells_selects_cells_by_pattern(capsys):
         gpu = load_config(preset, cuda_available=True)
         cells = [c for c in expand(gpu) if gpu.profile.covers(c.cell_id)]
         # 4 engines × 4 world sizes × strong and weak
-        assert len(cells) == 32 and {c.engine for c in cells} == set(gpu.matrix.engine)
+        peers = [c for c in cells if c.option_tags()]  # gpu-node's peers slice (docs/peers.md)
+        assert len(cells) - len(peers) == 32 and {c.engine for c in cells} == set(gpu.matrix.engine)
         assert {c.world_size for c in cells} == {1, 2, 4, 8}
     sets = ["matrix.scaling=strong", "profile.cells=*-ga1-*", "matrix.grad_accum=1,2", "matrix.engine=torch",
             "matrix.world_size=2"]

@@ -16,11 +16,14 @@ TESTS = os.path.dirname(__file__)
 
 
 def test_built_in_engines_and_their_facts():
-    assert engines.names() == ("torch", "naive", "bucketed", "overlap")
+    assert engines.names() == ("torch", "naive", "bucketed", "overlap", "fsdp2")
+    assert engines.default_sweep() == ("torch", "naive", "bucketed", "overlap")  # fsdp2: when named
     assert engines.reference().name == "torch"
-    assert [e for e in engines.names() if not engines.get(e).has_buckets] == ["naive"]
-    assert [e for e in engines.names() if engines.get(e).overlaps_backward] == ["torch", "overlap"]
-    assert {engines.get(e).collectives for e in engines.names()} == {("all_reduce",)}
+    assert [e for e in engines.names() if not engines.get(e).has_buckets] == ["naive", "fsdp2"]
+    assert [e for e in engines.names() if engines.get(e).overlaps_backward] == ["torch", "overlap", "fsdp2"]
+    assert {e: engines.get(e).collectives for e in engines.names()} == {
+        "torch": ("all_reduce",), "naive": ("all_reduce",), "bucketed": ("all_reduce",),
+        "overlap": ("all_reduce",), "fsdp2": ("all_gather", "reduce_scatter")}
     torch_ddp = engines.get("torch")
     assert torch_ddp.skip_reason("bf16", "cpu") and not torch_ddp.skip_reason("bf16", "cuda")
     with pytest.raises(KeyError, match="'fsdp9' is not registered; registered: torch, naive"):

@@ -157,6 +157,7 @@ def test_report_writes_every_plot_and_table_and_links_only_what_exists(report):
         "precision",
         "accumulation",
         "phases",
+        "memory",
     }
     assert {p.stem for p in (out / "plots").glob("*.png")} == expected_plots
     for png in (out / "plots").glob("*.png"):

@@ -24,6 +24,9 @@ RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "hip_runtime
 COMM_KERNEL = re.compile(r"^(nccl|rccl|hccl)|nccl(Dev)?Kernel", re.IGNORECASE)
 MEMORY_KERNEL = re.compile(r"^(hip)?(Memcpy|Memset)|^dma")
 ALLREDUCE_KERNEL = re.compile(r"all_?reduce", re.IGNORECASE)
+# FSDP's collectives (NCCL kernels: ncclDevKernel_AllGather_RING_LL, ncclDevKernel_ReduceScatter_...)
+ALLGATHER_KERNEL = re.compile(r"all_?gather", re.IGNORECASE)
+REDUCE_SCATTER_KERNEL = re.compile(r"reduce_?scatter", re.IGNORECASE)
 
 # CUPTI's synchronisation records (`Stream Sync`, `Event Sync`, `Context Sync`). HTA counts those drawn on
 # a stream (tid = the stream, not -1) among the GPU events of its breakdown, in neither compute, nor
@@ -56,6 +59,11 @@ PROFILER_STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
 # background thread that runs it (gloo:*). torch names them "<backend>:<collective>".
 HOST_COLLECTIVE = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
 HOST_ALLREDUCE = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):all_?reduce")
+HOST_ALLGATHER = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):_?all_?gather")
+HOST_REDUCE_SCATTER = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):_?reduce_?scatter")
+# gloo has no reduce-scatter of its own: torch 2.13 runs `c10d::_reduce_scatter_base_` (FSDP2's) as a
+# `gloo:all_reduce` on its worker thread, so a gloo trace cannot tell it from a real all-reduce by name
+REDUCE_SCATTER_ISSUE_OP = re.compile(r"^c10d::_?reduce_scatter")
 # A barrier synchronises ranks and carries no data: the profiled pass puts one before every step (inside the
 # ProfilerStep range), so the witness of exposed communication leaves it out. On the host it is
 # `<backend>:barrier` (gloo's worker thread); on a GPU NCCL runs it as a one-element all-reduce kernel,

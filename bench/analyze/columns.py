@@ -13,6 +13,10 @@ TRACE_SUMMARY_COLUMNS = (
     "exposed_comm_ms", "allreduce_ms", "allreduce_share_of_kernel_pct", "gpu_util_pct", "sm_efficiency_pct",
     "achieved_occupancy_pct", "cpu_exec_pct", "comm_bytes", "comm_busbw_gbps",
     "unlaunched_kernels", "unlaunched_ms", "barrier_ms", "exposed_comm_excl_barrier_ms", "window_ms",
+    # FSDP's collectives (all-gather of parameters, reduce-scatter of gradients), like allreduce_ms; a gloo
+    # trace whose reduce-scatters ran as all-reduces (classify.REDUCE_SCATTER_ISSUE_OP) leaves
+    # reduce_scatter_ms empty (they are in allreduce_ms)
+    "allgather_ms", "reduce_scatter_ms",
 )
 
 BUCKET_TIMELINE_COLUMNS = (

@@ -34,6 +34,11 @@ class CpuView:
         barrier = coll & C.name_mask(trace, C.HOST_BARRIER)
         self.barrier, self.comm_excl_barrier = sets(barrier), sets(coll & ~barrier)
         self.allreduce = sets(coll & C.name_mask(trace, C.HOST_ALLREDUCE))
+        self.allgather = sets(coll & C.name_mask(trace, C.HOST_ALLGATHER))
+        self.reduce_scatter = sets(coll & C.name_mask(trace, C.HOST_REDUCE_SCATTER))
+        # reduce-scatters issued but run under another collective's name (gloo: as all-reduces)
+        self.reduce_scatter_hidden = bool((ops & C.name_mask(trace, C.REDUCE_SCATTER_ISSUE_OP)).any()) and \
+            not len(self.reduce_scatter)
         # TensorBoard's CPU Exec: operator time not under communication
         self.exec = iv.subtract(sets(ops), self.comm)
         self.colls = collectives(trace)
@@ -57,6 +62,9 @@ class CpuView:
             exposed_comm_ms=(comm_len - overlap) / US_PER_MS, allreduce_ms=allreduce / US_PER_MS,
             # no kernels on a CPU: the device's work is its operators plus its collectives
             allreduce_share_of_kernel_pct=_pct(allreduce, compute_len + comm_len),
+            allgather_ms=iv.length(iv.clip(self.allgather, w.lo, w.hi)) / US_PER_MS,
+            reduce_scatter_ms=None if self.reduce_scatter_hidden
+            else iv.length(iv.clip(self.reduce_scatter, w.lo, w.hi)) / US_PER_MS,
         )
         row.update(_barrier_columns(iv.clip(self.barrier, w.lo, w.hi),
                                     iv.clip(self.comm_excl_barrier, w.lo, w.hi), compute))

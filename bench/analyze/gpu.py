@@ -55,6 +55,8 @@ class GpuView:
         self.is_sync = C.cat_mask(trace, frozenset({C.SYNC_CAT}))[gpu]
         self.is_kernel = C.cat_mask(trace, frozenset({"kernel"}))[gpu]
         self.allreduce = (self.cls == C.COMM) & C.name_mask(trace, C.ALLREDUCE_KERNEL)[gpu]
+        self.allgather = (self.cls == C.COMM) & C.name_mask(trace, C.ALLGATHER_KERNEL)[gpu]
+        self.reduce_scatter = (self.cls == C.COMM) & C.name_mask(trace, C.REDUCE_SCATTER_KERNEL)[gpu]
         self.blocks_per_sm = trace.blocks_per_sm[gpu]
         self.occupancy = trace.occupancy[gpu]
         self.launch, launch_tid = self._launch_times(trace, gpu)
@@ -153,6 +155,7 @@ class GpuView:
             overlap = iv.length(iv.intersect(comm, compute))
             comm_len = iv.length(comm)
             ar, bar = self.allreduce[sel], self.barrier[sel]
+            ag, rs = self.allgather[sel], self.reduce_scatter[sel]
             comm_excl_barrier = iv.union(ts[(cls == C.COMM) & ~bar], end[(cls == C.COMM) & ~bar])
             row.update(_barrier_columns(iv.union(ts[bar], end[bar]), comm_excl_barrier, compute))
             kernel_time = float((end - ts)[self.is_kernel[sel]].sum())
@@ -164,6 +167,8 @@ class GpuView:
                 exposed_comm_ms=(comm_len - overlap) / US_PER_MS,
                 allreduce_ms=iv.length(iv.union(ts[ar], end[ar])) / US_PER_MS,
                 allreduce_share_of_kernel_pct=_pct(float((end - ts)[ar].sum()), kernel_time),
+                allgather_ms=iv.length(iv.union(ts[ag], end[ag])) / US_PER_MS,
+                reduce_scatter_ms=iv.length(iv.union(ts[rs], end[rs])) / US_PER_MS,
             )
             row["comm_bytes"], row["comm_busbw_gbps"] = window_bytes_busbw(
                 self.colls, w.lo, w.hi, row["comm_ms"])

@@ -12,11 +12,11 @@ from __future__ import annotations
 import importlib
 import os
 
-from bench.engines import ddp_core_engines, torch_ddp
+from bench.engines import ddp_core_engines, fsdp2, torch_ddp
 from bench.engines.base import Engine
 
 PLUGIN_VARIABLE = "DDPBENCH_ENGINE_MODULES"
-_BUILT_IN = (torch_ddp.ENGINE, *ddp_core_engines.ENGINES)
+_BUILT_IN = (torch_ddp.ENGINE, *ddp_core_engines.ENGINES, fsdp2.ENGINE)
 
 
 class PluginError(ValueError):
@@ -47,6 +47,11 @@ def names() -> tuple[str, ...]:
     return tuple(REGISTRY)
 
 
+def default_sweep() -> tuple[str, ...]:
+    """The engines `matrix.engine` lists when a config leaves it out (Engine.in_default_sweep)."""
+    return tuple(n for n in names() if REGISTRY[n].in_default_sweep)
+
+
 def get(name: str) -> Engine:
     """The engine called `name` (KeyError naming the registered ones otherwise)."""
     try:
@@ -60,4 +65,4 @@ def reference() -> Engine:
     return next(e for e in REGISTRY.values() if e.reference)
 
 
-__all__ = ["PLUGIN_VARIABLE", "Engine", "PluginError", "get", "names", "reference"]
+__all__ = ["PLUGIN_VARIABLE", "Engine", "PluginError", "default_sweep", "get", "names", "reference"]

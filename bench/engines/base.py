@@ -18,6 +18,14 @@ class Engine:
     bucket at its ready time; an engine that does not reduces every bucket after backward).
     collectives: what it issues per synced step (the probe, trace classification and projection read it).
     reference: the engine every other one is compared with side by side (`speed_vs_torch`).
+    options: the engine-specific matrix keys that apply to it (bench/config.py ENGINE_OPTIONS lists them
+    all, with their defaults). The matrix sweeps a key only for engines that name it; for the others the
+    cell leaves it empty, so their cells and ids are unchanged. A key set while no listed engine takes it
+    is a config error.
+    in_default_sweep: swept when `matrix.engine` is not given (False: only when named).
+    sharded: parameters, gradients and optimizer state are split over the ranks (FSDP): its replicas are
+    not bit-identical copies, so its parity gate compares its gathered parameters with torch DDP's within
+    a tolerance (bench/worker/parity.py) instead of the ranks with each other.
     """
 
     name: str
@@ -26,6 +34,9 @@ class Engine:
     overlaps_backward: bool = True
     collectives: tuple[str, ...] = ("all_reduce",)
     reference: bool = False
+    options: tuple[str, ...] = ()
+    in_default_sweep: bool = True
+    sharded: bool = False
 
     def skip_reason(self, comm_dtype: str, device: str) -> str:
         """Why this engine cannot run a cell with these settings ("" when it can)."""
@@ -34,6 +45,24 @@ class Engine:
     def wrap(self, module, bucket_cap_mb: float, comm_dtype: str, device):
         """`module` (already on `device`) wrapped by this engine over the default process group."""
         raise NotImplementedError
+
+    def wrap_cell(self, module, cell, workload, device):
+        """`module` wrapped for `cell` (its options included); `workload` says which modules are blocks.
+        An engine without options needs only `wrap`."""
+        return self.wrap(module, cell.wrap_bucket_mb, cell.comm_dtype, device)
+
+    def full_parameters(self, model) -> list:
+        """Collective for a sharded engine. Every parameter, whole, in `model.parameters()` order."""
+        return [p.detach() for p in model.parameters()]
+
+    def state_bytes_per_rank(self, param_bytes: int, world_size: int, cell) -> dict[str, int]:
+        """What a rank should hold, by the engine's layout, for `param_bytes` of fp32 parameters under
+        AdamW: parameters, gradients (with a flat bucket copy unless its gradients are views of it) and
+        the optimizer's two moments. A replicating engine holds all of it on every rank."""
+        views = bool(getattr(cell, "gradient_as_bucket_view", False))
+        copies = 1 if views or not self.has_buckets else 2
+        return {"param_bytes_per_rank": param_bytes, "grad_bytes_per_rank": copies * param_bytes,
+                "optimizer_state_bytes_per_rank": 2 * param_bytes}
 
     def no_sync(self, model):
         """A context in which backward accumulates gradients locally, communicating nothing (gradient

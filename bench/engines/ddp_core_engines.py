@@ -7,14 +7,21 @@ from bench.schema import WIRE_DTYPES
 
 
 class DdpCore(Engine):
-    def wrap(self, module, bucket_cap_mb, comm_dtype, device):
+    def wrap(self, module, bucket_cap_mb, comm_dtype, device, gradient_as_bucket_view=False):
         import torch
 
         import ddp_core
 
         dtype = WIRE_DTYPES[comm_dtype].torch_dtype
         return ddp_core.DistributedDataParallel(module, strategy=self.name, bucket_cap_mb=bucket_cap_mb,
-                                                comm_dtype=getattr(torch, dtype) if dtype else None)
+                                                comm_dtype=getattr(torch, dtype) if dtype else None,
+                                                gradient_as_bucket_view=bool(gradient_as_bucket_view))
+
+    def wrap_cell(self, module, cell, workload, device):
+        # the option only where this engine takes it (a subclass's `wrap` may not know the keyword)
+        views = {} if cell.gradient_as_bucket_view is None else {
+            "gradient_as_bucket_view": cell.gradient_as_bucket_view}
+        return self.wrap(module, cell.wrap_bucket_mb, cell.comm_dtype, device, **views)
 
     def bucket_sizes_bytes(self, model, bucket_cap_mb):
         return [int(s) for s in model.bucket_sizes_bytes]  # naive: one per parameter
@@ -29,6 +36,8 @@ class DdpCore(Engine):
 ENGINES = (
     DdpCore("naive", "ddp_core: one blocking all-reduce per parameter after backward", has_buckets=False,
             overlaps_backward=False),
-    DdpCore("bucketed", "ddp_core: flat buckets reduced after backward", overlaps_backward=False),
-    DdpCore("overlap", "ddp_core: a bucket's async all-reduce starts from the hook that completes it"),
+    DdpCore("bucketed", "ddp_core: flat buckets reduced after backward", overlaps_backward=False,
+            options=("gradient_as_bucket_view",)),
+    DdpCore("overlap", "ddp_core: a bucket's async all-reduce starts from the hook that completes it",
+            options=("gradient_as_bucket_view",)),
 )

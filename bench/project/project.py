@@ -16,13 +16,14 @@ from itertools import accumulate
 import pandas as pd
 
 from bench import engines, metrics
+from bench.config import ENGINE_OPTIONS
 from bench.project.evidence import TraceEvidence, host_ms_of, interference_of
 from bench.project.inputs import COMM_DTYPE_WIRE, InputError, ReadyTimes, timeline_buckets
 from bench.project.measured import Measured
 from bench.project.network import Network
 from bench.project.physics import Physics, expected_max_normal
 from bench.project.simulate import Buckets, Compute, simulate_step
-from bench.schema import WIRE_DTYPES
+from bench.schema import LOSSY_COMM_HOOKS, WIRE_DTYPES
 
 CONFIG_COLUMNS = ("engine", "model", "model_size", "bucket_cap_mb", "precision", "comm_dtype", "grad_accum",
                   "scaling")
@@ -60,7 +61,24 @@ class Configuration:
 def config_key(row: pd.Series) -> tuple:
     """The keys that make two rows one configuration: CONFIG_COLUMNS plus the batch scaling keeps."""
     batch = row["global_batch"] if row["scaling"] == "strong" else row["per_rank_batch"]
-    return tuple("" if pd.isna(row[c]) else row[c] for c in CONFIG_COLUMNS) + (batch,)
+    options = tuple("" if pd.isna(row[c]) else row[c] for c in OPTION_COLUMNS if c in row.index)
+    return tuple("" if pd.isna(row[c]) else row[c] for c in CONFIG_COLUMNS) + (batch,) + options
+
+
+# engine options make two rows different configurations; a run folder written before they existed has
+# none of these columns
+OPTION_COLUMNS = ENGINE_OPTIONS
+
+
+def not_projected(base: pd.Series) -> str:
+    """Why the model cannot project this configuration yet ("" when it can)."""
+    collectives = engines.get(base["engine"]).collectives
+    if collectives != ("all_reduce",):
+        return (f"engine {base['engine']} issues {' + '.join(collectives)}: the model projects all-reduces "
+                "only (an all-gather and a reduce-scatter per block, with prefetch overlap, not yet)")
+    if base.get("comm_hook") in LOSSY_COMM_HOOKS:
+        return f"comm_hook={base['comm_hook']}: its compressed low-rank all-reduces are not modelled yet"
+    return ""
 
 
 def compute_of(row: pd.Series) -> Compute:
@@ -136,6 +154,9 @@ def configurations(results: pd.DataFrame, timeline: pd.DataFrame | None,
     for _, rows in ok.groupby(ok.apply(config_key, axis=1), sort=False):
         rows = rows.sort_values("world_size")
         base = rows.iloc[0]
+        if not_projected(base):
+            out.append(Configuration(base, rows, None, None, reason=not_projected(base)))
+            continue
         try:
             out.append(Configuration(base, rows, compute_of(base), buckets_of(rows, base, timeline, layout)))
         except InputError:  # a broken file is the run's error, not this configuration's

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.envinfo import timing_warnings
-from bench.report import findings, plots, tables, traces
+from bench.report import findings, memory, plots, tables, traces
 from bench.report.answer_section import answer_section
 from bench.report.environment import environment_table
 from bench.report.projection_section import projection_section
@@ -47,6 +47,7 @@ def write_run_page(run_dir: Path, out_dir: Path | None = None) -> Path:
         engines_section(df, out_dir),
         *sweep_sections(df, out_dir),
         phases_section(df, out_dir),
+        memory_section(df, out_dir),
         why_section(run.path, df, out_dir),
         projection_section(run.path, out_dir, run.results),
         cells_section(run, out_dir, files),
@@ -191,6 +192,20 @@ def phases_section(df: pd.DataFrame, out_dir: Path) -> Section:
     )
     plot = plots.phases(phase, out_dir / "plots" / "phases.png")
     return _with_table(sec, phase, out_dir, "phases", plot, "No cells.")
+
+
+def memory_section(df: pd.DataFrame, out_dir: Path) -> Section:
+    """Throughput against peak memory per rank, per engine, with the state each engine should need."""
+    table = memory.memory_table(df)
+    sec = Section("Memory trade-off", "memory")
+    sec.para(
+        "peak_mem_mb: CUDA max_memory_allocated after a reset, the cell's trainer alone for a few steps; on "
+        "CPU the process's peak RSS, which does not separate engines (docs/peers.md). Expected state: "
+        "parameters + gradients + AdamW state per rank by the engine's layout (fsdp2 shards all three).",
+        "formula",
+    )
+    plot = memory.plot(table, out_dir / "plots" / "memory.png")
+    return _with_table(sec, table, out_dir, "memory", plot, "No ok cell with a throughput and a peak.")
 
 
 # What the all-cells listing shows of each row (the CSV keeps every column).

@@ -5,9 +5,12 @@ A group is the cells of one launch that differ only in engine (bench/worker/grou
 built together and stepped round-robin, so machine noise lands on all of them alike and each engine's
 samples pair up round by round with torch DDP's. A group of one is a cell timed alone.
 
-build → warm-up → timed rounds → phase pass → parity check → compute-only rounds → all-reduce probe →
-release → per cell alone: peak memory of its training steps. Profiled passes run after every timed step of
-the launch (bench/worker/main.py), never here.
+build → warm-up (compiled cells: until recompilation stops, compile_s) → timed rounds → phase pass →
+parity checks (ranks agree; fsdp2 and compiled cells against eager torch DDP, PowerSGD's loss distance:
+bench/worker/parity.py) → compute-only rounds → all-reduce probe → release → per cell alone: peak memory
+of its training steps. A compiled cell that torch refuses to compile in a known way (KNOWN_COMPILE_REFUSALS)
+leaves the group in its warm-up and is recorded `skipped` with torch's reason. Profiled passes run after
+every timed step of the launch (bench/worker/main.py), never here.
 """
 
 from __future__ import annotations
@@ -19,21 +22,32 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench import engines, metrics, stats
+from bench import metrics, stats
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell
-from bench.worker import measure
+from bench.worker import measure, parity
 from bench.worker.measure import Stopwatch
 from bench.worker.trainer import PhaseClock, Trainer, sync_device
 
 DIVERGED = "parameters differ across ranks after the timed steps"
+# Warm-up steps a compiled cell may add beyond run.warmup_steps while it still recompiles (a graph
+# recompiled for the rebuilt buckets, a guard that failed); every cell of its group takes them too, so
+# all step the same batches.
+MAX_RECOMPILE_STEPS = 5
+# torch.compile failures that say the configuration cannot be compiled (not a bug of the cell): the cell
+# is `skipped` with torch's message. DDPOptimizer (torch/_dynamo/backends/distributed.py) splits the
+# graph at DDP's buckets and refuses a first bucket larger than the others (seen with torch 2.13 at
+# bucket_cap_mb=0.1).
+KNOWN_COMPILE_REFUSALS = ("First bucket should be smaller/equal to other buckets",)
 
 
 def steps_needed(config: BenchConfig) -> int:
     """Optimizer steps a trainer may run over the timed phases (the data schedule's length): the adaptive
-    rounds' cap, as the rounds they will take are not known in advance."""
+    rounds' cap, as the rounds they will take are not known in advance, and the warm-up steps a compiled
+    cell may add."""
     r = config.run
-    return r.warmup_steps + r.most_timed_steps + r.phase_steps + r.compute_only_steps
+    return (r.warmup_steps + MAX_RECOMPILE_STEPS + r.most_timed_steps + r.phase_steps
+            + r.compute_only_steps)
 
 
 def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank: int, world_size: int,
@@ -41,17 +55,20 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     """Collective. Every phase of the group's cells → per cell (status "ok" | "diverged", error, measured
     part of the row). `progress(phase)` is called between phases (the launcher's watchdog hears it)."""
     r = config.run
+    all_cells, dropped = cells, {}
     trainers = [Trainer(c, config, device, rank, world_size, steps_needed(config)) for c in cells]
     clock = Stopwatch()
     with clock:
-        for _ in range(r.warmup_steps):
-            for trainer in trainers:
-                trainer.step()
+        compile_s = warm_up(trainers, r.warmup_steps, device, dropped)
         sync_device(device)
+    trainers = [t for t in trainers if t.cell.cell_id not in dropped]
+    cells = [t.cell for t in trainers]
+    if not trainers:
+        return [(*dropped[c.cell_id], {}) for c in all_cells]
     progress("timed")
     first_timed = trainers[0].cursor
     skipped_before = [skipped_steps(t) for t in trainers]  # syncs, outside the timed window
-    reference = next((i for i, c in enumerate(cells) if engines.get(c.engine).reference), None)
+    reference = next((i for i, c in enumerate(cells) if c.is_baseline), None)
     with clock:
         per_rank, stopped_by = adaptive_rounds([t.step for t in trainers], config, device, reference,
                                                progress)
@@ -64,7 +81,15 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
             phases = [phase_pass(trainer) for _ in range(r.phase_steps)]
         rows.append(timed_values(ranks, trainer.cell.global_batch) | phase_values(phases) | {
             "final_loss": measure.mean_over_ranks(float(trainer.last_loss.float()), device),
-            "identical": measure.params_identical(trainer.model, device)} | trainer.precision.flags)
+            "compile_s": compile_s.get(trainer.cell.cell_id)} | trainer.precision.flags
+            | trainer.engine.state_bytes_per_rank(trainer.param_bytes, world_size, trainer.cell))
+    for row, trainer in zip(rows, trainers):  # every trainer has stepped as often: the gates compare them
+        params = trainer.engine.full_parameters(trainer.model)
+        row["identical"] = measure.params_identical(params, device)
+        if parity.needs_reference(trainer.cell):
+            with clock:
+                row |= parity.gate(trainer, reference_for(trainer, trainers, config, rank, world_size),
+                                   trainer.cursor)
     progress("compute-only")
     with clock:  # no_sync from here on: ranks' parameters drift apart, which the check above has seen
         compute_only = compute_only_rounds(trainers, timed_steps, r.compute_only_steps)
@@ -87,7 +112,8 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
         row["interleaved"] = len(cells) > 1
         row["stopped_by"] = stopped_by
     add_speed_vs_torch(cells, rows)
-    return [outcome(row) for row in rows]
+    outcomes = dict(zip([c.cell_id for c in cells], (outcome(row, c) for row, c in zip(rows, cells))))
+    return [outcomes.get(c.cell_id) or (*dropped[c.cell_id], {}) for c in all_cells]
 
 
 def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, reference: int | None,
@@ -136,9 +162,77 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
     raise AssertionError("unreachable: the last checkpoint is max_timed_steps, where stop_reason stops")
 
 
-def outcome(row: dict) -> tuple[str, str | None, dict]:
-    identical = row.pop("identical")
-    return ("ok", None, row) if identical else ("diverged", DIVERGED, row)
+def outcome(row: dict, cell: Cell) -> tuple[str, str | None, dict]:
+    identical, within = row.pop("identical"), row.pop("within_tolerance", True)
+    if not identical:
+        return "diverged", DIVERGED, row
+    if not within:
+        return "diverged", (f"parameters differ from eager torch DDP's by {row['param_max_abs_diff']:.3g}, "
+                            f"above the {cell.precision} tolerance {row['param_tolerance']:.3g} "
+                            "(bench/worker/parity.py)"), row
+    return "ok", None, row
+
+
+def warm_up(trainers: list[Trainer], n: int, device: torch.device,
+            dropped: dict[str, tuple[str, str]]) -> dict:
+    """Collective. n rounds of every trainer's step, then more (at most MAX_RECOMPILE_STEPS) while a
+    compiled trainer still compiled in the last round. Returns per compiled cell the seconds of its
+    warm-up steps that compiled (compile_s): 0 when every graph it runs was compiled earlier in the
+    process for an identical model (dynamo guards on code, shapes and dtypes, not on the module object, so
+    a second trainer of the same model reuses the first one's graphs). A compiled cell torch refuses
+    (KNOWN_COMPILE_REFUSALS) leaves the group, into `dropped` (cell id → status "skipped", reason)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    compile_s: dict[str, float] = {}
+    compiled = [t for t in trainers if t.cell.compile not in (None, "none")]
+    for round_ in range(n + MAX_RECOMPILE_STEPS):
+        recompiled = False
+        for trainer in trainers:
+            cell = trainer.cell
+            if cell.cell_id in dropped:
+                continue
+            if trainer not in compiled:
+                trainer.step()
+                continue
+            graphs, t0 = counters["stats"]["unique_graphs"], time.perf_counter()
+            try:
+                trainer.step()
+            except Exception as e:  # noqa: BLE001 - only a known refusal is a skip; the rest re-raised
+                if not any(text in str(e) for text in KNOWN_COMPILE_REFUSALS):
+                    raise
+                dropped[cell.cell_id] = ("skipped", f"compile={cell.compile}: {type(e).__name__}: " + next(
+                    line for line in str(e).splitlines() if any(t in line for t in KNOWN_COMPILE_REFUSALS)))
+                # dynamo remembers the failed frame (DDP's forward) and would run it eagerly for every
+                # later cell of this process: start afresh (the group's other compiled cells recompile)
+                torch._dynamo.reset()
+                recompiled = True
+                continue
+            sync_device(device)
+            if counters["stats"]["unique_graphs"] != graphs:
+                compile_s[cell.cell_id] = compile_s.get(cell.cell_id, 0.0) + time.perf_counter() - t0
+                recompiled = True
+        if round_ + 1 >= n and not measure.max_over_ranks(float(recompiled), device):
+            break
+    for trainer in compiled:  # compiled, but every graph it runs was compiled before in this process
+        if trainer.cell.cell_id not in dropped:
+            compile_s.setdefault(trainer.cell.cell_id, 0.0)
+    return compile_s
+
+
+def reference_for(trainer: Trainer, trainers: list[Trainer], config: BenchConfig, rank: int,
+                  world_size: int) -> Trainer:
+    """Collective when built. The group's eager torch DDP trainer of `trainer`'s configuration, or one
+    built here and stepped through the same batches as often as `trainer` was."""
+    wanted = parity.baseline_cell(trainer.cell).cell_id
+    for other in trainers:
+        if other.cell.cell_id == wanted:
+            return other
+    reference = Trainer(parity.baseline_cell(trainer.cell), config, trainer.device, rank, world_size,
+                        len(trainer.schedule))
+    for _ in range(trainer.cursor):
+        reference.step()
+    return reference
 
 
 def skipped_steps(trainer: Trainer) -> int | None:
@@ -279,10 +373,10 @@ def probe_values(probe: measure.Probe, world_size: int) -> dict:
 def add_speed_vs_torch(cells: list[Cell], rows: list[dict]) -> None:
     """Per non-torch engine of the group, against the group's torch DDP cell: the median over rounds of
     torch step / engine step, its 95 % interval, and the verdict. Empty without a torch cell."""
-    torch_rows = [row for cell, row in zip(cells, rows) if engines.get(cell.engine).reference]
+    torch_rows = [row for cell, row in zip(cells, rows) if cell.is_baseline]
     for cell, row in zip(cells, rows):
         ratio = low = high = p = None
-        if torch_rows and not engines.get(cell.engine).reference:
+        if torch_rows and not cell.is_baseline:
             ratio, low, high = stats.paired_ratio(torch_rows[0]["step_times_ms"], row["step_times_ms"])
             p = stats.sign_test_p(torch_rows[0]["step_times_ms"], row["step_times_ms"])
         row |= {"speed_vs_torch": ratio, "speed_vs_torch_ci95_low": low, "speed_vs_torch_ci95_high": high,

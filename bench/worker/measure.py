@@ -82,11 +82,11 @@ def max_over_ranks(value: float, device: torch.device) -> float:
     return t.item()
 
 
-def params_identical(model: torch.nn.Module, device: torch.device) -> bool:
+def params_identical(params: list[torch.Tensor], device: torch.device) -> bool:
     """Collective. Every rank's parameters equal rank 0's, bit for bit (one broadcast per dtype)."""
     ok = True
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-    for p in model.parameters():
+    for p in params:
         by_dtype.setdefault(p.dtype, []).append(p.detach().reshape(-1))
     for tensors in by_dtype.values():
         mine = torch.cat(tensors)

@@ -137,7 +137,10 @@ class Trainer:
         module = build_on(self.workload, device)
         self.n_params = sum(p.numel() for p in module.parameters() if p.requires_grad)
         self.engine = engines.get(cell.engine)
-        self.model = self.engine.wrap(module, cell.wrap_bucket_mb, cell.comm_dtype, device)
+        self.param_bytes = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+        # an engine taking `compile` compiles in wrap_cell; compilation happens in the first steps (cell.py's
+        # warm-up times it as compile_s)
+        self.model = self.engine.wrap_cell(module, cell, self.workload, device)
         self.optimizer = make_optimizer(self.model.parameters(), device)
         self.precision = Precision(cell.precision, device, n_steps)
         per_step = cell.per_rank_batch * cell.grad_accum
@@ -156,6 +159,7 @@ class Trainer:
             sampler, n_steps, cell.grad_accum, cell.per_rank_batch)]
         self.cursor = 0
         self.last_loss: torch.Tensor | None = None  # the last step's loss, on the device (no sync to keep it)
+        self.losses: list[torch.Tensor] = []  # every step's last_loss, on the device (the lossy-hook gate)
 
     def next_micro_batches(self) -> list:
         """The staged indices of the next step's micro-steps (the schedule advances by one step)."""
@@ -181,6 +185,7 @@ class Trainer:
             self.precision.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
         self.last_loss = loss.detach()
+        self.losses.append(self.last_loss)
         return self.last_loss
 
 

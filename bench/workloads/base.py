@@ -133,6 +133,12 @@ class Workload(abc.ABC):
         bf16/fp16 cells.
         """
 
+    def blocks(self, model: nn.Module) -> list[nn.Module]:
+        """The model's repeated units, each sharded and gathered as one group by the fsdp2 engine. Default:
+        every direct child of the model that holds parameters (an MLP's Linear layers); a workload whose
+        blocks sit deeper (a transformer's decoder layers) says so."""
+        return [m for m in model.children() if any(True for _ in m.parameters())]
+
     def default_num_samples(self) -> int | None:
         """The dataset size the workload stands for (MRPC: 3,668 pairs); None when it has none."""
         return None

@@ -219,6 +219,10 @@ class TransformerWorkload(Workload):
             return TransformerForCausalLM(self.cfg)
         return TransformerForSequenceClassification(self.cfg)
 
+    def blocks(self, model):
+        """The decoder layers (embeddings, final norm and head stay with the root's group)."""
+        return [m for m in model.modules() if isinstance(m, Block)]
+
     def default_num_samples(self) -> int | None:
         return MRPC_TRAIN_PAIRS
 
