@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from bench import engines, stats
 from bench.config import ENGINE_OPTIONS, BenchConfig, MatrixConfig
-from bench.schema import COMM_DTYPES, DEFAULT_BUCKET_MB
+from bench.schema import COMM_DTYPES, COMM_HOOK_TAG, DEFAULT_BUCKET_MB
 from bench.workloads import model_label
 
 
@@ -83,7 +83,8 @@ class Cell:
         gbv, inductor; fsdp2's reshard setting always (raf1 | raf0: the engine has no id without one)."""
         tags = []
         if self.comm_hook not in (None, "none"):
-            tags.append(f"h{self.comm_hook}" + (f".r{self.powersgd_rank}" if self.powersgd_rank else ""))
+            rank = f".r{self.powersgd_rank}" if self.powersgd_rank else ""
+            tags.append(f"{COMM_HOOK_TAG}{self.comm_hook}{rank}")
         if self.reshard_after_forward is not None:
             tags.append(f"raf{int(self.reshard_after_forward)}")
         if self.static_graph:
@@ -93,6 +94,11 @@ class Cell:
         if self.compile not in (None, "none"):
             tags.append(self.compile)
         return tags
+
+    @property
+    def engine_options(self) -> str:
+        """results.csv's engine_options: option_tags joined by " " (a configuration key, bench.schema)."""
+        return " ".join(self.option_tags())
 
     @property
     def is_baseline(self) -> bool:

@@ -84,6 +84,8 @@ CONTRACT_COLUMNS = (
 # Extra columns the runner adds (the contract allows more). Units are in the names.
 EXTRA_COLUMNS = (
     "model_size",            # workload preset within the model family (e.g. "tiny", "360m")
+    "engine_options",        # the engine options set away from their defaults, as the cell id's words
+                             # (bench.matrix.Cell.option_tags joined by " "; empty: every option at default)
     "seq_len",               # tokens per sample for sequence models; empty otherwise
     "n_params",              # trainable parameters
     "tokens_per_s",          # throughput in tokens; empty for non-sequence models
@@ -158,11 +160,21 @@ STRING_COLUMNS = (
     "cell_id", "status", "error", "engine", "model", "model_size", "precision", "comm_dtype", "scaling",
     "device", "backend", "trace_dir", "gpu_name", "hostname", "verdict_vs_torch", "interleaved", "stopped_by",
     "matmul_fp32_precision", "cudnn_fp32_precision", "nccl_transport", "comm_hook", "compile",
-    "reshard_after_forward", "static_graph", "gradient_as_bucket_view", "lossy",
+    "reshard_after_forward", "static_graph", "gradient_as_bucket_view", "lossy", "engine_options",
 )
 
-# The keys that identify a configuration (what compare joins on, what T1 is matched by).
+# The keys that identify a configuration (what compare joins on, what T1 is matched by, what advise ranks).
+# engine_options keeps a torch cell with PowerSGD or torch.compile apart from plain torch DDP; a group of
+# cells stepped side by side shares every key but engine and engine_options (bench.worker.groups).
 CONFIG_KEYS = (
     "engine", "model", "model_size", "world_size", "bucket_cap_mb", "precision", "comm_dtype",
-    "grad_accum", "scaling", "per_rank_batch", "global_batch",
+    "grad_accum", "scaling", "per_rank_batch", "global_batch", "engine_options",
 )
+# The cell id's word for a comm hook starts with this (bench.matrix.Cell.option_tags: "hpowersgd.r4").
+COMM_HOOK_TAG = "h"
+
+
+def without_comm_hook(engine_options: str) -> str:
+    """engine_options less its comm-hook word: the configuration whose world-size-1 cell stands in for a
+    hooked one (nothing is communicated on one rank, so the runner skips hooked cells there)."""
+    return " ".join(t for t in str(engine_options).split() if not t.startswith(COMM_HOOK_TAG))

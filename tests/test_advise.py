@@ -131,3 +131,19 @@ def test_a_run_without_ok_cells_exits_2(tmp_path, capsys):
     assert main(["advise", str(run)]) == 2
     assert "no cell finished with status ok" in capsys.readouterr().err
     assert not (run / "advice").exists()
+
+
+def test_the_advice_names_engine_options_and_leaves_defaults_unsaid():
+    import pandas as pd
+
+    from bench.advise import answer
+
+    keys = ["engine", "bucket_cap_mb", "precision", "comm_dtype", "grad_accum", "engine_options"]
+    compiled = pd.Series({"engine": "torch", "bucket_cap_mb": 25.0, "precision": "fp32", "comm_dtype": "none",
+                          "grad_accum": 1, "engine_options": "hpowersgd.r4 inductor"})
+    assert answer.choice_words(compiled, keys) == ("torch, 25 MiB buckets, fp32, accumulation 1, "
+                                                   "with hpowersgd.r4 inductor")
+    plain = compiled.copy()
+    plain["engine_options"] = ""
+    assert answer.choice_words(plain, keys) == "torch, 25 MiB buckets, fp32, accumulation 1"
+    assert answer.differences(plain, compiled, keys) == "engine options at defaults"

@@ -361,3 +361,37 @@ def test_each_concept_has_one_colour_in_every_figure():
     assert len(set(concepts)) == len(concepts)
     source = (Path(style.__file__).parent / "report" / "plots.py").read_text()
     assert "tab:orange" not in source and "tab:red\"" not in source.split("def _bar_status")[0]
+
+
+def test_engine_options_make_their_own_configuration_against_plain_torch():
+    # torch at 2 ranks three ways (plain, PowerSGD, compiled) beside overlap, and plain torch at 1 rank.
+    # Without engine_options as a configuration key the three torch cells are one configuration: overlap
+    # could be compared with the PowerSGD cell, and PowerSGD's efficiency would not be its own.
+    import pandas as pd
+
+    from bench.report import tables
+    from bench.run_folder import normalise
+
+    def cell(engine, ws, step, options=""):
+        r = row(engine, ws, step, global_batch=64)
+        r.update(engine_options=options, cell_id=r["cell_id"] + (f"-{options}" if options else ""))
+        return r
+
+    df = normalise(pd.DataFrame([
+        cell("torch", 1, 100.0),
+        cell("torch", 2, 60.0, "hpowersgd.r4"),   # listed first: a first-match join would take it
+        cell("torch", 2, 55.0, "inductor"),
+        cell("torch", 2, 50.0),
+        cell("overlap", 2, 45.0),
+    ]).replace("", None), "fixture")
+    table = tables.engines_vs_torch(df)
+    # every compared row is measured against plain torch DDP's 50 ms, the hooked and compiled torch too
+    assert len(table) == 3 and table["torch_step_time_ms_p50"].tolist() == [50.0, 50.0, 50.0]
+    strong = tables.scaling_table(df, "strong")
+    ws2 = strong[(strong["world_size"] == 2) & (strong["engine"] == "torch")].set_index("engine_options")
+    # plain torch's efficiency from its own 1-rank cell: 100 / (2 × 50) = 100 %; PowerSGD (skipped on one
+    # rank, nothing to compress) borrows that cell: 100 / (2 × 60) = 83.3 %; the compiled configuration has
+    # no 1-rank cell of its own and none stands in for it (compiling changes the compute)
+    assert ws2.loc["", "efficiency_pct"] == pytest.approx(100.0)
+    assert ws2.loc["hpowersgd.r4", "efficiency_pct"] == pytest.approx(100 / 1.2)
+    assert pd.isna(ws2.loc["inductor", "efficiency_pct"])

@@ -54,6 +54,9 @@ def setting_words(row: pd.Series, keys: list[str]) -> str:
             parts.append(f"accumulation {int(value)}")
         elif key == "scaling":
             parts.append(f"{value} scaling")
+        elif key == "engine_options":  # the cell id's words for options away from their defaults
+            plain = not (isinstance(value, str) and value)
+            parts.append("engine options at defaults" if plain else f"with {value}")
         elif not pd.isna(value):
             name = key.replace("_", " ").replace("per rank", "per-rank")
             parts.append(f"{name} {value:g}" if isinstance(value, float) else f"{name} {value}")
@@ -62,7 +65,8 @@ def setting_words(row: pd.Series, keys: list[str]) -> str:
 
 def choice_words(row: pd.Series, keys: list[str]) -> str:
     """The recommendation: setting_words, less an uncompressed comm dtype (the default goes unsaid)."""
-    return setting_words(row, [k for k in keys if not (k == "comm_dtype" and row[k] == "none")])
+    unsaid = {"comm_dtype": "none", "engine_options": ""}  # defaults go unsaid
+    return setting_words(row, [k for k in keys if not (k in unsaid and row[k] == unsaid[k])])
 
 
 def differences(row: pd.Series, best: pd.Series, keys: list[str]) -> str:

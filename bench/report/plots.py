@@ -46,6 +46,7 @@ def _subtitle(t: pd.DataFrame, held: dict[str, str], scaling: str | None, examin
         "comm_dtype": f"comm {held.get('comm_dtype')}",
         "grad_accum": f"grad_accum {held.get('grad_accum')}",
         "bucket_cap_mb": f"bucket {held.get('bucket_cap_mb')} MiB" + (" (naive: none)" if naive else ""),
+        "engine_options": f"options {held['engine_options']}" if held.get("engine_options") else "",
         "_batch": f"per-rank batch {held.get('_batch')}"
         if rule == "weak"
         else f"global batch {held.get('_batch')}" + (" × grad_accum" if "grad_accum" in examined else ""),

@@ -21,6 +21,9 @@ PREFERRED = {
     "comm_dtype": ("none",),
     "grad_accum": ("1",),
     "bucket_cap_mb": (key_text(DEFAULT_BUCKET_MB),),
+    # every engine option at its default: plain engines (fsdp2, whose id always names its reshard setting,
+    # and the option cells are in the tables and the memory trade-off section, not in these figures)
+    "engine_options": ("",),
 }
 # Held in this order, each among the rows the earlier ones left. `_batch` is the batch a configuration keeps
 # across world sizes and accumulation factors (see `with_batch`).
@@ -32,6 +35,7 @@ SLICE_KEYS = (
     "comm_dtype",
     "grad_accum",
     "bucket_cap_mb",
+    "engine_options",
     "_batch",
 )
 # Every configuration key is examined by every figure (engine, world size), folded into `_batch`, or held.

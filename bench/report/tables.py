@@ -11,7 +11,7 @@ import math
 import pandas as pd
 
 from bench import metrics, stats
-from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB
+from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB, without_comm_hook
 
 
 def config_keys_except(*names: str) -> tuple[str, ...]:
@@ -55,10 +55,18 @@ def key_text(value) -> str:
     return str(value)
 
 
+def engine_options(df: pd.DataFrame) -> pd.Series:
+    """The rows' engine_options as text ("" where every option is at its default, or the run predates it)."""
+    if "engine_options" not in df:
+        return pd.Series("", index=df.index, dtype=str)
+    return df["engine_options"].map(key_text)
+
+
 def config_key(df: pd.DataFrame, keys) -> pd.Series:
     """One join key per row over `keys` (empty matches empty, so naive's collapsed bucket matches itself)."""
     return (
-        df[list(keys)].apply(lambda r: "|".join(key_text(v) for v in r), axis=1)
+        # a key column the rows lack (a run from before the key existed) reads as empty, its default
+        df.reindex(columns=list(keys)).apply(lambda r: "|".join(key_text(v) for v in r), axis=1)
         if len(df)
         else pd.Series([], dtype=str)
     )
@@ -145,16 +153,18 @@ def _t1_cells(rows: pd.DataFrame, keys: tuple[str, ...]) -> tuple[pd.DataFrame, 
     The runner skips compressed comm_dtype cells at world size 1 (nothing is communicated there, so they are
     the comm_dtype=none cell: bench/matrix.py); such configurations take T₁ from that cell.
     """
+    options = engine_options(rows)
+    hook_free = options.map(without_comm_hook)
     group = config_key(rows, keys)
-    plain = config_key(rows.assign(comm_dtype="none"), keys)
+    plain = config_key(rows.assign(comm_dtype="none", engine_options=hook_free), keys)
     ws1, ok = rows["world_size"] == 1, rows["status"] == "ok"
     same = dict(zip(group[ws1], rows.index[ws1]))
-    uncompressed = ws1 & (rows["comm_dtype"] == "none")
+    uncompressed = ws1 & (rows["comm_dtype"] == "none") & (options == hook_free)
     stand_in = dict(zip(plain[uncompressed], rows.index[uncompressed]))
     picks, borrowed = [], []
-    for g, p, comm in zip(group, plain, rows["comm_dtype"]):
+    for g, p, comm, opts, free in zip(group, plain, rows["comm_dtype"], options, hook_free):
         base = same.get(g)
-        other = stand_in.get(p) if comm != "none" else None
+        other = stand_in.get(p) if comm != "none" or opts != free else None
         borrow = (base is None or not ok[base]) and other is not None and ok[other]
         picks.append(other if borrow else -1 if base is None else base)
         borrowed.append(borrow)
@@ -221,8 +231,9 @@ def _torch_match(df: pd.DataFrame) -> list[int]:
     """For every row of `df` (index 0..n-1), the row of the torch DDP cell it is compared with, -1 for none:
     the same configuration and bucket size; naive (no buckets) → torch at its default bucket size, else at its
     fastest bucket size in that configuration."""
-    torch_rows = df[df["engine"] == "torch"]
-    keys = config_keys_except("engine", "bucket_cap_mb")
+    # plain torch DDP (every option at its default) is the reference, also for torch with a hook or compiled
+    torch_rows = df[(df["engine"] == "torch") & (engine_options(df) == "")]
+    keys = config_keys_except("engine", "bucket_cap_mb", "engine_options")
     candidates: dict[str, list[int]] = {}
     for k, i in zip(config_key(torch_rows, keys), torch_rows.index):
         candidates.setdefault(k, []).append(i)
@@ -279,14 +290,16 @@ def family_verdicts(df: pd.DataFrame) -> pd.Series:
 
 
 def engines_vs_torch(df: pd.DataFrame) -> pd.DataFrame:
-    """Each non-torch cell against torch DDP on the same configuration: delta % (positive = slower/larger).
+    """Each cell other than plain torch DDP (other engines, and torch with engine options: a comm hook,
+    compile, static graph) against plain torch DDP on the same configuration: delta % (positive =
+    slower/larger).
 
     naive has no bucket size; it is compared with the torch cell at torch's default bucket size
     (bench.schema.DEFAULT_BUCKET_MB), or, when the run has none, with torch at its fastest bucket size in the
     same configuration.
     """
     df = df.reset_index(drop=True)
-    mine = df["engine"] != "torch"
+    mine = (df["engine"] != "torch") | (engine_options(df) != "")  # torch with a hook or compiled too
     if not mine.any():
         return pd.DataFrame()
     cells = df[mine].reset_index(drop=True)

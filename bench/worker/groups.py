@@ -48,7 +48,8 @@ NCCL_RESERVE_BYTES = 1024 * 1024 * 1024
 SIDE_BY_SIDE_SHARE = 0.5
 
 
-GROUP_KEYS = tuple(k for k in CONFIG_KEYS if k != "engine")  # what a group's cells share
+# what a group's cells share: a group compares engines, and an engine's options, side by side
+GROUP_KEYS = tuple(k for k in CONFIG_KEYS if k not in ("engine", "engine_options"))
 
 
 def engine_groups(cells: list[Cell]) -> list[list[Cell]]:
