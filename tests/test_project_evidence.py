@@ -101,6 +101,17 @@ def test_interference_and_host_from_the_tables():
     assert host_ms_of(TraceEvidence(None, None, None), "a", "cuda")[0] == 0.0
 
 
+def test_too_little_overlap_measures_no_interference():
+    # 0.013 ms of overlapped communication (a compiled CPU cell): γ would be (0.040 − 0.007) / 0.013 = 2.5
+    k = pd.DataFrame([dict(cell_id="c", trace_file="r0", overlapped_ms=0.040, overlapped_alone_ms=0.007)])
+    s = pd.DataFrame([dict(cell_id="c", trace_file="r0", step="all", overlap_ms=0.013)])
+    gamma, words = interference_of(TraceEvidence(k, s, None), ["c"])
+    assert gamma == DEFAULT_INTERFERENCE and "at least 1 ms" in words
+    ev = evidence()
+    both = TraceEvidence(pd.concat([k, ev.kernel_classes]), pd.concat([s, ev.trace_summary]), None)
+    assert interference_of(both, ["c", "b"])[0] == pytest.approx(0.16)  # the next cell with enough overlap
+
+
 def test_faster_overlapped_twins_are_no_negative_interference():
     k = pd.DataFrame([dict(cell_id="b", trace_file="r0", overlapped_ms=1.0, overlapped_alone_ms=2.0)])
     s = pd.DataFrame([dict(cell_id="b", trace_file="r0", step="all", overlap_ms=4.0)])

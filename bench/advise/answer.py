@@ -55,8 +55,8 @@ def setting_words(row: pd.Series, keys: list[str]) -> str:
         elif key == "scaling":
             parts.append(f"{value} scaling")
         elif key == "engine_options":  # the cell id's words for options away from their defaults
-            plain = not (isinstance(value, str) and value)
-            parts.append("engine options at defaults" if plain else f"with {value}")
+            if isinstance(value, str) and value:  # at their defaults the options go unsaid
+                parts.append(f"with {value}")
         elif not pd.isna(value):
             name = key.replace("_", " ").replace("per rank", "per-rank")
             parts.append(f"{name} {value:g}" if isinstance(value, float) else f"{name} {value}")
@@ -65,14 +65,16 @@ def setting_words(row: pd.Series, keys: list[str]) -> str:
 
 def choice_words(row: pd.Series, keys: list[str]) -> str:
     """The recommendation: setting_words, less an uncompressed comm dtype (the default goes unsaid)."""
-    unsaid = {"comm_dtype": "none", "engine_options": ""}  # defaults go unsaid
-    return setting_words(row, [k for k in keys if not (k in unsaid and row[k] == unsaid[k])])
+    return setting_words(row, [k for k in keys if not (k == "comm_dtype" and row[k] == "none")])
 
 
 def differences(row: pd.Series, best: pd.Series, keys: list[str]) -> str:
     """How `row` differs from `best`, in the words of setting_words."""
     differing = [k for k in keys if str(row[k]) != str(best[k])]
-    return setting_words(row, differing) or "an identical configuration"
+    words = setting_words(row, differing)
+    if not words and "engine_options" in differing:
+        return "engine options at defaults"
+    return words or "an identical configuration"
 
 
 def half_width_pct(row: pd.Series) -> float:

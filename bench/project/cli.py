@@ -166,7 +166,8 @@ def main(args: argparse.Namespace) -> int:
     if timeline is None:
         notes.append("no bucket_timeline.csv (run `bench analyze` on a profiled run): buckets are assumed "
                      "ready uniformly over backward")
-    notes += [f"physics of {c.base['cell_id']}: {c.physics_source}" for c in configs if c.physics_source]
+    # one line per configuration: notes.txt keeps them all, the printout only says where they are
+    physics = [f"physics of {c.base['cell_id']}: {c.physics_source}" for c in configs if c.physics_source]
     projection = projection_table(configs, networks, world_sizes, args.algorithm)
     validation = validation_table(configs, measured, run.env.get("cpu_cores"))
 
@@ -177,7 +178,7 @@ def main(args: argparse.Namespace) -> int:
     fits_df = fits_table(fits)
     fits_df.to_csv(out / "network_fit.csv", index=False)
     # data only: `bench report` draws the figure and renders the section from these files
-    (out / run_folder.PROJECTION_NOTES).write_text("".join(f"{note}\n" for note in notes))
+    (out / run_folder.PROJECTION_NOTES).write_text("".join(f"{note}\n" for note in notes + physics))
 
     predicted = projection["predicted_step_ms"].notna().sum()
     print(f"projection: {out / run_folder.PROJECTION} ({len(configs)} configurations, {predicted} of "
@@ -193,6 +194,9 @@ def main(args: argparse.Namespace) -> int:
     print(f"network fit: {out / 'network_fit.csv'} ({len(fits)} fits)")
     for note in notes:
         print(f"note: {note}")
+    if physics:
+        print(f"note: where each configuration's straggler, interference and host-floor terms came from: "
+              f"{out / run_folder.PROJECTION_NOTES} ({len(physics)} lines)")
     return 0
 
 

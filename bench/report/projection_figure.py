@@ -70,7 +70,11 @@ def efficiency_figure(projection: pd.DataFrame, configs: list[Configuration], pa
         return None
     configs, slice_words = reference_slice(configs)
     networks = list(dict.fromkeys(drawn["network"]))
-    engines = list(dict.fromkeys(c.base["engine"] for c in configs))
+    # engines with a projected line only (fsdp2 and PowerSGD rows carry the reason they are not projected)
+    projected = set(drawn["cell_id"])
+    engines = list(dict.fromkeys(c.base["engine"] for c in configs if c.base["cell_id"] in projected))
+    if not engines:
+        return None
     fig, axes = plt.subplots(len(networks), len(engines), squeeze=False, sharex=True, sharey=True,
                              figsize=(PANEL[0] * len(engines), PANEL[1] * len(networks)))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
