@@ -72,4 +72,9 @@ def test_the_report_draws_the_projection_from_its_data_and_bench_project_writes_
     assert "network fitted to this run's all-reduce probe" in projection
     assert "What dominates at each world size" in projection
     notes = (run / "projection" / "notes.txt").read_text().splitlines()
-    assert notes and all(f"- {n}" in projection for n in notes)
+    general = [n for n in notes if not n.startswith("physics of ")]
+    physics = [n.removeprefix("physics of ").split(": ", 1) for n in notes if n.startswith("physics of ")]
+    assert general and all(f"- {n}" in projection for n in general)
+    # one line per configuration: a table of configuration → where its terms came from, not bullets
+    assert physics and all(f"- physics of {c}" not in projection and c in projection for c, _ in physics)
+    assert (tmp_path / "report" / "tables" / "projection_physics.csv").is_file()

@@ -107,6 +107,18 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
         sec.table(fits, "tables/projection_network_fit.csv")
     notes_file = folder / run_folder.PROJECTION_NOTES
     notes = notes_file.read_text().splitlines() if notes_file.is_file() else []
-    if notes:
-        sec.bullets(notes, "notes")
+    # one "physics of <cell>: <sources>" line per configuration (bench project): a table, folded when long
+    physics = [n.removeprefix(PHYSICS_NOTE).split(": ", 1) for n in notes if n.startswith(PHYSICS_NOTE)]
+    general = [n for n in notes if not n.startswith(PHYSICS_NOTE)]
+    if general:
+        sec.bullets(general, "notes")
+    if physics:
+        terms = pd.DataFrame([p if len(p) == 2 else [p[0], ""] for p in physics],
+                             columns=["configuration", "straggler σ, interference γ, host floor: from"])
+        write_csv(terms, out_dir / "tables" / "projection_physics.csv")
+        sec.para("Where each configuration's straggler, interference and host-floor terms came from.")
+        sec.table(terms, "tables/projection_physics.csv")
     return sec
+
+
+PHYSICS_NOTE = "physics of "  # bench.project.cli writes one such line per configuration into notes.txt

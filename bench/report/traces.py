@@ -70,6 +70,7 @@ def _viewer_commands(sec: Section, run: Run, example_cell: str) -> None:
         run_arg = str(run.path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         run_arg = str(run.path)
+    start = len(sec.html)
     sec.raw(
         "<h3>TensorBoard (torch-tb-profiler: each cell a run, each rank a worker)</h3>",
         "### TensorBoard (torch-tb-profiler: each cell a run, each rank a worker)\n",
@@ -93,3 +94,6 @@ def _viewer_commands(sec: Section, run: Run, example_cell: str) -> None:
         "initialised process group (as the suite's workers are), and keeps one file per rank: point it at "
         "one cell's folder."
     )
+    # folded: the commands are reference, a click away (the page stays short enough to read)
+    sec.html[start:] = ["<details><summary>How to open them: TensorBoard, Perfetto, HolisticTraceAnalysis"
+                        "</summary>" + "".join(sec.html[start:]) + "</details>"]
