@@ -58,6 +58,9 @@ WITNESSES = "witnesses.csv"
 PROJECTION_DIR = "projection"
 PROJECTION = "projection.csv"
 PROJECTION_NOTES = "notes.txt"    # the caveats `bench project` printed, one a line
+# notes.txt lines starting with this name where one configuration's straggler, interference and host-floor
+# terms came from (one per configuration: a table in the report, not part of the printed or advised caveats)
+PHYSICS_NOTE = "physics of "
 # written by `bench advise RUN`, under ADVICE_DIR (its projection to the target in ADVICE_DIR/projection)
 ADVICE_DIR = "advice"
 ADVICE_MD = "advice.md"           # the short answer, the caveats, the ranking

@@ -135,7 +135,8 @@ def main(args: argparse.Namespace) -> int:
         advice = with_projection(advice, results, projection)
     keys = swept_keys(results)
     answer = sentence(advice, keys, target)
-    caveats = ([CPU_CAVEAT] if run.device == "cpu" else []) + notes
+    general = [n for n in notes if not n.startswith(run_folder.PHYSICS_NOTE)]  # per configuration: notes.txt
+    caveats = ([CPU_CAVEAT] if run.device == "cpu" else []) + general
     print(answer)
     for caveat in caveats:
         print(f"note: {caveat}")

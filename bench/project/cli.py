@@ -167,7 +167,8 @@ def main(args: argparse.Namespace) -> int:
         notes.append("no bucket_timeline.csv (run `bench analyze` on a profiled run): buckets are assumed "
                      "ready uniformly over backward")
     # one line per configuration: notes.txt keeps them all, the printout only says where they are
-    physics = [f"physics of {c.base['cell_id']}: {c.physics_source}" for c in configs if c.physics_source]
+    physics = [f"{run_folder.PHYSICS_NOTE}{c.base['cell_id']}: {c.physics_source}"
+               for c in configs if c.physics_source]
     projection = projection_table(configs, networks, world_sizes, args.algorithm)
     validation = validation_table(configs, measured, run.env.get("cpu_cores"))
 

@@ -108,8 +108,9 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
     notes_file = folder / run_folder.PROJECTION_NOTES
     notes = notes_file.read_text().splitlines() if notes_file.is_file() else []
     # one "physics of <cell>: <sources>" line per configuration (bench project): a table, folded when long
-    physics = [n.removeprefix(PHYSICS_NOTE).split(": ", 1) for n in notes if n.startswith(PHYSICS_NOTE)]
-    general = [n for n in notes if not n.startswith(PHYSICS_NOTE)]
+    mark = run_folder.PHYSICS_NOTE
+    physics = [n.removeprefix(mark).split(": ", 1) for n in notes if n.startswith(mark)]
+    general = [n for n in notes if not n.startswith(run_folder.PHYSICS_NOTE)]
     if general:
         sec.bullets(general, "notes")
     if physics:
@@ -120,5 +121,3 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
         sec.table(terms, "tables/projection_physics.csv")
     return sec
 
-
-PHYSICS_NOTE = "physics of "  # bench.project.cli writes one such line per configuration into notes.txt

@@ -37,7 +37,7 @@ th { background: #eef0f4; position: sticky; top: 0; white-space: normal; max-wid
      vertical-align: bottom; } td.text { text-align: left; }
 tr.status-bad td { background: #fdecec; } td.status-bad { color: #b3261e; font-weight: 600; }
 td.wrap { white-space: normal; min-width: 220px; max-width: 420px; text-align: left; }
-img { max-width: 100%; max-height: 260px; border: 1px solid #e3e6ec; margin: 6px 0; }  /* a click opens the full size */
+img { max-width: 100%; max-height: 260px; border: 1px solid #e3e6ec; margin: 6px 0; }  /* click: full size */
 .story img { max-height: none; }
 code, pre { background: #f4f6f9; border-radius: 4px; } pre { padding: 8px 12px; overflow-x: auto; }
 .csv { font-size: 12px; margin-bottom: 0; }
