@@ -156,7 +156,7 @@ def _one_row_per_config(run: Run) -> pd.DataFrame:
         _config=tables.config_key(df, CONFIG_KEYS),
         throughput=tables.throughputs(df).where(df["status"] == "ok"),
         efficiency=[eff.get(c) for c in df["cell_id"]],
-    ).drop_duplicates("_config", keep="last")
+    ).drop_duplicates("_config", keep="last").copy()  # one block: the merge below warns on a fragmented frame
 
 
 def _join_pair(base: pd.DataFrame, other: pd.DataFrame, label_a: str, label_b: str) -> pd.DataFrame:
