@@ -25,8 +25,8 @@ CASES = [
     (["--set", "run.target_ci_pct=-1"], "run.target_ci_pct=-1.0: must be >= 0 and <= 100"),
     (["--set", "run.target_ci_pct=nan"], "run.target_ci_pct=nan: must be a finite number"),
     (["--set", "run.max_group_s=0"], "run.max_group_s=0.0: must be > 0"),
-    (["--set", "run.target_ci_pct=2", "--set", "run.max_timed_steps=4"],
-     "run.max_timed_steps=4: must be >= run.timed_steps × run.repeats = 5"),
+    (["--set", "run.target_ci_pct=2", "--set", "run.max_timed_steps=5"],
+     "run.max_timed_steps=5: must be >= run.timed_steps × run.repeats = 6"),
     (["--set", "matrix.world_size=100000"], "matrix.world_size=100000: must be <= 65536"),
     (["--set", "run.threads_per_rank=1e3"], "run.threads_per_rank='1e3': must be a int"),
     (["--set", "workload.seq_len=" + "9" * 100_000], "workload.seq_len="),
@@ -83,7 +83,7 @@ def test_resume_names_the_key_that_differs(tmp_path, capsys):
     base = ["--config", "cpu-smoke", "--out", str(out), "--set", "matrix.engine=torch"]
     assert run([*base, "--plan-only"], capsys)[0] == 0
     rc, text = run([*base, "--set", "run.timed_steps=7", "--resume"], capsys)
-    assert rc == 2 and "run.timed_steps=7 differs from 5" in text
+    assert rc == 2 and "run.timed_steps=7 differs from 6" in text
 
 
 def test_a_full_disk_mid_run_keeps_every_finished_row(tmp_path, capsys, monkeypatch):
