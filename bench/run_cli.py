@@ -440,14 +440,16 @@ def sweep(run_dir: Path, config: BenchConfig, todo: list[Cell], report: bool) ->
         print(f"traces: {len(traces)} files, {sum(t.stat().st_size for t in traces) / MiB:.1f} MiB "
               f"in {run_dir / 'traces'}")
     if not report:
-        print(f"no report (run without --report); build it with: python -m bench advise {run_dir} && "
-              f"python -m bench report {run_dir}")
+        from bench.pipeline import STEPS  # what --report runs before the report, in order
+
+        steps = [f"python -m bench {name} {run_dir}" for name, _ in (*STEPS, ("report", None))]
+        print(f"no report (run without --report); build it with: {' && '.join(steps)}")
     return write_report(run_dir) if report else 0
 
 
 # What --report runs after the sweep, in order: each writes into the run folder what the report shows.
 def write_report(run_dir: Path) -> int:
-    """--report: analyze, project and the report on the run folder (bench.pipeline, imported lazily)."""
+    """--report: analyze, project, advise, then the report on the run folder (bench.pipeline, lazily)."""
     from bench.pipeline import after_run
 
     return after_run(run_dir)
