@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.lifetime import alive
+
 COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "scancel", "squeue", "sinfo",
             "runuser")
 MEMORY_MB = 4096       # the node's RealMemory: below any test machine's, so slurmd does not drain it
@@ -99,21 +101,13 @@ def _read_pid(path: Path) -> int | None:
         return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def _stop(pids: list[int]) -> None:
     """SIGTERM to each process by its id, then SIGKILL to those still there after STOP_TIMEOUT_S."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
         time.sleep(0.05)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -205,7 +199,7 @@ def _wait_pid(path: Path, timeout_s: float = 10) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         pid = _read_pid(path)
-        if pid and _alive(pid):
+        if pid and alive(pid):
             return pid
         time.sleep(0.05)
     raise RuntimeError(f"{path.name}: no live pid after {timeout_s:g} s")

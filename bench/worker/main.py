@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from bench import run_folder
 from bench.config import BenchConfig, config_from_dict
 from bench.lifetime import die_with_parent, watch_launcher
 from bench.matrix import Cell
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     process.ranks_from_slurm()
     rank, ws = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     host = socket.gethostname()
-    events = Events(args.events or run_dir / "events" / f"{host}-{os.getpid()}.jsonl")
+    events = Events(args.events or run_dir / run_folder.EVENTS / f"{host}-{os.getpid()}.jsonl")
     events.emit(event="hello", rank=rank, pid=os.getpid(), pgid=os.getpgid(0), ppid=os.getppid())
 
     plan_run = plan.get("launcher_pid") is None  # the user's own torchrun/srun: see plan_mode

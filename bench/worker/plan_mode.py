@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from bench import run_folder
 from bench.config import BenchConfig
+from bench.launch import EventReader
 from bench.worker import process
 
 
@@ -66,11 +67,7 @@ def finished_cells(run_dir: Path) -> tuple[set[str], set[str]]:
     from a rank killed while writing, is ignored)."""
     timed, traced = set(), set()
     for path in sorted((run_dir / run_folder.EVENTS).glob("*.jsonl")):
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+        for event in EventReader(path).read():  # complete lines only: a torn last one is never parsed
             if event.get("event") == "finish":
                 timed.add(event["cell_id"])
             elif event.get("event") == "traced":
