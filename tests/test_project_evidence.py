@@ -4,6 +4,8 @@ tables (kernel_classes.csv overlapped_*, launch_stats.csv host_busy_ms) and benc
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -150,3 +152,23 @@ def test_read_evidence_of_a_run_folder_without_traces(tmp_path):
     assert (ev.kernel_classes, ev.trace_summary, ev.launch_stats) == (None, None, None)
     (tmp_path / run_folder.LAUNCH_STATS).write_text("cell_id,step,host_busy_ms\na,1,5\n")
     assert read_evidence(tmp_path).launch_stats["host_busy_ms"].tolist() == [5]
+
+
+def test_the_interference_default_is_the_mean_measured_on_the_public_traces(tmp_path):
+    # physics.DEFAULT_INTERFERENCE is not fitted: it is the mean of γ that `bench analyze` + interference_of
+    # measure on the two public GPU traces with much overlapped communication (V100, 2 ranks: 0.155; A100,
+    # 8 ranks: 0.425). A loose trace folder has no cell id; its tables are one cell's.
+    from bench.__main__ import main as bench_main
+
+    traces = Path(__file__).parent / "data" / "traces" / "hta"
+    measured = {}
+    for name in ("v100-2rank-rank1", "a100-8rank-rank3"):
+        out = tmp_path / name
+        assert bench_main(["analyze", str(traces / name), "--out", str(out)]) == 0
+        ev = read_evidence(out)
+        one_cell = TraceEvidence(ev.kernel_classes.assign(cell_id="x"), ev.trace_summary.assign(cell_id="x"),
+                                 None)
+        measured[name] = interference_of(one_cell, ["x"])[0]
+    assert measured["v100-2rank-rank1"] == pytest.approx(0.155, abs=0.001)
+    assert measured["a100-8rank-rank3"] == pytest.approx(0.425, abs=0.001)
+    assert DEFAULT_INTERFERENCE == pytest.approx(sum(measured.values()) / 2, abs=0.005)
