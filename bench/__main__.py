@@ -12,14 +12,14 @@ import sys
 
 # command → (module, prefix of its add_arguments/main functions, help)
 COMMANDS = {
-    "run": ("bench.run_cli", "", "sweep a preset's matrix and write results/<run-id>/"),
+    "run": ("bench.run.cli", "run_", "sweep a preset's matrix and write results/<run-id>/"),
     "report": ("bench.report.commands", "report_", "tables, plots and index.html for one run"),
     "compare": ("bench.report.commands", "compare_", "compare two or more runs (e.g. H100 vs A100)"),
     "tensorboard": ("bench.report.commands", "tensorboard_", "serve a run's traces in TensorBoard"),
     "project": ("bench.project.cli", "", "project a run to 8..1,024 GPUs, validated on its own cells"),
     "analyze": ("bench.analyze.cli", "", "per-step GPU/CPU breakdown and bucket timeline from traces"),
     "advise": ("bench.advise.cli", "", "which settings to run: ranked by throughput, projected to a target"),
-    "slurm": ("bench.slurm_cli", "", "a run on a SLURM cluster: sbatch script, submit, follow, collect"),
+    "slurm": ("bench.run.cli", "slurm_", "a run on a SLURM cluster: sbatch script, submit, follow, collect"),
 }
 
 

@@ -26,9 +26,9 @@ from bench import engines
 from bench.schema import (
     COMM_DTYPE_ALIASES,
     COMM_DTYPES,
-    COMM_HOOKS,
-    COMPILE_MODES,
     DEFAULT_BUCKET_MB,
+    ENGINE_OPTION_NAMES,
+    ENGINE_OPTIONS,
     PRECISIONS,
     SCALINGS,
 )
@@ -101,15 +101,9 @@ def _default_engines() -> tuple[str, ...]:
     return engines.default_sweep()
 
 
-# The engine-specific axes (an engine's `options` names those that apply to it, bench/engines/base.py):
-# swept only for the engines that take them; empty in the other engines' cells.
-ENGINE_OPTIONS = ("comm_hook", "powersgd_rank", "reshard_after_forward", "static_graph",
-                  "gradient_as_bucket_view", "compile")
-
-
 @dataclass(frozen=True)
-class MatrixConfig:
-    """The axes: each a list, the sweep is their cross product (see bench.matrix)."""
+class _MatrixAxes:
+    """The axes every engine has: each a list, the sweep is their cross product (see bench.matrix)."""
 
     engine: tuple[str, ...] = field(default_factory=_default_engines)
     world_size: tuple[int, ...] = (1, 2)
@@ -118,17 +112,6 @@ class MatrixConfig:
     comm_dtype: tuple[str, ...] = ("none",)
     grad_accum: tuple[int, ...] = (1,)
     scaling: tuple[str, ...] = ("strong",)
-    # engine options (ENGINE_OPTIONS), each with the engine's own default first
-    comm_hook: tuple[str, ...] = ("none",)          # torch: none | fp16 | bf16 | powersgd
-    powersgd_rank: tuple[int, ...] = (4,)           # torch, comm_hook=powersgd: matrix_approximation_rank
-    reshard_after_forward: tuple[bool, ...] = (True,)  # fsdp2 (torch's default for fully_shard)
-    static_graph: tuple[bool, ...] = (False,)       # torch
-    gradient_as_bucket_view: tuple[bool, ...] = (False,)  # torch, bucketed, overlap
-    compile: tuple[str, ...] = ("none",)            # torch, fsdp2: none | inductor
-    # glob patterns (fnmatch) over a cell's id without its option words (`Cell.base_id`): a cell that sets
-    # an engine option away from its default, or of an engine outside the default sweep (fsdp2), is swept
-    # only where one matches; "*": everywhere. A preset's slice of the options (default.toml).
-    options_cells: tuple[str, ...] = ("*",)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -144,9 +127,12 @@ class MatrixConfig:
         object.__setattr__(self, "comm_dtype", resolved)
         _check_min("matrix.grad_accum", self.grad_accum, 1, maximum=MAX_STEPS)
         _check_choices("matrix.scaling", self.scaling, SCALINGS)
-        _check_choices("matrix.comm_hook", self.comm_hook, COMM_HOOKS)
-        _check_min("matrix.powersgd_rank", self.powersgd_rank, 0, strict=True, maximum=MAX_BATCH)
-        _check_choices("matrix.compile", self.compile, COMPILE_MODES)
+        for option in ENGINE_OPTIONS:
+            key, values = f"matrix.{option.name}", getattr(self, option.name)
+            if option.choices:
+                _check_choices(key, values, option.choices)
+            if option.limits:
+                _check_min(key, values, option.limits[0], maximum=option.limits[1])
         for pattern in self.options_cells:
             if not isinstance(pattern, str) or not pattern.strip():
                 fail("matrix.options_cells", pattern, "must be a glob pattern over cell ids (\"*-ws2-*\")")
@@ -156,15 +142,32 @@ class MatrixConfig:
                  f"with matrix.comm_dtype={list(self.comm_dtype)} set only one of the two")
 
     def check_options_apply(self, keys) -> None:
-        """Each engine option in `keys` must apply to a listed engine (powersgd_rank: with PowerSGD)."""
-        for key in keys:
-            takers = [e for e in _engine_names() if key in engines.get(e).options]
+        """Each engine option in `keys` must apply to a listed engine, and beside its companion's value."""
+        for option in ENGINE_OPTIONS:
+            if option.name not in keys:
+                continue
+            takers = [e for e in _engine_names() if option.name in engines.get(e).options]
             if not set(takers) & set(self.engine):
-                fail(f"matrix.{key}", list(getattr(self, key)), f"applies to engine {takers} only; "
-                     f"matrix.engine={list(self.engine)} lists none of them")
-            if key == "powersgd_rank" and "powersgd" not in self.comm_hook:
-                fail("matrix.powersgd_rank", list(self.powersgd_rank),
-                     "applies only with matrix.comm_hook=powersgd")
+                fail(f"matrix.{option.name}", list(getattr(self, option.name)), f"applies to engine {takers} "
+                     f"only; matrix.engine={list(self.engine)} lists none of them")
+            if option.beside and option.beside[1] not in getattr(self, option.beside[0]):
+                fail(f"matrix.{option.name}", list(getattr(self, option.name)),
+                     f"applies only with matrix.{option.beside[0]}={option.beside[1]}")
+
+
+# The matrix section: the axes above, then one axis per engine option (bench.schema.ENGINE_OPTIONS: a new
+# option is a row there, not a field here), each a list whose first value is the engine's own default and
+# which is swept only for the engines that take it; then `options_cells`: glob patterns (fnmatch) over a
+# cell's id without its option words (`Cell.base_id`) — a cell that sets an engine option away from its
+# default, or of an engine outside the default sweep (fsdp2), is swept only where one matches; "*":
+# everywhere (a preset's slice of the options, default.toml).
+MatrixConfig = dataclasses.make_dataclass(
+    "MatrixConfig",
+    [*((o.name, tuple[o.kind, ...], field(default=(o.default,))) for o in ENGINE_OPTIONS),
+     ("options_cells", tuple[str, ...], field(default=("*",)))],
+    bases=(_MatrixAxes,), frozen=True)
+MatrixConfig.__module__ = __name__
+MatrixConfig.__doc__ = "The sweep's axes (bench.matrix): every engine's, the engine options, options_cells."
 
 
 @dataclass(frozen=True)
@@ -510,7 +513,7 @@ def _build(tables: dict, cli: dict[str, str], given_options_apply: bool = True) 
         sections[name] = cls(**values)
         if name == "matrix" and given_options_apply:
             given = set(raw_cli) | (set() if "engine" in raw_cli else set(raw))
-            sections[name].check_options_apply([k for k in ENGINE_OPTIONS if k in given])
+            sections[name].check_options_apply([k for k in ENGINE_OPTION_NAMES if k in given])
     description = cli.get("description", tables.get("description", ""))
     if not isinstance(description, str):
         fail("description", description, "must be a string")

@@ -71,14 +71,17 @@ def leftovers(run_dir) -> list[int]:
     the ranks' pids from their hello events, kept only while their command line still names this run's
     launch plans (a reused pid belongs to someone else and is left alone)."""
     import json
-    logs = Path(run_dir) / "logs"
+
+    from bench import run_folder
+
+    logs = Path(run_dir) / run_folder.LOGS
     pids = set()
-    for pid_file in logs.glob("launch-*.pid"):
+    for pid_file in logs.glob(run_folder.launch_file("*", "pid")):
         try:
             pids.add(int(pid_file.read_text()))
         except (OSError, ValueError):
             continue
-    for events in logs.glob("launch-*.events.jsonl"):
+    for events in logs.glob(run_folder.launch_file("*", "events.jsonl")):
         for line in events.read_text(errors="replace").splitlines():
             try:
                 event = json.loads(line)

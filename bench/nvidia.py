@@ -121,3 +121,15 @@ def unusable_gpus(torch_version: str, torch_cuda: str | None, proc_dir: Path | N
     shown = ", ".join(gpus[:2]) + (f" and {len(gpus) - 2} more" if len(gpus) > 2 else "")
     return (f"the NVIDIA driver shows {len(gpus)} GPU(s) ({shown}) but torch.cuda.is_available() is False: "
             + "; ".join(causes))
+
+
+# ---- the topology env.json holds (`nvidia-smi topo -m`) --------------------------------------------------
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def topology_has_nvlink(topology: str | None) -> bool:
+    """True when `nvidia-smi topo -m`'s matrix connects two GPUs by NVLink: an NV<n> cell (a bonded set of n
+    NVLinks; the legend's "NV#" is not one)."""
+    if not topology:
+        return False
+    return any(re.fullmatch(r"NV\d+", cell) for cell in _ANSI.sub("", topology).split())

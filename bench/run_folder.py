@@ -1,5 +1,5 @@
 """A run folder (results/<run-id>/, docs/design.md "Run folder"): the name of every file in it, and the one
-reader of its rows, env.json and config.toml. The runner writes it (bench.results, run_cli, launch);
+reader of its rows, env.json and config.toml. The runner writes it (bench/run/);
 analyze, project and report read it through here. Nothing here imports torch; pandas only where a table is
 read.
 
@@ -39,13 +39,32 @@ LOCK = ".lock"                    # held by the run writing into the folder
 LOGS = "logs"                     # launch plans, commands, outputs, events, NCCL logs
 EVENTS = "events"                 # the workers' events of a run launched by the user's own torchrun/srun
 NODE_ENV_GLOB = "env-*.json"      # per node of such a run (its worker's local rank 0), merged by --collect
+PLAN = "plan.json"                # `bench run --plan-only`: the cells for the user's own torchrun/srun
 SBATCH = "job.sbatch"             # `bench slurm`: the job script it wrote (and submitted, with --submit)
+SLURM_JOB_ID = "slurm-job-id"     # under LOGS: the job `bench slurm --submit` follows
+SLURM_OUTPUT = "slurm-%j.out"     # under LOGS: the job's output (sbatch --output; %j is the job id)
+TRACES = "traces"                 # traces/<cell_id>/rank<r>.<ts>.pt.trace.json.gz
+# under LOGS, per launch k of `bench run` (bench/run/launch.py): launch-<k>.<part>
+LAUNCH_PARTS = ("plan.json", "events.jsonl", "cmd", "out", "err", "pid")
 
 
 def node_env(host: str) -> str:
     """The file a node's local rank 0 writes in a plan run: env-<host>.json."""
     return f"env-{host}.json"
-TRACES = "traces"                 # traces/<cell_id>/rank<r>.<ts>.pt.trace.json.gz
+
+
+def nccl_log_file(k: int) -> str:
+    """Under LOGS: launch k's NCCL_DEBUG_FILE pattern (%h host, %p pid: one file per rank)."""
+    return f"nccl-launch-{k}.%h.%p.log"
+
+
+def launch_file(k: int | str, part: str) -> str:
+    """Launch k's file under LOGS: launch-<k>.<part>, part one of LAUNCH_PARTS (k "*": a glob of all)."""
+    if part not in LAUNCH_PARTS:
+        raise ValueError(f"part={part!r}: not one of {LAUNCH_PARTS}")
+    return f"launch-{k}.{part}"
+
+
 # written by `bench analyze RUN` (bench.analyze.summary.TABLES has their columns)
 TRACE_SUMMARY = "trace_summary.csv"
 BUCKET_TIMELINE = "bucket_timeline.csv"
@@ -58,6 +77,8 @@ WITNESSES = "witnesses.csv"
 PROJECTION_DIR = "projection"
 PROJECTION = "projection.csv"
 PROJECTION_NOTES = "notes.txt"    # the caveats `bench project` printed, one a line
+VALIDATION = "validation.csv"     # the projection against the world sizes the run measured
+NETWORK_FIT = "network_fit.csv"   # the measured network's α-β fits
 # notes.txt lines starting with this name where one configuration's straggler, interference and host-floor
 # terms came from (one per configuration: a table in the report, not part of the printed or advised caveats)
 PHYSICS_NOTE = "physics of "

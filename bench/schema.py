@@ -6,6 +6,7 @@ commands read them. A number that was not measured is empty (NaN in pandas), nev
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # ---- vocabularies: the values a row may carry (config validates against them, the report reads them) ----
@@ -52,6 +53,54 @@ COMM_DTYPE_ALIASES = {"fp32": "none"}
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd")
 LOSSY_COMM_HOOKS = ("powersgd",)
 COMPILE_MODES = ("none", "inductor")   # matrix.compile: eager, or torch.compile(backend="inductor")
+# The cell id's word for a comm hook starts with this (bench.matrix.Cell.option_tags: "hpowersgd.r4").
+COMM_HOOK_TAG = "h"
+
+
+@dataclass(frozen=True)
+class EngineOption:
+    """A matrix key that applies to some engines only (docs/design.md "Engine options"): the one row that
+    defines it. An engine's `options` names the keys it takes (bench/engines); the matrix sweeps a key only
+    for those engines and leaves it empty (None) in the others' cells, so their cells and ids do not change
+    when an option is added. The config's axis (`matrix.<name>`, a list) defaults to `[default]`, the
+    engine's own behaviour; `choices` or `limits` bound its values; `beside` (key, value): swept only in
+    cells where that other option has that value. `word(value, options)` is the cell id's word for it (None:
+    nothing), `options` being the cell's other option values; results.csv has a column of its name."""
+
+    name: str
+    kind: type
+    default: object
+    word: Callable[[object, dict], str | None]
+    doc: str
+    choices: tuple = ()
+    limits: tuple[int, int] | None = None
+    beside: tuple[str, object] | None = None
+
+
+def _hook_word(hook, options: dict) -> str | None:
+    rank = options.get("powersgd_rank")
+    return None if hook == "none" else f"{COMM_HOOK_TAG}{hook}" + (f".r{rank}" if rank else "")
+
+
+# The engine options, one row each, in the order of their columns and of their words in a cell id. A new
+# option is a row here; the engines that take it name it in their `options` and read it when they wrap.
+ENGINE_OPTIONS = (
+    EngineOption("comm_hook", str, "none", _hook_word, choices=COMM_HOOKS,
+                 doc="torch DDP's comm hook: none | powersgd (fp16/bf16 hooks are comm_dtype)"),
+    EngineOption("powersgd_rank", int, 4, lambda rank, options: None, limits=(1, 1 << 24),
+                 beside=("comm_hook", "powersgd"),  # its word is part of comm_hook's: hpowersgd.r4
+                 doc="PowerSGD's matrix_approximation_rank"),
+    # fsdp2 always names it (raf1 | raf0): the engine has no id without one
+    EngineOption("reshard_after_forward", bool, True, lambda on, options: f"raf{int(on)}",
+                 doc="fsdp2: true (ZeRO-3-like) | false (ZeRO-2-like); torch's default for fully_shard"),
+    EngineOption("static_graph", bool, False, lambda on, options: "static" if on else None,
+                 doc="torch DDP's static_graph"),
+    EngineOption("gradient_as_bucket_view", bool, False, lambda on, options: "gbv" if on else None,
+                 doc="torch DDP's gradient_as_bucket_view (and ddp_core's)"),
+    EngineOption("compile", str, "none", lambda mode, options: None if mode == "none" else mode,
+                 choices=COMPILE_MODES, doc="none | inductor: torch.compile of the model, then its wrapper"),
+)
+ENGINE_OPTION_NAMES = tuple(o.name for o in ENGINE_OPTIONS)
 
 # ---- shared defaults and units -------------------------------------------------------------------------
 DEFAULT_BUCKET_MB = 25.0   # torch DDP's default bucket_cap_mb; ddp_core and the presets use the same
@@ -130,13 +179,8 @@ EXTRA_COLUMNS = (
     "nccl_transport",
     "peak_reserved_mb",      # peak held by torch's CUDA caching allocator in the memory pass; CPU: empty
     "device_used_mb",        # the GPU's used memory (total − free) at the memory pass's end; CPU: empty
-    # engine options (bench/engines: an engine's `options`); empty where the option does not apply
-    "comm_hook",             # torch DDP: none | powersgd (fp16/bf16 hooks are comm_dtype)
-    "powersgd_rank",         # PowerSGD's matrix_approximation_rank
-    "reshard_after_forward",  # fsdp2: true (ZeRO-3-like) | false (ZeRO-2-like)
-    "static_graph",          # torch DDP's static_graph
-    "gradient_as_bucket_view",  # torch DDP's gradient_as_bucket_view
-    "compile",               # none | inductor
+    # the engine options (ENGINE_OPTIONS, each row's doc); empty where the option does not apply
+    *ENGINE_OPTION_NAMES,
     "compile_s",             # seconds of the warm-up steps that compiled (never inside the timed steps)
     "lossy",                 # true: a lossy comm hook; the parity gate is loss_rel_distance instead
     "loss_rel_distance",     # max over steps of |loss − uncompressed DDP's loss| / |DDP's loss|
@@ -159,8 +203,8 @@ SWEEP_COLUMNS = (
 STRING_COLUMNS = (
     "cell_id", "status", "error", "engine", "model", "model_size", "precision", "comm_dtype", "scaling",
     "device", "backend", "trace_dir", "gpu_name", "hostname", "verdict_vs_torch", "interleaved", "stopped_by",
-    "matmul_fp32_precision", "cudnn_fp32_precision", "nccl_transport", "comm_hook", "compile",
-    "reshard_after_forward", "static_graph", "gradient_as_bucket_view", "lossy", "engine_options",
+    "matmul_fp32_precision", "cudnn_fp32_precision", "nccl_transport", "lossy", "engine_options",
+    *(o.name for o in ENGINE_OPTIONS if o.kind is not int),
 )
 
 # The keys that identify a configuration (what compare joins on, what T1 is matched by, what advise ranks).
@@ -170,10 +214,6 @@ CONFIG_KEYS = (
     "engine", "model", "model_size", "world_size", "bucket_cap_mb", "precision", "comm_dtype",
     "grad_accum", "scaling", "per_rank_batch", "global_batch", "engine_options",
 )
-# The cell id's word for a comm hook starts with this (bench.matrix.Cell.option_tags: "hpowersgd.r4").
-COMM_HOOK_TAG = "h"
-
-
 def without_comm_hook(engine_options: str) -> str:
     """engine_options less its comm-hook word: the configuration whose world-size-1 cell stands in for a
     hooked one (nothing is communicated on one rank, so the runner skips hooked cells there)."""

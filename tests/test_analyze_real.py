@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench import run_folder
 from bench.analyze import cli, tables
 from bench.analyze.columns import WITNESS_COLUMNS
 from bench.analyze.load import find_trace_files
@@ -159,7 +160,7 @@ def test_run_folder_bucket_timeline_matches_the_engines_buckets(tmp_path, capsys
             assert (step["comm_start_ms"] >= step["ready_ms"]).all()
             assert (step["comm_end_ms"] > step["comm_start_ms"]).all()
             assert (step["ready_ms"] <= step["backward_ms"]).all()
-    witnesses = pd.read_csv(run / cli.WITNESS_FILE)     # a run folder also gets the two witnesses
+    witnesses = pd.read_csv(run / run_folder.WITNESSES)     # a run folder also gets the two witnesses
     assert list(witnesses.columns) == list(WITNESS_COLUMNS)
     # stragglers: every cell's two ranks compared in each profiled step; CPU traces have no kernels
     stragglers = pd.read_csv(run / "stragglers.csv")

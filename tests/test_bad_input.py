@@ -89,7 +89,7 @@ def test_resume_names_the_key_that_differs(tmp_path, capsys):
 def test_a_full_disk_mid_run_keeps_every_finished_row(tmp_path, capsys, monkeypatch):
     # The second record cannot be written (ENOSPC): the run stops with a clear message and the resume
     # hint, the first record and a whole results.csv stay, no .tmp is left; --resume then finishes it.
-    from bench import results
+    from bench.run import results
 
     real = results.append_record
     calls = []

@@ -17,8 +17,9 @@ from bench.config import (
     to_toml,
     usable_cpus,
 )
-from bench.matrix import estimate_seconds, expand
-from bench.run_checks import check_device
+from bench.matrix import expand
+from bench.run.checks import check_device
+from bench.run.estimate import estimate_seconds
 
 
 def run_cli(*argv: str) -> int:

@@ -69,7 +69,7 @@ def test_after_a_run_analyze_project_and_report_are_called_as_functions(tmp_path
     import shutil
     from pathlib import Path
 
-    from bench.pipeline import after_run
+    from bench.run.pipeline import after_run
 
     run = tmp_path / "run"
     shutil.copytree(Path(TESTS) / "data" / "traces" / "ddpbench-cpu-run", run)

@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 from test_runner import read_csv, run_bench
 
-from bench import nccl_log
 from bench.config import load_config
 from bench.matrix import expand
+from bench.run import nccl_log
 from bench.schema import RESULT_COLUMNS, MiB
 from bench.worker import process
 from bench.worker.cell import run_group

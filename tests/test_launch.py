@@ -1,4 +1,4 @@
-"""bench.launch pieces without torchrun: the events tail, killing a launch's process groups, summaries."""
+"""bench.run.launch pieces without torchrun: the events tail, killing a launch's process groups, summaries."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench.launch import EventReader, summary_line, tail
 from bench.lifetime import descendants, kill_groups
+from bench.run.launch import summary_line, tail
+from bench.worker.events import EventReader
 
 # A parent in its own session that starts a child in another session (as torchrun starts its workers),
 # prints the child's pid, then both sleep.

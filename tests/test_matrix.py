@@ -2,33 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import re
-from pathlib import Path
 
 import pytest
 
 from bench.__main__ import main as bench_main
-from bench.config import config_from_dict, load_config, read_tables
+from bench.config import load_config
 from bench.matrix import (
-    MEMORY_STEPS,
-    RATES,
-    Cell,
-    Rates,
     by_launch,
-    estimate_cell_seconds,
-    estimate_seconds,
-    estimate_step_seconds,
     expand,
-    expected_timed_steps,
-    model_size_counts,
     per_rank_batch,
 )
-from bench.workloads import get_workload
-from bench.workloads.mlp import MLPWorkload
-
-ESTIMATE_DATA = Path(__file__).parent / "data" / "estimate"
 
 
 def cells_of(*overrides, **kw):
@@ -108,134 +92,3 @@ def test_dry_run_prints_cells_and_estimate(tmp_path, capsys):
     assert re.search(r"estimated wall time ~[\d.]+ min", text)
     assert "timed rounds per cell expected" not in text  # cpu-smoke: fixed rounds
     assert not out.exists()
-
-
-def test_dry_run_says_the_expected_rounds(capsys, monkeypatch):
-    # HAND (worst half-width 20 % / √n), steps of 0.24-0.30 s: target ±5 % is met at the checkpoint 20
-    monkeypatch.setattr("bench.matrix.RATES", {"cpu": HAND})
-    assert bench_main(["run", "--config", "cpu-smoke", "--dry-run", "--set", "matrix.engine=torch",
-                       "--set", "run.target_ci_pct=5", "--set", "run.timed_steps=10"]) == 0
-    assert ("timed rounds per cell expected: 20-20 (median 20), until ±5 % (run.target_ci_pct), at most 320 "
-            "rounds or 60 s a group") in capsys.readouterr().out
-
-
-# Round numbers for hand-worked estimates; bf16 twice fp32's rate, so a lookup by the wrong precision shows.
-HAND = Rates(flops={"fp32": 1e12, "bf16": 2e12, "fp16": 2e12}, host_s_per_tensor=1e-3, floor_s_per_param=1e-9,
-             opt_s_per_param=2e-9, comm_bytes_per_s=1e9, build_s_per_param=1e-8, cell_s=0.5, profile_s=3.0,
-             launch_s=10.0, run_s=7.0, half_width_sqrt_n_pct=20.0)
-
-
-def hand_cell(**kw) -> Cell:
-    base = dict(engine="torch", model="mlp", model_size="tiny", world_size=4, bucket_cap_mb=25.0,
-                precision="fp32", comm_dtype="none", grad_accum=2, scaling="weak", per_rank_batch=8,
-                global_batch=64)
-    return Cell(**(base | kw))
-
-
-def test_step_estimate_hand_worked():
-    # 1e7 parameters in 100 tensors, 1e10 FLOPs per sample.
-    # floor = 1e-3 × 100 + 1e-9 × 1e7 = 0.11 s; compute at batch 8, fp32 = 1e10 × 8 / 1e12 = 0.08 s
-    # step = 2 micro × max(0.08, 0.11) + optimizer 2e-9 × 1e7 + ring 2·3/4 × 4 B × 1e7 / 1e9 B/s
-    #      = 0.22 + 0.02 + 0.06 = 0.30 s; without the all-reduce 0.24 s
-    args = (1e10, 10_000_000, 100)
-    assert estimate_step_seconds(HAND, hand_cell(), *args) == pytest.approx(0.30)
-    assert estimate_step_seconds(HAND, hand_cell(), *args, sync=False) == pytest.approx(0.24)
-    # batch 16: compute 0.16 s > floor: 2 × 0.16 + 0.02 + 0.06 = 0.40 s; bf16 halves the compute: floor again
-    assert estimate_step_seconds(HAND, hand_cell(per_rank_batch=16), *args) == pytest.approx(0.40)
-    bf16 = hand_cell(per_rank_batch=16, precision="bf16")
-    assert estimate_step_seconds(HAND, bf16, *args) == pytest.approx(0.30)
-    # world size 1: nothing all-reduced; 2 ranks: ring factor 1 → 0.04 s
-    assert estimate_step_seconds(HAND, hand_cell(world_size=1), *args) == pytest.approx(0.24)
-    assert estimate_step_seconds(HAND, hand_cell(world_size=2), *args) == pytest.approx(0.28)
-
-
-def test_cell_and_sweep_estimate_hand_worked(monkeypatch):
-    config = load_config("cpu-smoke", ["run.warmup_steps=5", "run.timed_steps=20", "run.repeats=1",
-                                       "run.phase_steps=3", "run.compute_only_steps=10"])
-    assert MEMORY_STEPS == 3
-    # (5 + 20 + 3 + 3 memory-pass) synced steps × 0.30 + 10 compute-only × 0.24 + 2 builds × 1e-8 × 1e7
-    # + 0.5 per cell = 9.3 + 2.4 + 0.2 + 0.5 = 12.4 s
-    assert estimate_cell_seconds(config, HAND, hand_cell(), 1e10, 10_000_000, 100) == pytest.approx(12.4)
-    # The sweep: one cell run, one launch, profiled (a build 0.1 s, export 3.0 s, warm-up 5 + profiled steps)
-    one = load_config("cpu-smoke", ["matrix.engine=torch", "matrix.world_size=4", "matrix.grad_accum=2",
-                                    "matrix.scaling=weak", "workload.per_rank_batch=8", "run.warmup_steps=5",
-                                    "run.timed_steps=20", "run.repeats=1", "run.phase_steps=3",
-                                    "run.compute_only_steps=10", "profile.cells=*"])
-    monkeypatch.setattr("bench.matrix.model_size_counts", lambda config: (10_000_000, 100))
-    monkeypatch.setattr(MLPWorkload, "train_flops_per_sample", lambda self, batch=None: 1e10)
-    cells = expand(one)
-    assert len(cells) == 1 and cells[0].per_rank_batch == 8
-    profiled = 0.1 + 3.0 + (5 + one.profile.steps) * 0.30
-    assert estimate_seconds(one, cells, HAND) == pytest.approx(7.0 + 10.0 + 12.4 + profiled)
-
-
-def test_expected_timed_steps_hand_worked():
-    # HAND: worst half-width 20 % / √n. Checkpoints 10, 20, 40, 80, 160 (max 160): 20/√n ≤ 2 needs n ≥ 100,
-    # so 160 with no budget in the way; at target 5 (n ≥ 16) the checkpoint 20.
-    def rounds(round_s, *overrides):
-        config = load_config("cpu-smoke", ["run.timed_steps=10", "run.max_timed_steps=160",
-                                           "run.max_group_s=100", *overrides])
-        return expected_timed_steps(config, HAND, round_s)
-
-    assert rounds(0.1, "run.target_ci_pct=2") == 160
-    assert rounds(0.1, "run.target_ci_pct=5") == 20
-    # budget: at 1 s a round, 80 rounds fit in 100 s and 160 do not (the worker's rule: elapsed 80 s + 80
-    # more rounds at 1 s > 100 s), so it stops looking at 80 and fills the budget: 20 more rounds
-    assert rounds(1.0, "run.target_ci_pct=2") == 100
-    assert rounds(1.0, "run.target_ci_pct=0") == 10  # off: the fixed count
-    assert expected_timed_steps(load_config("cpu-smoke", ["run.timed_steps=10"]), HAND, 1.0) == 10
-
-
-def test_model_size_counts_without_allocating():
-    config = load_config("gpu-node", cuda_available=True)
-    assert model_size_counts(config) == (361_823_040, 291)   # smollm2-360m, classification head
-    assert model_size_counts(load_config("default", cuda_available=False)) == (3_684_362, 10)
-
-
-def recorded(name: str):
-    """A recorded run's resolved config and its finished cells (trimmed to the columns used here)."""
-    tables = read_tables(ESTIMATE_DATA / name / "config.toml")
-    # recorded before the adaptive rounds existed: they ran run.timed_steps × repeats, a fixed count
-    tables.setdefault("run", {}).setdefault("target_ci_pct", 0)
-    config = config_from_dict(tables)
-    rows = [json.loads(line) for line in (ESTIMATE_DATA / name / "cells.jsonl").read_text().splitlines()]
-    return config, rows
-
-
-def cells_estimate(config, rates: Rates, rows) -> float:
-    workload = get_workload(config.workload.model, config.workload.model_size, config.workload.options())
-    n, t = model_size_counts(config)
-    flops = workload.train_flops_per_sample()
-    return sum(estimate_cell_seconds(config, rates, Cell.from_dict(r), flops, n, t) for r in rows)
-
-
-def test_estimate_within_25_percent_of_make_bench_on_this_cpu():
-    """`make bench` on the 2-core CPU machine (tests/data/estimate/README.md): 153.6 s wall in all."""
-    config, rows = recorded("cpu-default")
-    measured = sum(r["cell_wall_s"] for r in rows)
-    assert cells_estimate(config, RATES["cpu"], rows) == pytest.approx(measured, rel=0.25)
-    assert estimate_seconds(config, expand(config)) == pytest.approx(153.6, rel=0.25)
-
-
-def test_estimate_within_25_percent_of_h100_runs():
-    """The two H100 runs, which built every model on CPU (1.3-1.4 s each for 135M): that build cost in."""
-    cpu_built = dataclasses.replace(RATES["cuda"], build_s_per_param=1.0e-8)
-    config, rows = recorded("h100-default-partial")   # 32 cells before the run was stopped
-    measured = sum(r["cell_wall_s"] for r in rows)
-    assert cells_estimate(config, cpu_built, rows) == pytest.approx(measured, rel=0.25)
-    # per precision too: fp32 (compute-bound at batch 64) and bf16 (host-bound) each
-    for precision in ("fp32", "bf16"):
-        some = [r for r in rows if r["precision"] == precision]
-        assert cells_estimate(config, cpu_built, some) == pytest.approx(sum(r["cell_wall_s"] for r in some),
-                                                                        rel=0.25)
-    # the steps: fp32 at batch 64 is kernel-bound (the fp32 rate), bf16/fp16 host-bound (the floor)
-    workload = get_workload(config.workload.model, config.workload.model_size, config.workload.options())
-    n, t = model_size_counts(config)
-    for r in rows:
-        est = estimate_step_seconds(cpu_built, Cell.from_dict(r), workload.train_flops_per_sample(), n, t)
-        if r["precision"] == "fp32" and r["per_rank_batch"] == 64:
-            assert est * 1e3 == pytest.approx(r["step_time_ms_p50"], rel=0.10), r["cell_id"]
-        if r["precision"] == "bf16":
-            assert est * 1e3 == pytest.approx(r["step_time_ms_p50"], rel=0.15), r["cell_id"]
-    config, rows = recorded("h100-diag")   # 12 cells, all profiled: 209 s in all
-    assert estimate_seconds(config, expand(config, gpu_count=1), cpu_built) == pytest.approx(209, rel=0.25)

@@ -18,7 +18,7 @@ import pytest
 
 from bench.__main__ import main as bench_main
 from bench.lifetime import alive
-from bench.run_cli import merge_node_envs
+from bench.run.collector import merge_node_envs
 from bench.schema import RESULT_COLUMNS
 from bench.worker.plan_mode import finished_cells
 

@@ -1,4 +1,4 @@
-"""bench.nccl_log: the launcher's NCCL debug variables, NCCL's connection lines parsed into transports,
+"""bench.run.nccl_log: the launcher's NCCL debug variables, NCCL's connection lines parsed into transports,
 env.json's per-launch entry, NVLink in `nvidia-smi topo -m`; the launcher setting, reading and recording all
 of it; and the report's finding when the transport or the all-reduce bandwidth falls short of an NVLink
 node's."""
@@ -13,15 +13,16 @@ from pathlib import Path
 
 from report_fixtures import H100_ENV, row, write_run
 
-from bench import nccl_log
 from bench.config import load_config
-from bench.launch import Launch, Sweep
 from bench.matrix import expand
-from bench.progress import Progress
+from bench.nvidia import topology_has_nvlink
 from bench.report import build_report
+from bench.run import nccl_log
+from bench.run.launch import Launch, Sweep
+from bench.run.progress import Progress
 
 # Lines as NCCL prints them: "<host>:<pid>:<tid> [<cudaDev>] NCCL INFO " + the format strings quoted in
-# bench/nccl_log.py's docstring (src/debug.cc; src/transport/{p2p,shm,net,coll_net,nvls}.cc), filled in.
+# bench/run/nccl_log.py's docstring (src/debug.cc; src/transport/{p2p,shm,net,coll_net,nvls}.cc), filled in.
 P = "node07:81234:81301 [0] NCCL INFO "
 P2P_LINES = [
     P + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
@@ -126,11 +127,11 @@ def test_record_launch_writes_env_json(tmp_path):
 
 
 def test_topology_nvlink_from_the_matrix_not_the_legend():
-    assert nccl_log.topology_has_nvlink(TOPO_NVLINK)
-    assert not nccl_log.topology_has_nvlink(TOPO_PCIE)
-    assert not nccl_log.topology_has_nvlink(None)
+    assert topology_has_nvlink(TOPO_NVLINK)
+    assert not topology_has_nvlink(TOPO_PCIE)
+    assert not topology_has_nvlink(None)
     if EVIDENCE.is_file():  # the H100 node lent on 2026-11-25: one GPU, so no NVLink between GPUs
-        assert not nccl_log.topology_has_nvlink(json.loads(EVIDENCE.read_text())["topology"])
+        assert not topology_has_nvlink(json.loads(EVIDENCE.read_text())["topology"])
 
 
 # A stand-in for torchrun + bench.worker: writes NCCL lines where NCCL_DEBUG_FILE says (as NCCL expands it),

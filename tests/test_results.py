@@ -1,4 +1,4 @@
-"""bench.results: one function turns a worker's event into a record; status travels in the event only."""
+"""bench.run.results: one function turns a worker's event into a record; status travels in the event only."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from bench.config import load_config
 from bench.matrix import expand
-from bench.results import SWEEP_FILE, append_record, make_record, record_from_event
+from bench.run.results import SWEEP_FILE, append_record, make_record, record_from_event
 from bench.schema import RESULT_COLUMNS, SWEEP_COLUMNS
 
 

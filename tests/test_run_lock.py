@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.config import ConfigError
-from bench.run_cli import lock_run_dir
+from bench.run.folder import lock_run_dir
 
 REPO = Path(__file__).resolve().parent.parent
 

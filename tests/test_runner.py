@@ -130,7 +130,7 @@ def test_sweep_world_sizes_1_and_2(tmp_path):
         assert {p["dtype"] for p in points} == {"float16" if row["comm_dtype"] == "fp16" else "float32"}
         assert all(float(p["time_us"]) > 0 and p["backend"] == "gloo" for p in points)
     assert "traces: " in proc.stdout
-    from bench.results import read_records
+    from bench.run.results import read_records
 
     records = read_records(out)  # a profiled cell's record is completed by a later line: the latest wins
     assert [r["cell_id"] for r in records] == [r["cell_id"] for r in rows]
@@ -312,7 +312,7 @@ def test_resume_stops_what_an_earlier_launch_left_running(tmp_path):
 
 @pytest.mark.timeout(150)
 def test_resume_retry_runs_failed_cells_again_and_the_new_record_wins(tmp_path):
-    from bench.results import read_records
+    from bench.run.results import read_records
 
     out = tmp_path / "run"
     overrides = ("matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1,2",

@@ -17,7 +17,7 @@ from test_multinode import ENV, REPO, TINY, collect, events, free_port, plan, ro
 
 from bench.__main__ import main as bench_main
 from bench.lifetime import alive
-from bench.slurm_cli import EXIT_CANCELLED, launch_steps, sbatch_script
+from bench.run.slurm import EXIT_CANCELLED, Job, launch_steps, sbatch_script
 
 EXPECTED = [("torch", "2", "ok"), ("naive", "2", "ok"), ("bucketed", "2", "ok")]
 SETS = [a for o in TINY for a in ("--set", o)]
@@ -144,8 +144,8 @@ def test_bench_slurm_bad_input_exits_2_and_creates_nothing(tmp_path, capsys, mon
 def test_launch_steps_and_the_script_hand_worked(tmp_path):
     # 4 GPUs per node, 4 nodes: 1, 2 and 4 ranks fit one node; 8 = 2 nodes × 4; 16 = 4 nodes × 4
     assert launch_steps([16, 1, 8, 2, 4, 8], 4, 4) == [(1, 1, 1), (2, 1, 2), (4, 1, 4), (8, 2, 4), (16, 4, 4)]
-    args = type("A", (), {"nodes": 4, "time": "02:00:00", "partition": "gpu", "account": None})()
-    text = sbatch_script(tmp_path / "r", [(8, 2, 4), (16, 4, 4)], args, 4, 4, ["bench", "slurm"])
+    job = Job(nodes=4, time="02:00:00", partition="gpu", gpus_per_node=4)
+    text = sbatch_script(tmp_path / "r", [(8, 2, 4), (16, 4, 4)], job, 4, 4, ["bench", "slurm"])
     assert "#SBATCH --nodes=4" in text and "#SBATCH --gpus-per-node=4" in text and "--account" not in text
     assert "#SBATCH --partition=gpu" in text and "--cpus-per-task" not in text
     assert text.count("\nstep ") == 2 and "\nstep 16 4 4\n" in text

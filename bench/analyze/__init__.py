@@ -4,4 +4,15 @@ load (one trace file → columns) → classify (kernel and event classes) → st
 → gpu / cpu (one window's breakdown) → summary (trace_summary.csv rows) and timeline
 (bucket_timeline.csv rows) → tables (the report's DataFrames). Definitions: docs/design.md, "bench analyze".
 Reads JSON and CSV only: nothing here imports torch.
+
+The function under the command: `bench.analyze.run(path, out=None) -> Analysis` (api.py).
 """
+
+
+def __getattr__(name: str):
+    """`bench.analyze.run` and `Analysis`, imported on first use (the submodules load pandas)."""
+    if name in ("run", "Analysis", "AnalyzeInputError"):
+        from bench.analyze import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'bench.analyze' has no attribute {name!r}")

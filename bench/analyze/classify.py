@@ -10,12 +10,23 @@ decorated collective kernel is still communication.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from bench.analyze.load import Trace
+
+class Trace(Protocol):
+    """What the masks below read of a loaded trace (bench.analyze.load.Trace is one): per event, an index
+    into the trace's tables of distinct names and categories. A protocol, not an import: load.py uses this
+    module's vocabulary, so importing load here would make the two a cycle."""
+
+    names: np.ndarray     # object: the distinct event names
+    cats: np.ndarray      # object: the distinct categories, lower-cased
+    name_id: np.ndarray
+    cat_id: np.ndarray
+
+    def __len__(self) -> int: ...
+
 
 # --- GPU side -------------------------------------------------------------------------------------------
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"})

@@ -18,7 +18,7 @@ class Engine:
     bucket at its ready time; an engine that does not reduces every bucket after backward).
     collectives: what it issues per synced step (the probe, trace classification and projection read it).
     reference: the engine every other one is compared with side by side (`speed_vs_torch`).
-    options: the engine-specific matrix keys that apply to it (bench/config.py ENGINE_OPTIONS lists them
+    options: the engine-specific matrix keys that apply to it (bench/schema.py ENGINE_OPTIONS lists them
     all, with their defaults). The matrix sweeps a key only for engines that name it; for the others the
     cell leaves it empty, so their cells and ids are unchanged. A key set while no listed engine takes it
     is a config error.

@@ -11,7 +11,8 @@ project      configurations of a run, their projection over world sizes and the 
 physics      the terms beyond compute and all-reduce: straggler, interference, host floor
 spec         what-if without a run: `project_spec(...)` (also `bench.project.project_spec`)
 published    the model against published multi-GPU tables (benchmarks/validate_projection.py)
-plot, summary, cli   the efficiency figure, the Markdown section and `python -m bench project`
+api          the functions under the command: `run(run_dir, ...)`, `what_if(keys)` → Projection
+cli          `python -m bench project`: parses, calls api, prints
 
 Only `layout` imports torch (through bench.workloads and bench.engines, to build a model on the meta
 device), and only when a configuration has no bucket timeline; nothing here uses torch.distributed.
@@ -19,9 +20,14 @@ device), and only when a configuration has no bucket timeline; nothing here uses
 
 
 def __getattr__(name: str):
-    """`bench.project.project_spec`, imported on first use (the run-mode CLI does not need it)."""
+    """`bench.project.run`, `what_if`, `Projection` (api.py) and `project_spec` (spec.py), imported on first
+    use (the submodules load pandas; the run mode does not need the spec)."""
     if name == "project_spec":
         from bench.project.spec import project_spec
 
         return project_spec
+    if name in ("run", "what_if", "Projection", "UsageError"):
+        from bench.project import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'bench.project' has no attribute {name!r}")

@@ -8,6 +8,8 @@ key and value), before anything is written.
 What-if without a run (bench/project/spec.py): `python -m bench project --spec FILE.toml` or
 `--model NAME[:SIZE] | --params N` with `--step-ms T1 --per-gpu-batch B [--precision P] [--network PRESET]
 [--world-sizes ...]`: projection.csv (same columns) and notes.txt in --out (default ./projection/).
+
+The work is `bench.project.run` / `bench.project.what_if` (api.py); this module parses and prints.
 """
 
 from __future__ import annotations
@@ -16,30 +18,21 @@ import argparse
 import sys
 from pathlib import Path
 
-import pandas as pd
-
-from bench import run_folder
-from bench.project.collectives import ALGORITHMS
-from bench.project.evidence import read_evidence
-from bench.project.inputs import InputError, read_sweep, read_timeline
-from bench.project.measured import Measured, fits_table, measured_fits
-from bench.project.network import FABRICS, INTER_NODE, custom_network, preset_network
-from bench.project.project import (
-    configurations,
-    median_abs_error,
-    projection_table,
-    validation_table,
-    with_evidence,
+from bench.project.api import (
+    DEFAULT_GPUS_PER_NODE,
+    DEFAULT_INTER_NETWORK,
+    DEFAULT_WORLD_SIZES,
+    MEASURED,
+    UsageError,
+    run,
+    what_if,
 )
-from bench.run_folder import RunError, load_run
-from bench.schema import WIRE_DTYPES
+from bench.project.collectives import ALGORITHMS
+from bench.project.inputs import InputError
+from bench.project.network import FABRICS, INTER_NODE
+from bench.run_folder import RunError
 
-MEASURED = "measured"
-DEFAULT_WORLD_SIZES = "1,2,4,8,16,32,64,128,256,512,1024"
-
-
-class UsageError(ValueError):
-    """A bad argument: the message names the key and the value."""
+WORLD_SIZES_TEXT = ",".join(map(str, DEFAULT_WORLD_SIZES))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,23 +45,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="custom network: bus bandwidth in GB/s at every size (with --latency-us)")
     parser.add_argument("--latency-us", type=float, default=None,
                         help="custom network: latency per ring step in µs (with --bw-gbps)")
-    parser.add_argument("--world-sizes", default=DEFAULT_WORLD_SIZES,
+    parser.add_argument("--world-sizes", default=WORLD_SIZES_TEXT,
                         help=f"comma-separated, or a doubling range like 8,16,...,1024 "
-                             f"(default: {DEFAULT_WORLD_SIZES})")
-    parser.add_argument("--gpus-per-node", type=int, default=8,
-                        help="ranks sharing an NVLink preset's node (default: 8)")
-    parser.add_argument("--inter-network", default="ib-ndr400",
+                             f"(default: {WORLD_SIZES_TEXT})")
+    parser.add_argument("--gpus-per-node", type=int, default=DEFAULT_GPUS_PER_NODE,
+                        help=f"ranks sharing an NVLink preset's node (default: {DEFAULT_GPUS_PER_NODE})")
+    parser.add_argument("--inter-network", default=DEFAULT_INTER_NETWORK,
                         help=f"fabric between nodes for NVLink presets: {', '.join(INTER_NODE)} "
-                             f"(default: ib-ndr400)")
+                             f"(default: {DEFAULT_INTER_NETWORK})")
     parser.add_argument("--algorithm", default="auto",
                         help=f"all-reduce algorithm: {', '.join(ALGORITHMS)} (default: auto, the cheapest "
                              f"per message; the measured network is ring only)")
     parser.add_argument("--out", type=Path, default=None,
                         help="output folder (default: RUN/projection; what-if: ./projection)")
-    what_if = parser.add_argument_group("what-if without a run (docs/projection.md)")
-    what_if.add_argument("--spec", type=Path, default=None, help="a TOML file of spec keys")
+    what_if_flags = parser.add_argument_group("what-if without a run (docs/projection.md)")
+    what_if_flags.add_argument("--spec", type=Path, default=None, help="a TOML file of spec keys")
     for flag, kind, words in SPEC_FLAGS:
-        what_if.add_argument(flag, type=kind, default=None, help=words)
+        what_if_flags.add_argument(flag, type=kind, default=None, help=words)
 
 
 def parse_world_sizes(text: str) -> list[int]:
@@ -96,41 +89,6 @@ def parse_world_sizes(text: str) -> list[int]:
     return sorted(set(sizes))
 
 
-def _networks(args, world_sizes: list[int]) -> dict:
-    """Name → Network for every preset asked for (the measured one is added by main)."""
-    custom = args.bw_gbps is not None or args.latency_us is not None
-    if custom and args.network is not None:
-        raise UsageError(f"--network={args.network!r} and --bw-gbps/--latency-us: give one or the other")
-    if custom:
-        if args.bw_gbps is None or args.latency_us is None:
-            raise UsageError(f"--bw-gbps={args.bw_gbps} --latency-us={args.latency_us}: give both")
-        try:
-            return {"custom": custom_network(args.bw_gbps, args.latency_us)}
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    if args.gpus_per_node < 1:
-        raise UsageError(f"--gpus-per-node={args.gpus_per_node} must be >= 1")
-    if args.inter_network not in INTER_NODE:
-        raise UsageError(f"--inter-network={args.inter_network!r} is not one of {list(INTER_NODE)}")
-    out = {}
-    for name in (args.network or MEASURED).split(","):
-        name = name.strip()
-        if name == MEASURED:
-            out[name] = None
-            continue
-        if name not in FABRICS:
-            raise UsageError(f"--network={name!r} is not a preset; choose from {[*FABRICS, MEASURED]}")
-        net = preset_network(name, args.gpus_per_node, args.inter_network)
-        for n in world_sizes:
-            try:
-                net.nodes(n)
-            except ValueError:
-                raise UsageError(f"--world-sizes: {n} is not a multiple of "
-                                 f"--gpus-per-node={args.gpus_per_node} (network {name})") from None
-        out[name] = net
-    return out
-
-
 def main(args: argparse.Namespace) -> int:
     if args.spec is not None or any(getattr(args, _dest(f)) is not None for f, _, _ in SPEC_FLAGS):
         return spec_main(args)
@@ -139,88 +97,16 @@ def main(args: argparse.Namespace) -> int:
               "for a what-if", file=sys.stderr)
         return 2
     try:
-        if args.algorithm not in ALGORITHMS:
-            raise UsageError(f"--algorithm={args.algorithm!r} is not one of {list(ALGORITHMS)}")
-        world_sizes = parse_world_sizes(args.world_sizes)
-        presets = _networks(args, world_sizes)
-        run = load_run(args.run_dir)
-        timeline, sweep = read_timeline(args.run_dir), read_sweep(args.run_dir)
-        configs = configurations(run.results, timeline,
-                                 _layout(args.run_dir, run.config.get("workload", {})))
-        evidence = read_evidence(args.run_dir)
-        configs = [with_evidence(c, evidence) if c.compute is not None else c for c in configs]
-    except (UsageError, InputError) as exc:
+        networks = None if args.network is None else args.network.split(",")
+        projection = run(args.run_dir, networks, parse_world_sizes(args.world_sizes),
+                         gpus_per_node=args.gpus_per_node, inter_network=args.inter_network,
+                         algorithm=args.algorithm, bw_gbps=args.bw_gbps, latency_us=args.latency_us,
+                         out=args.out)
+    except (UsageError, InputError, RunError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
         return 2
-    except RunError as exc:
-        print(f"bench project: run={str(args.run_dir)!r}: {exc}", file=sys.stderr)
-        return 2
-
-    fits, notes = measured_fits(run.results, sweep)
-    measured = Measured(fits)
-    networks = {name: measured.network_at if net is None else (lambda n, dtype, net=net: (net, net.label))
-                for name, net in presets.items()}
-    if run.device == "cpu" and any(n in FABRICS for n in presets):
-        notes.append("compute measured on CPU, network of GPUs: a what-if, not a prediction for a GPU "
-                     "cluster")
-    if timeline is None:
-        notes.append("no bucket_timeline.csv (run `bench analyze` on a profiled run): buckets are assumed "
-                     "ready uniformly over backward")
-    # one line per configuration: notes.txt keeps them all, the printout only says where they are
-    physics = [f"{run_folder.PHYSICS_NOTE}{c.base['cell_id']}: {c.physics_source}"
-               for c in configs if c.physics_source]
-    projection = projection_table(configs, networks, world_sizes, args.algorithm)
-    validation = validation_table(configs, measured, run.env.get("cpu_cores"))
-
-    out = args.out or args.run_dir / run_folder.PROJECTION_DIR
-    out.mkdir(parents=True, exist_ok=True)
-    projection.to_csv(out / run_folder.PROJECTION, index=False)
-    validation.to_csv(out / "validation.csv", index=False)
-    fits_df = fits_table(fits)
-    fits_df.to_csv(out / "network_fit.csv", index=False)
-    # data only: `bench report` draws the figure and renders the section from these files
-    (out / run_folder.PROJECTION_NOTES).write_text("".join(f"{note}\n" for note in notes + physics))
-
-    predicted = projection["predicted_step_ms"].notna().sum()
-    print(f"projection: {out / run_folder.PROJECTION} ({len(configs)} configurations, {predicted} of "
-          f"{len(projection)} rows predicted)")
-    med = median_abs_error(validation)
-    if med is None:
-        print(f"validation: {out / 'validation.csv'}: nothing to validate (needs two measured world sizes "
-              f"and a probe)")
-    else:
-        signed = validation["error_pct"].dropna().median()
-        print(f"validation: {out / 'validation.csv'}: median |error| {med:.1f} % over "
-              f"{validation['error_pct'].notna().sum()} cells (signed median {signed:+.1f} %)")
-    print(f"network fit: {out / 'network_fit.csv'} ({len(fits)} fits)")
-    for note in notes:
-        print(f"note: {note}")
-    if physics:
-        print(f"note: where each configuration's straggler, interference and host-floor terms came from: "
-              f"{out / run_folder.PROJECTION_NOTES} ({len(physics)} lines)")
+    print("\n".join(projection.lines()))
     return 0
-
-
-def _layout(run_dir: Path, workload_table: dict):
-    """Each configuration's bucket sizes on the wire: the layout its cell recorded (cells.jsonl
-    `bucket_sizes_bytes`, as the engine reported it; no torch needed), else — a run folder written before
-    cells recorded it — rebuilt from the workload (bench.project.layout imports torch), cached."""
-    records = run_folder.read_records(run_dir)
-    recorded = {r["cell_id"]: r["bucket_sizes_bytes"] for r in records if r.get("bucket_sizes_bytes")}
-    cache: dict = {}
-
-    def sizes(base) -> list[int]:
-        if base["cell_id"] in recorded:
-            return [WIRE_DTYPES[base["comm_dtype"]].on_wire(s) for s in recorded[base["cell_id"]]]
-        from bench.project.layout import engine_bucket_sizes, workload_options
-
-        cap = None if base["bucket_cap_mb"] != base["bucket_cap_mb"] else float(base["bucket_cap_mb"])
-        key = (base["engine"], base["model"], base["model_size"], cap, base["comm_dtype"])
-        if key not in cache:
-            cache[key] = engine_bucket_sizes(*key, workload_options(workload_table))
-        return cache[key]
-
-    return sizes
 
 
 # what-if flags: (flag, type, help); each maps to the spec key of its name (--step-ms → step_ms)
@@ -245,7 +131,7 @@ def _dest(flag: str) -> str:
 
 def spec_main(args: argparse.Namespace) -> int:
     """The what-if: projection.csv and notes.txt from a spec, nothing measured."""
-    from bench.project.spec import SpecError, projection_of, read_spec, spec_from_keys
+    from bench.project.spec import SpecError, read_spec
 
     try:
         if args.run_dir is not None:
@@ -263,27 +149,14 @@ def spec_main(args: argparse.Namespace) -> int:
             keys["model"], _, keys["size"] = args.model.partition(":")
         if args.network is not None:
             keys["network"] = args.network
-        if args.world_sizes != DEFAULT_WORLD_SIZES or "world_sizes" not in keys:
+        if args.world_sizes != WORLD_SIZES_TEXT or "world_sizes" not in keys:
             keys["world_sizes"] = parse_world_sizes(args.world_sizes)
         keys.setdefault("gpus_per_node", args.gpus_per_node)
         keys.setdefault("inter_network", args.inter_network)
         keys.setdefault("algorithm", args.algorithm)
-        spec = spec_from_keys(keys)
-        projection = projection_of(spec)
+        projection = what_if(keys, out=args.out)
     except (SpecError, UsageError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
         return 2
-    out = args.out or Path(run_folder.PROJECTION_DIR)
-    out.mkdir(parents=True, exist_ok=True)
-    projection.to_csv(out / run_folder.PROJECTION, index=False)
-    notes = [f"what-if from a spec (no run): T1 {spec.step_ms:g} ms, per-GPU batch {spec.per_gpu_batch}, "
-             f"backward share {spec.backward_share:.3f}, σ {spec.step_cv:g}, γ {spec.interference:g}, host "
-             f"{spec.host_ms:g} ms"]
-    (out / run_folder.PROJECTION_NOTES).write_text("".join(f"{note}\n" for note in notes))
-    print(f"projection: {out / run_folder.PROJECTION} ({projection['predicted_step_ms'].notna().sum()} of "
-          f"{len(projection)} rows predicted; what-if, nothing measured)")
-    for _, r in projection.iterrows():
-        if not pd.isna(r["efficiency_pct"]):
-            print(f"  N={int(r['world_size']):5d}  step {r['predicted_step_ms']:9.2f} ms  efficiency "
-                  f"{r['efficiency_pct']:5.1f} %  dominant {r['dominant_term']}")
+    print("\n".join(projection.lines()))
     return 0

@@ -16,14 +16,13 @@ from itertools import accumulate
 import pandas as pd
 
 from bench import engines, metrics
-from bench.config import ENGINE_OPTIONS
 from bench.project.evidence import TraceEvidence, host_ms_of, interference_of
 from bench.project.inputs import COMM_DTYPE_WIRE, InputError, ReadyTimes, timeline_buckets
 from bench.project.measured import Measured
 from bench.project.network import Network
 from bench.project.physics import Physics, expected_max_normal
 from bench.project.simulate import Buckets, Compute, simulate_step
-from bench.schema import LOSSY_COMM_HOOKS, WIRE_DTYPES
+from bench.schema import ENGINE_OPTION_NAMES, LOSSY_COMM_HOOKS, WIRE_DTYPES
 
 CONFIG_COLUMNS = ("engine", "model", "model_size", "bucket_cap_mb", "precision", "comm_dtype", "grad_accum",
                   "scaling")
@@ -67,7 +66,7 @@ def config_key(row: pd.Series) -> tuple:
 
 # engine options make two rows different configurations; a run folder written before they existed has
 # none of these columns
-OPTION_COLUMNS = ENGINE_OPTIONS
+OPTION_COLUMNS = ENGINE_OPTION_NAMES
 
 
 def not_projected(base: pd.Series) -> str:

@@ -1,9 +1,9 @@
 """The report's first screen: the advice (`bench advise`), four headline numbers with their intervals, what a
 CPU run can and cannot tell, the cells that failed, and the two figures that carry the story.
 
-The advice sentence is advice.md's when `bench advise` has run; otherwise it is written here from the same
-ranking (bench.advise) without a projection, and says how to get one. The headline numbers are one table
-(`headline_numbers`), so index.html and summary.md show the same figures.
+The advice sentence is advice.md's when `bench advise` has run; otherwise bench.advise writes it now without
+a projection (nothing is written into the run folder), and it says how to get one. The headline numbers are
+one table (`headline_numbers`), so index.html and summary.md show the same figures.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from bench import run_folder, stats
-from bench.advise.answer import CPU_CAVEAT, Target, sentence
-from bench.advise.rank import rank_configurations, swept_keys
+from bench.advise import api as advise
+from bench.advise.answer import CPU_CAVEAT
 from bench.report import tables
 from bench.report.render import Section, md_cell
 from bench.run_folder import Run
@@ -29,17 +29,18 @@ STORY_PLOTS = (
 
 
 def advice(run: Run) -> tuple[str, pd.DataFrame]:
-    """(the answer sentence, advice.csv's rows): `bench advise`'s files, else the ranking made here."""
+    """(the answer sentence, advice.csv's rows): `bench advise`'s files, else bench.advise's answer made
+    now without a projection (nothing written); ("", no rows) when the run has nothing to rank."""
     folder = run.path / run_folder.ADVICE_DIR
     md, csv = folder / run_folder.ADVICE_MD, folder / run_folder.ADVICE_CSV
     if md.is_file() and csv.is_file():
         lines = [line for line in md.read_text().splitlines() if line.strip()]
         return (lines[1] if len(lines) > 1 else ""), pd.read_csv(csv)
-    ranked = rank_configurations(run.results)
-    if not ranked["rank"].notna().any():
-        return "", ranked
-    why = f"`python -m bench advise {run.path}` projects it to a target cluster"
-    return sentence(ranked, swept_keys(run.results), Target(why_not=why)), ranked
+    try:
+        made = advise.run(run.path, target=None, write=False)
+    except advise.UsageError:
+        return "", pd.DataFrame(columns=["rank"])
+    return made.answer, made.table
 
 
 def _interval(value: float, low: float, high: float, fmt: str, unit: str) -> tuple[str, str]:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from bench import stats
 from bench.analyze import diff
-from bench.analyze.cli import AnalyzeInputError, run_jobs
+from bench.analyze.api import AnalyzeInputError, run_jobs
 from bench.analyze.summary import CLASSES_FILE, SUMMARY_FILE, analyse_tables
 from bench.report import tables
 from bench.report.environment import gpu_summary, machine_facts

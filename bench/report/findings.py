@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench import nccl_log, stats
+from bench import stats
+from bench.nvidia import topology_has_nvlink
 from bench.project.collectives import allreduce_cost
 from bench.project.network import FABRICS, preset_network
 from bench.report import slices, tables
@@ -253,7 +254,7 @@ def transport_warnings(df: pd.DataFrame, env: dict | None) -> list[str]:
     host memory (SHM) or the network (NET), or the probe's all-reduce busbw is below BUSBW_FLOOR_FRACTION of
     the NVLink preset's figure. Said with the transport, the measured and the expected bandwidth."""
     env = env or {}
-    if not len(df) or "nccl_transport" not in df or not nccl_log.topology_has_nvlink(env.get("topology")):
+    if not len(df) or "nccl_transport" not in df or not topology_has_nvlink(env.get("topology")):
         return []
     gpus = env.get("gpu_count") or 0
     ok = df[(df["status"] == "ok") & (df["world_size"] > 1) & (df["world_size"] <= gpus)]

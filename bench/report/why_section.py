@@ -22,11 +22,10 @@ from bench import (
     style,  # noqa: E402
 )
 from bench.analyze import tables as trace_tables  # noqa: E402
-from bench.analyze.cli import WITNESS_FILE as WITNESSES  # noqa: E402
 from bench.report.render import Section, write_csv  # noqa: E402
 from bench.report.why_hta import add_hta_views  # noqa: E402
 
-SUMMARY = run_folder.TRACE_SUMMARY
+SUMMARY, WITNESSES = run_folder.TRACE_SUMMARY, run_folder.WITNESSES
 PARTS = (("compute_alone_ms", "compute", style.COMPUTE),
          ("exposed_comm_ms", "exposed communication", style.EXPOSED_COMM),
          ("hidden_comm_ms", "hidden communication", style.HIDDEN_COMM),

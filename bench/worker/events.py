@@ -1,4 +1,5 @@
-"""The events a launch's ranks write and the launcher (or `bench run --collect`) reads.
+"""The events a launch's ranks write (`Events`) and the launcher, `bench run --collect` and a plan run's
+re-run read (`EventReader`): the one protocol across the process boundary, writer and reader side by side.
 
 One JSON object per line, appended and flushed per event, each with its time `t`:
 - "hello"  every rank, at start: rank, pid, pgid (so the launcher can stop the workers by process group),
@@ -30,3 +31,23 @@ class Events:
         with open(self.path, "a") as f:
             f.write(json.dumps(event) + "\n")
             f.flush()
+
+
+class EventReader:
+    """Reads complete new lines of a JSON-lines file that another process appends to."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def read(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data, self.partial = self.partial + data, b""
+        lines = data.split(b"\n")
+        self.partial = lines.pop()  # incomplete last line (or b"")
+        return [json.loads(line) for line in lines if line.strip()]

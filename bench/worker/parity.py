@@ -15,9 +15,8 @@ import dataclasses
 import torch
 
 from bench import engines
-from bench.config import ENGINE_OPTIONS
 from bench.matrix import Cell, option_defaults
-from bench.schema import DEFAULT_BUCKET_MB, LOSSY_COMM_HOOKS
+from bench.schema import DEFAULT_BUCKET_MB, ENGINE_OPTION_NAMES, LOSSY_COMM_HOOKS
 from bench.worker import measure
 from bench.worker.trainer import ADAMW_LR
 
@@ -52,7 +51,7 @@ def baseline_cell(cell: Cell) -> Cell:
     engine without buckets), every reference option at its default."""
     ref = engines.reference()
     defaults = option_defaults(ref.name)
-    options = {k: defaults.get(k) for k in ENGINE_OPTIONS}
+    options = {k: defaults.get(k) for k in ENGINE_OPTION_NAMES}
     bucket = cell.bucket_cap_mb if cell.bucket_cap_mb is not None else DEFAULT_BUCKET_MB
     return dataclasses.replace(cell, engine=ref.name, bucket_cap_mb=bucket, **options)
 

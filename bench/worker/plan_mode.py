@@ -28,8 +28,8 @@ import torch.distributed as dist
 
 from bench import run_folder
 from bench.config import BenchConfig
-from bench.launch import EventReader
 from bench.worker import process
+from bench.worker.events import EventReader
 
 
 def write_node_env(run_dir: Path, config: BenchConfig, argv: list[str]) -> Path | None:

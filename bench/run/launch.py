@@ -21,12 +21,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import nccl_log, results
+from bench import run_folder
 from bench.config import BenchConfig
 from bench.lifetime import die_with_parent, kill_groups
 from bench.matrix import Cell, by_launch
-from bench.progress import Progress
+from bench.run import nccl_log, results
+from bench.run.progress import Progress
 from bench.schema import ERROR_TAIL_LINES, error_text
+from bench.worker.events import EventReader
 
 POLL_S = 0.05          # events-file poll period
 
@@ -57,26 +59,6 @@ def launch_env(device: str, threads: int) -> dict[str, str]:
     return env
 
 
-class EventReader:
-    """Reads complete new lines of a JSON-lines file that another process appends to."""
-
-    def __init__(self, path: Path):
-        self.path, self.offset, self.partial = path, 0, b""
-
-    def read(self) -> list[dict]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        self.offset += len(data)
-        data, self.partial = self.partial + data, b""
-        lines = data.split(b"\n")
-        self.partial = lines.pop()  # incomplete last line (or b"")
-        return [json.loads(line) for line in lines if line.strip()]
-
-
 @dataclass
 class SweepStats:
     """Totals over the recorded cells, for the launcher's overhead figure."""
@@ -94,9 +76,9 @@ class Sweep:
     def __init__(self, config: BenchConfig, run_dir: Path, progress: Progress):
         self.config, self.run_dir, self.progress = config, run_dir, progress
         self.stats = SweepStats()
-        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        (run_dir / run_folder.LOGS).mkdir(parents=True, exist_ok=True)
         # A resumed run keeps the earlier launches' logs: number the new ones after them.
-        self.first_launch = len(list((run_dir / "logs").glob("launch-*.cmd")))
+        self.first_launch = len(list((run_dir / run_folder.LOGS).glob(run_folder.launch_file("*", "cmd"))))
 
     def record(self, record: dict) -> None:
         results.append_record(self.run_dir, record)
@@ -127,12 +109,12 @@ class Launch:
 
     def __init__(self, sweep: Sweep, ws: int, pending: list[Cell], carried: list[Cell], k: int):
         self.sweep, self.config, self.ws, self.k = sweep, sweep.config, ws, k
-        self.logs = sweep.run_dir / "logs"
+        self.logs = sweep.run_dir / run_folder.LOGS
         self.pending = list(pending)
         self.remaining = {c.cell_id: c for c in pending}
         self.to_profile = carried + sweep.profile_list(pending)
         self.untraced = {c.cell_id: c for c in self.to_profile}  # profiled pass still to come
-        self.reader = EventReader(self.logs / f"launch-{k}.events.jsonl")
+        self.reader = EventReader(self.logs / run_folder.launch_file(k, "events.jsonl"))
         self.worker_pgids: set[int] = set()
         self.errors: dict[str, dict] = {}
         self.current: list[str] = []      # the group in flight (cells not yet finished)
@@ -146,7 +128,7 @@ class Launch:
         self.nccl_parsed: dict[Path, tuple[int, Counter]] = {}  # path → (size when parsed, its counts)
 
     def command(self) -> list[str]:
-        plan_path = self.logs / f"launch-{self.k}.plan.json"
+        plan_path = self.logs / run_folder.launch_file(self.k, "plan.json")
         write_plan(plan_path, self.config, self.sweep.run_dir, self.pending, launcher_pid=os.getpid(),
                    profile=self.to_profile)
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
@@ -158,12 +140,12 @@ class Launch:
         cmd, r = self.command(), self.config.run
         env = (os.environ | launch_env(r.device, r.threads_for(self.ws)) | self.nccl_vars
                | {"PYTHONUNBUFFERED": "1"})
-        (self.logs / f"launch-{self.k}.cmd").write_text(" ".join(cmd) + "\n")
-        with open(self.logs / f"launch-{self.k}.out", "w") as out, \
-                open(self.logs / f"launch-{self.k}.err", "w") as err:
+        (self.logs / run_folder.launch_file(self.k, "cmd")).write_text(" ".join(cmd) + "\n")
+        with open(self.logs / run_folder.launch_file(self.k, "out"), "w") as out, \
+                open(self.logs / run_folder.launch_file(self.k, "err"), "w") as err:
             proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True,
                                     preexec_fn=die_with_parent)  # a SIGKILLed launcher takes torchrun along
-            (self.logs / f"launch-{self.k}.pid").write_text(f"{proc.pid}\n")
+            (self.logs / run_folder.launch_file(self.k, "pid")).write_text(f"{proc.pid}\n")
             try:
                 while proc.poll() is None:
                     self.follow_events()
@@ -186,8 +168,8 @@ class Launch:
         """This launch's NCCL log files (a user's fixed file name: only if written since the launch began);
         the user's NCCL_DEBUG without a file prints to the ranks' stdout: the launch's .out and .err."""
         if self.nccl_file is None:
-            return [p for p in (self.logs / f"launch-{self.k}.out", self.logs / f"launch-{self.k}.err")
-                    if p.is_file()]
+            outputs = (self.logs / run_folder.launch_file(self.k, part) for part in ("out", "err"))
+            return [p for p in outputs if p.is_file()]
         return nccl_log.log_files(self.nccl_file, since=None if self.nccl_vars else self.started_at)
 
     def nccl_transport(self) -> str | None:
@@ -276,7 +258,7 @@ class Launch:
 
     def after_exit(self, rc: int) -> list[Cell]:
         """Record what an ended launch leaves unfinished; returns the cells to relaunch."""
-        err_tail = tail(self.logs / f"launch-{self.k}.err")
+        err_tail = tail(self.logs / run_folder.launch_file(self.k, "err"))
         in_flight = [self.remaining[i] for i in self.current if i in self.remaining]
         if in_flight:  # the launch ended inside a group
             for cell in in_flight:

@@ -56,7 +56,7 @@ def debug_env(device: str, logs: Path, k: int, environ: dict[str, str]) -> dict[
     if device != "cuda" or any(v in environ for v in DEBUG_VARS):
         return {}
     return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": DEBUG_SUBSYS,
-            "NCCL_DEBUG_FILE": str(logs.resolve() / f"nccl-launch-{k}.%h.%p.log")}
+            "NCCL_DEBUG_FILE": str(logs.resolve() / run_folder.nccl_log_file(k))}
 
 
 def log_files(pattern: str | None, since: float | None = None) -> list[Path]:
@@ -167,15 +167,3 @@ def _relative(path: Path, run_dir: Path) -> str:
         return path.resolve().relative_to(run_dir.resolve()).as_posix()
     except ValueError:
         return str(path)
-
-
-# ---- the topology env.json holds (`nvidia-smi topo -m`) --------------------------------------------------
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def topology_has_nvlink(topology: str | None) -> bool:
-    """True when `nvidia-smi topo -m`'s matrix connects two GPUs by NVLink: an NV<n> cell (a bonded set of n
-    NVLinks; the legend's "NV#" is not one)."""
-    if not topology:
-        return False
-    return any(re.fullmatch(r"NV\d+", cell) for cell in _ANSI.sub("", topology).split())

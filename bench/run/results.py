@@ -15,12 +15,12 @@ import os
 from pathlib import Path
 
 from bench import run_folder
-from bench.config import ENGINE_OPTIONS
 from bench.matrix import Cell
-from bench.schema import CONFIG_KEYS, RESULT_COLUMNS, SWEEP_COLUMNS, backend_for
+from bench.schema import CONFIG_KEYS, ENGINE_OPTION_NAMES, RESULT_COLUMNS, SWEEP_COLUMNS, backend_for
 
 # The row's keys the cell, the launcher's config and the event own: a worker's row never overrides them.
-RECORD_OWNED = frozenset({"cell_id", "status", "error", "device", "backend", *CONFIG_KEYS, *ENGINE_OPTIONS})
+RECORD_OWNED = frozenset({"cell_id", "status", "error", "device", "backend", *CONFIG_KEYS,
+                          *ENGINE_OPTION_NAMES})
 
 CELLS_FILE, CSV_FILE, SWEEP_FILE = run_folder.CELLS, run_folder.RESULTS, run_folder.SWEEP
 read_records = run_folder.read_records  # the one reader of cells.jsonl
@@ -44,7 +44,7 @@ def make_record(cell: Cell, config, status: str, error: str | None = None,
     measured = dict(measured or {})
     step_times = measured.pop("step_times_ms", [])
     row = {col: None for col in RESULT_COLUMNS}
-    row.update({key: getattr(cell, key) for key in (*CONFIG_KEYS, *ENGINE_OPTIONS)})
+    row.update({key: getattr(cell, key) for key in (*CONFIG_KEYS, *ENGINE_OPTION_NAMES)})
     row.update({"cell_id": cell.cell_id, "status": status, "error": error,
                 "device": config.run.device, "backend": backend_for(config.run.device)})
     row.update({k: v for k, v in measured.items() if k in row and k not in RECORD_OWNED})

@@ -1,5 +1,6 @@
-"""`python -m bench slurm`: a run on a SLURM cluster — the plan and a filled-in sbatch script in the run
-folder, and with --submit the job submitted, followed and collected.
+"""A run on a SLURM cluster (`python -m bench slurm`, parsed in bench/run/cli.py): the plan and a filled-in
+sbatch script in the run folder (`prepare`), and the job submitted, followed and collected
+(`submit_and_follow`).
 
     python -m bench slurm --config NAME|PATH --nodes N [--ranks-per-node R | --gpus-per-node G]
                           [--time HH:MM:SS] [--partition P] [--account A] [--set SECTION.KEY=VALUE ...]
@@ -17,9 +18,6 @@ refused the job, 3 the job was cancelled, 4 it hit its time limit, 130 interrupt
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
 import json
 import re
 import shlex
@@ -28,10 +26,17 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench import results, run_folder
-from bench.config import ConfigError, config_from_dict, load_config, read_tables
+from bench import run_folder
+from bench.config import ConfigError, config_from_dict, read_tables
+from bench.run import results
+from bench.run.checks import machine
+from bench.run.collector import collect
+from bench.run.folder import open_run
+from bench.run.planner import plan
+from bench.run.runner import write_plan_only
 
 EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_TIMEOUT, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 # SLURM's job states (squeue(1) "JOB STATE CODES") → this command's exit code, once the job has ended
@@ -45,49 +50,32 @@ TIME = re.compile(r"^(?:\d+-)?\d{1,3}:[0-5]\d:[0-5]\d$")   # [D-]HH:MM:SS
 NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")                   # a partition or account: one word, no quoting
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="preset name or TOML path (as for `bench run`)")
-    parser.add_argument("--nodes", type=int, required=True, help="nodes the job asks for")
-    per_node = parser.add_mutually_exclusive_group()
-    per_node.add_argument("--ranks-per-node", type=int, metavar="R",
-                          help="ranks on each node (the CPU form; on GPUs it defaults to --gpus-per-node)")
-    per_node.add_argument("--gpus-per-node", type=int, metavar="G",
-                          help="GPUs on each node, one rank each (default: this machine's GPUs)")
-    parser.add_argument("--time", default="01:00:00", help="the job's time limit, [D-]HH:MM:SS (default "
-                        "01:00:00)")
-    parser.add_argument("--partition", help="SLURM partition (default: the cluster's default)")
-    parser.add_argument("--account", help="SLURM account to charge")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a key (repeatable), as for `bench run`")
-    parser.add_argument("--submit", action="store_true",
-                        help="submit the job (sbatch), follow it, collect its cells when it ends")
-    parser.add_argument("--out", type=Path, help="run folder (default: results/<preset>-<host>-<timestamp>)")
-    parser.add_argument("--resume", action="store_true",
-                        help="re-plan the cells of --out that have no record yet, and rewrite the script")
+@dataclass(frozen=True)
+class Job:
+    """What the sbatch script asks SLURM for: nodes, ranks or GPUs per node, the time limit, where to run."""
 
+    nodes: int
+    time: str = "01:00:00"
+    ranks_per_node: int | None = None
+    gpus_per_node: int | None = None
+    partition: str | None = None
+    account: str | None = None
 
-def _error(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return EXIT_BAD_INPUT
-
-
-def check_arguments(args: argparse.Namespace) -> None:
-    """The values that need no config, each named with its value (ConfigError)."""
-    for flag, value in (("--nodes", args.nodes), ("--ranks-per-node", args.ranks_per_node),
-                        ("--gpus-per-node", args.gpus_per_node)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{flag}={value}: must be at least 1")
-    if not TIME.match(args.time):
-        raise ConfigError(f"--time={args.time!r}: must be HH:MM:SS or D-HH:MM:SS (e.g. 02:00:00)")
-    for flag, value in (("--partition", args.partition), ("--account", args.account)):
-        if value is not None and not NAME.match(value):
-            raise ConfigError(f"--{flag.lstrip('-')}={value!r}: must be one word of letters, digits, '_', "
-                              "'.', '+' or '-'")
-    if args.resume and args.out is None:
-        raise ConfigError("--resume: needs --out DIR (the run folder to continue)")
-    if args.submit and shutil.which("sbatch") is None:
-        raise ConfigError("--submit: sbatch is not on PATH (run it on the cluster's login node, or leave out "
-                          "--submit and submit the script yourself)")
+    def check(self, submit: bool = False) -> None:
+        """The values that need no config, each named with its value (ConfigError)."""
+        for flag, value in (("--nodes", self.nodes), ("--ranks-per-node", self.ranks_per_node),
+                            ("--gpus-per-node", self.gpus_per_node)):
+            if value is not None and value < 1:
+                raise ConfigError(f"{flag}={value}: must be at least 1")
+        if not TIME.match(self.time):
+            raise ConfigError(f"--time={self.time!r}: must be HH:MM:SS or D-HH:MM:SS (e.g. 02:00:00)")
+        for flag, value in (("--partition", self.partition), ("--account", self.account)):
+            if value is not None and not NAME.match(value):
+                raise ConfigError(f"--{flag.lstrip('-')}={value!r}: must be one word of letters, digits, "
+                                  "'_', '.', '+' or '-'")
+        if submit and shutil.which("sbatch") is None:
+            raise ConfigError("--submit: sbatch is not on PATH (run it on the cluster's login node, or leave "
+                              "out --submit and submit the script yourself)")
 
 
 def launch_steps(world_sizes: list[int], nodes: int, per_node: int) -> list[tuple[int, int, int]]:
@@ -108,19 +96,19 @@ def launch_steps(world_sizes: list[int], nodes: int, per_node: int) -> list[tupl
     return steps
 
 
-def sbatch_script(run_dir: Path, steps: list[tuple[int, int, int]], args: argparse.Namespace,
-                  gpus_per_node: int | None, ranks_per_node: int, command: list[str]) -> str:
+def sbatch_script(run_dir: Path, steps: list[tuple[int, int, int]], job: Job, gpus_per_node: int | None,
+                  ranks_per_node: int, command: list[str]) -> str:
     """README's sbatch script, filled in: one `srun torchrun` step per world size, then --collect."""
     run = run_dir.resolve()
-    py, plan = shlex.quote(sys.executable), shlex.quote(str(run / "plan.json"))
-    directives = [f"--job-name=ddpbench-{run.name}"[:64], f"--nodes={args.nodes}", "--ntasks-per-node=1",
-                  f"--time={args.time}", f"--output={run / run_folder.LOGS / 'slurm-%j.out'}",
+    py, plan_file = shlex.quote(sys.executable), shlex.quote(str(run / run_folder.PLAN))
+    directives = [f"--job-name=ddpbench-{run.name}"[:64], f"--nodes={job.nodes}", "--ntasks-per-node=1",
+                  f"--time={job.time}", f"--output={run / run_folder.LOGS / run_folder.SLURM_OUTPUT}",
                   f"--chdir={Path.cwd()}"]
     # GPUs: one rank each; CPU ranks: a core each for the one task that torchrun starts them from
     directives.append(f"--gpus-per-node={gpus_per_node}" if gpus_per_node
                       else f"--cpus-per-task={ranks_per_node}")
-    directives += [f"--partition={args.partition}"] * bool(args.partition)
-    directives += [f"--account={args.account}"] * bool(args.account)
+    directives += [f"--partition={job.partition}"] * bool(job.partition)
+    directives += [f"--account={job.account}"] * bool(job.account)
     lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in directives),
              f"# written by: {shlex.join(command)}",
              "# A torchrun per world size (a launch runs the plan's cells of its WORLD_SIZE), then collect.",
@@ -133,7 +121,7 @@ def sbatch_script(run_dir: Path, steps: list[tuple[int, int, int]], args: argpar
              '    srun --nodes "$2" --ntasks "$2" --ntasks-per-node 1 '
              f'{py} -m torch.distributed.run --nnodes "$2" --nproc-per-node "$3" \\',
              '        --rdzv-id "$SLURM_JOB_ID-ws$1" --rdzv-backend c10d --rdzv-endpoint "$HEAD:$PORT" \\',
-             f"        -m bench.worker --plan {plan} || rc=$?",
+             f"        -m bench.worker --plan {plan_file} || rc=$?",
              "}",
              *(f"step {ws} {n} {r}" for ws, n, r in steps),
              f"{py} -m bench run --collect {shlex.quote(str(run))} || rc=$?",
@@ -141,52 +129,52 @@ def sbatch_script(run_dir: Path, steps: list[tuple[int, int, int]], args: argpar
     return "\n".join(lines) + "\n"
 
 
-def main(args: argparse.Namespace) -> int:
-    from bench import run_cli
+@dataclass(frozen=True)
+class Prepared:
+    """A written job: its run folder, sbatch script, the steps it runs and how many cells it plans."""
 
-    try:
-        check_arguments(args)
-        gpus = args.gpus_per_node
-        config = load_config(args.config, args.set,
-                             cuda_available=(lambda: True) if gpus else run_cli.cuda_for_auto)
-        if config.run.device == "cuda" and gpus is None:
-            gpus = run_cli._machine(config)[0] or None
+    run_dir: Path
+    script: Path
+    steps: list[tuple[int, int, int]]
+    cells: int
+
+
+def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None = None, resume: bool = False,
+            submit: bool = False, command: list[str] | None = None) -> Prepared:
+    """The run folder of a SLURM job (`bench run --plan-only`'s: folder, env.json, skipped cells, plan.json)
+    and its filled-in sbatch script; ConfigError naming the key and the value, before anything is created."""
+    job.check(submit)
+    if resume and out is None:
+        raise ConfigError("--resume: needs --out DIR (the run folder to continue)")
+    gpus = job.gpus_per_node
+    # a GPU-less login node plans for its compute nodes: "auto" means cuda once --gpus-per-node is given
+    planned = plan(config, overrides, plan_only=True, nnodes=job.nodes, gpus_per_node=gpus) if gpus else None
+    if planned is None:
+        planned = plan(config, overrides, plan_only=True, nnodes=job.nodes)
+        if planned.config.run.device == "cuda":
+            gpus = machine(planned.config)[0] or None
             if gpus is None:
                 raise ConfigError("run.device='cuda': this machine has no CUDA device; pass --gpus-per-node "
                                   "G (the GPUs of each compute node)")
-        if config.run.device == "cpu" and args.gpus_per_node:
-            raise ConfigError(f"--gpus-per-node={args.gpus_per_node}: run.device is 'cpu'; use "
-                              "--ranks-per-node R for CPU ranks")
-        per_node = args.ranks_per_node or gpus or 1
-        steps = launch_steps(list(config.matrix.world_size), args.nodes, per_node)
-    except ConfigError as e:
-        return _error(str(e))
-    # `bench run --plan-only` makes the folder, env.json, the skipped cells' records and plan.json
-    plan_args = argparse.Namespace(
-        config=args.config, set=args.set, out=args.out, resume=args.resume, retry="", dry_run=False,
-        report=False, plan_only=True, nnodes=args.nodes, gpus_per_node=gpus, collect=None)
-    if plan_args.out is None:
-        plan_args.out = run_cli.default_run_dir(run_cli.resolve_path(args.config).stem)
-    said = io.StringIO()
-    with contextlib.redirect_stdout(said):
-        rc = run_cli.main(plan_args)
-    if rc:
-        return rc
-    run_dir = plan_args.out
-    plan = json.loads((run_dir / "plan.json").read_text())
-    command = [sys.executable, "-m", "bench", *sys.argv[1:]] if sys.argv[1:2] == ["slurm"] else \
-        ["python", "-m", "bench", "slurm", "..."]
+            planned = plan(config, overrides, plan_only=True, nnodes=job.nodes, gpus_per_node=gpus)
+    if planned.config.run.device == "cpu" and job.gpus_per_node:
+        raise ConfigError(f"--gpus-per-node={job.gpus_per_node}: run.device is 'cpu'; use --ranks-per-node R "
+                          "for CPU ranks")
+    per_node = job.ranks_per_node or gpus or 1
+    steps = launch_steps(list(planned.config.matrix.world_size), job.nodes, per_node)
+    folder = open_run(planned, out, resume)
+    try:
+        write_plan_only(folder, planned, quiet=True)
+    finally:
+        folder.lock.close()
+    run_dir = folder.path
+    cells = len(json.loads((run_dir / run_folder.PLAN).read_text())["cells"])
     script = run_dir / run_folder.SBATCH
     (run_dir / run_folder.LOGS).mkdir(exist_ok=True)  # the job's --output goes there: SLURM makes no folder
-    script.write_text(sbatch_script(run_dir, steps, args, gpus if config.run.device == "cuda" else None,
-                                    per_node, command))
-    print(f"run folder: {run_dir}  ({len(plan['cells'])} cells to run in {len(steps)} step(s): "
-          + ", ".join(f"world size {w} on {n} node(s) x {r}" for w, n, r in steps) + ")")
-    print(f"sbatch script: {script}")
-    if not args.submit:
-        print(f"submit it: sbatch {script}    then: python -m bench run --collect {run_dir}")
-        return 0
-    return submit_and_follow(script, run_dir, len(plan["cells"]))
+    gpus = gpus if planned.config.run.device == "cuda" else None
+    script.write_text(sbatch_script(run_dir, steps, job, gpus, per_node,
+                                    command or ["python", "-m", "bench", "slurm", "..."]))
+    return Prepared(run_dir=run_dir, script=script, steps=steps, cells=cells)
 
 
 def submit_and_follow(script: Path, run_dir: Path, n_cells: int) -> int:
@@ -194,9 +182,10 @@ def submit_and_follow(script: Path, run_dir: Path, n_cells: int) -> int:
     says how the job ended (END_STATES)."""
     submitted = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
     if submitted.returncode != 0:
-        return _error(f"sbatch refused {script}: {submitted.stderr.strip()}")
+        print(f"error: sbatch refused {script}: {submitted.stderr.strip()}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     job = submitted.stdout.strip().split(";")[0]
-    (run_dir / run_folder.LOGS / "slurm-job-id").write_text(job + "\n")
+    (run_dir / run_folder.LOGS / run_folder.SLURM_JOB_ID).write_text(job + "\n")
     print(f"submitted job {job}; following it (Ctrl-C stops following, not the job)")
     try:
         state = follow(job, run_dir, n_cells)
@@ -204,17 +193,18 @@ def submit_and_follow(script: Path, run_dir: Path, n_cells: int) -> int:
         print(f"\ninterrupted: job {job} keeps running; scancel {job} stops it; "
               f"python -m bench run --collect {run_dir} collects what finished", file=sys.stderr)
         return EXIT_INTERRUPTED
-    from bench import run_cli
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        collected = run_cli.main(argparse.Namespace(collect=run_dir))
+    try:
+        collect(run_dir)
+        collected = ""
+    except ConfigError as e:
+        collected = str(e)
     counts = Counter(r["status"] for r in results.read_records(run_dir))
     totals = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     print(f"job {job} {state}: {sum(counts.values())} cells recorded of {n_cells} planned"
           + (f": {totals}" if totals else ""))
-    print(f"results: {run_dir / results.CSV_FILE}   job log: {run_dir / run_folder.LOGS}/slurm-{job}.out")
+    print(f"results: {run_dir / run_folder.RESULTS}   job log: {run_dir / run_folder.LOGS}/slurm-{job}.out")
     if collected:
-        print(f"warning: --collect {run_dir} exited with {collected}", file=sys.stderr)
+        print(f"warning: --collect {run_dir} failed: {collected}", file=sys.stderr)
     code = END_STATES.get(state, EXIT_FAILED)
     if code:
         print(f"continue it: python -m bench slurm --resume --out {run_dir} --submit (with the same "
@@ -240,13 +230,14 @@ def outcome_ids(event: dict) -> list[str]:
 
 def follow(job: str, run_dir: Path, n_cells: int) -> str:
     """Poll the job's state and the workers' events until the job ends; returns its end state."""
-    from bench.launch import EventReader, summary_line
     from bench.matrix import Cell
-    from bench.progress import Progress
+    from bench.run.launch import summary_line
+    from bench.run.progress import Progress
+    from bench.worker.events import EventReader
 
     config = config_from_dict(read_tables(run_dir / run_folder.CONFIG))
-    plan = json.loads((run_dir / "plan.json").read_text())
-    cells = {c["cell_id"]: Cell.from_dict(c) for c in plan["cells"]}
+    planned = json.loads((run_dir / run_folder.PLAN).read_text())
+    cells = {c["cell_id"]: Cell.from_dict(c) for c in planned["cells"]}
     progress = Progress(total=n_cells)
     readers: dict[Path, EventReader] = {}
     seen: set[str] = set()

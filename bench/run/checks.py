@@ -1,11 +1,12 @@
 """The checks of a configuration that need the machine, made by `bench run` before anything is created:
-world sizes within the GPUs present (× nodes), precisions the device can run, CPU ranks per core. Values
-alone are checked where they are read (bench/config.py); these need to know where the run is.
+world sizes within the GPUs present (× nodes), precisions the device can run, CPU ranks per core, and what
+torch can use of the machine (`machine`, `cuda_for_auto`). Values alone are checked where they are read
+(bench/config.py); these need to know where the run is.
 """
 
 from __future__ import annotations
 
-from bench.config import BenchConfig, fail, usable_cpus
+from bench.config import BenchConfig, ConfigError, fail, usable_cpus
 
 OVERSUBSCRIBE_FACTOR = 4  # CPU ranks per core beyond which a run is refused unless allowed
 
@@ -40,3 +41,37 @@ def check_device(config: BenchConfig, gpu_count: int, nnodes: int = 1) -> None:
         for precision in config.matrix.precision:
             if precision in ("tf32", "fp16"):
                 fail("matrix.precision", precision, "CPU cannot run it (CPU runs fp32 or bf16)")
+
+
+def machine(config: BenchConfig) -> tuple[int, bool]:
+    """(GPUs present, bf16 supported) for the run's device."""
+    import torch
+
+    if config.run.device != "cuda" or not torch.cuda.is_available():
+        return 0, True
+    # including_emulation=False: a V100 "supports" bf16 only by emulation, far below its fp16 rate
+    return torch.cuda.device_count(), torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def unusable_gpus() -> str | None:
+    """Why the driver's GPUs are out of torch's reach (bench.nvidia), None without a driver's GPU."""
+    import torch
+
+    from bench.nvidia import unusable_gpus as why
+
+    return why(torch.__version__, torch.version.cuda)
+
+
+def cuda_for_auto() -> bool:
+    """run.device="auto": whether torch can use CUDA. ConfigError when it cannot but the NVIDIA driver shows
+    GPUs (a wheel newer than the driver, a CPU-only wheel, an empty CUDA_VISIBLE_DEVICES): "auto" would
+    otherwise benchmark the CPU of a GPU node and say nothing."""
+    import torch
+
+    if torch.cuda.is_available():
+        return True
+    reason = unusable_gpus()
+    if reason:
+        raise ConfigError(f"run.device='auto': {reason}. Install a torch this driver runs (make setup), or "
+                          "pass --set run.device=cpu to measure the CPU on purpose")
+    return False

@@ -1,0 +1,136 @@
+"""`bench analyze` as a function: `run(path, out)` plans the trace files of a run folder, a folder or one
+file, analyses them (bench/analyze/summary.py), writes the tables and, for a run folder, the two witnesses of
+exposed communication, and returns what it found as an `Analysis`. The command (cli.py) prints it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from bench import run_folder
+from bench.analyze import tables as witness_tables
+from bench.analyze.load import find_trace_files
+from bench.analyze.summary import SUMMARY_FILE, TIMELINE_FILE, TraceJob, analyse_tables
+
+
+class AnalyzeInputError(Exception):
+    """PATH or results.csv cannot be used: one line naming the key and the value."""
+
+
+@dataclass
+class Analysis:
+    """The tables of one `bench analyze` (file name → rows), where they went, and what could not be read."""
+
+    tables: dict[str, pd.DataFrame]
+    out: Path
+    files: int                                        # trace files planned
+    errors: list[str] = field(default_factory=list)   # one line per file or cell that could not be analysed
+    witnesses: pd.DataFrame | None = None             # a run folder's two witnesses (witnesses.csv)
+    witnesses_note: str = ""                          # why there are none, for a run folder
+    seconds: float = 0.0                              # the analysis's wall time
+
+    @property
+    def analysed(self) -> int:
+        """Trace files that gave rows."""
+        return int(self.tables[SUMMARY_FILE]["trace_file"].nunique())
+
+    def lines(self) -> list[str]:
+        """What `bench analyze` prints (its errors go to stderr, one line each, before these)."""
+        out = self.out
+        lines = [f"analysed {self.analysed}/{self.files} trace files in {self.seconds:.1f} s",
+                 f"summary: {out / SUMMARY_FILE}", f"bucket timeline: {out / TIMELINE_FILE}"]
+        others = [n for n in self.tables if n not in (SUMMARY_FILE, TIMELINE_FILE)]
+        lines.append(f"also: {', '.join(str(out / n) for n in others)}")
+        if self.witnesses is not None:
+            n_dis = int(self.witnesses["disagree"].fillna(False).sum())
+            lines.append(f"witnesses: {out / run_folder.WITNESSES} ({n_dis} of {len(self.witnesses)} cells "
+                         f"disagree)")
+        elif self.witnesses_note:
+            lines.append(f"witnesses: not written ({self.witnesses_note})")
+        return lines
+
+
+def run_jobs(run_dir: Path) -> tuple[list[TraceJob], list[str]]:
+    """One job per trace file of every cell in results.csv that has a trace_dir, and one error line per
+    cell whose trace_dir holds no trace file."""
+    try:
+        results = run_folder.read_results_csv(run_dir)
+    except (OSError, run_folder.RunError) as exc:
+        raise AnalyzeInputError(f"{run_dir / run_folder.RESULTS}: cannot read: {exc}") from exc
+    for column in ("cell_id", "trace_dir"):
+        if column not in results.columns:
+            raise AnalyzeInputError(f"{run_dir / run_folder.RESULTS}: missing column {column!r}")
+    jobs, missing = [], []
+    for row in results.itertuples(index=False):
+        trace_dir = row.trace_dir
+        if not isinstance(trace_dir, str) or not trace_dir:
+            continue  # a cell that was not profiled (or failed first)
+        folder = run_dir / trace_dir
+        engine = getattr(row, "engine", None)
+        files = find_trace_files(folder) if folder.is_dir() else []
+        if not files:
+            missing.append(f"{folder}: cell {row.cell_id}: no trace files in its trace_dir")
+        for path in files:
+            jobs.append(TraceJob(path, str(path.relative_to(run_dir)), row.cell_id,
+                                 engine if isinstance(engine, str) else None))
+    return jobs, missing
+
+
+def is_run_folder(path: Path) -> bool:
+    return path.is_dir() and (path / run_folder.RESULTS).is_file()
+
+
+def plan(path: Path, out: Path | None) -> tuple[list[TraceJob], list[str], Path]:
+    """The jobs, the error lines found while planning them, and the output folder for PATH;
+    AnalyzeInputError when PATH cannot be analysed at all."""
+    missing: list[str] = []
+    if not path.exists():
+        raise AnalyzeInputError(f"path {str(path)!r} does not exist")
+    if is_run_folder(path):
+        (jobs, missing), default_out = run_jobs(path), path
+        if not jobs:
+            raise AnalyzeInputError(f"{path / run_folder.RESULTS}: no cell has trace files under its "
+                                    "trace_dir")
+    elif path.is_dir():
+        jobs = [TraceJob(p, str(p.relative_to(path))) for p in find_trace_files(path)]
+        default_out = Path.cwd()
+        if not jobs:
+            raise AnalyzeInputError(f"path {str(path)!r}: no *.json or *.json.gz trace files in it")
+    else:
+        if not path.name.endswith((".json", ".json.gz")):
+            raise AnalyzeInputError(f"path {str(path)!r}: not a *.json or *.json.gz trace file")
+        jobs, default_out = [TraceJob(path, path.name)], Path.cwd()
+    out = out if out is not None else default_out
+    if out.exists() and not out.is_dir():
+        raise AnalyzeInputError(f"--out {str(out)!r} exists and is not a folder")
+    return jobs, missing, out
+
+
+def run(path: Path | str, out: Path | str | None = None) -> Analysis:
+    """Analyse the traces of PATH (a run folder, a folder of traces or one trace file) into `out` (default:
+    the run folder, else the current folder): every table of summary.TABLES and, for a run folder, the
+    witnesses. AnalyzeInputError (nothing written) when PATH cannot be analysed at all; a file that cannot be
+    read is one line of `errors` and the others are still analysed."""
+    path = Path(path)
+    jobs, missing, out = plan(path, None if out is None else Path(out))
+    t0 = time.perf_counter()
+    tables, errors = analyse_tables(jobs)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, frame in tables.items():
+        frame.to_csv(out / name, index=False)
+    analysis = Analysis(tables=tables, out=out, files=len(jobs), errors=missing + errors)
+    if is_run_folder(path):
+        # the report reads this file and never recomputes it
+        try:
+            results = run_folder.load_run(path).results
+        except run_folder.RunError as exc:  # rows without the timers' columns: no witness to compare
+            analysis.witnesses_note = str(exc)
+        else:
+            analysis.witnesses = witness_tables.witnesses(tables[SUMMARY_FILE], results)
+            analysis.witnesses.to_csv(out / run_folder.WITNESSES, index=False)
+    analysis.seconds = time.perf_counter() - t0
+    return analysis

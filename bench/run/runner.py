@@ -1,0 +1,85 @@
+"""A sweep into an open run folder: one launch per world size (bench/run/launch.py), a progress line per cell,
+the totals at the end; or, for the user's own torchrun or srun, the plan file instead of the launches.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from bench import run_folder
+from bench.run import results
+from bench.run.folder import RunFolder
+from bench.run.planner import Plan
+from bench.schema import TRACE_GLOB, MiB
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def sweep(folder: RunFolder, plan: Plan) -> int:
+    """Run the plan's cells that `folder` has no record of and print the totals. The exit code: 0 done
+    (failed cells are recorded, not fatal), 1 the folder stopped taking writes, 130 interrupted (Ctrl-C or
+    SIGTERM)."""
+    from bench.run.launch import Sweep
+    from bench.run.progress import Progress
+
+    run_dir, config, todo = folder.path, plan.config, folder.todo(plan)
+    print(f"run folder: {run_dir}  ({len(todo)} cells to run, {len(plan.cells) - len(todo)} done or skipped)")
+    progress = Progress(total=len(todo), profiled=len(plan.profiled(todo)))
+    runner = Sweep(config, run_dir, progress)
+    t0 = time.perf_counter()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops as cleanly as Ctrl-C
+    try:
+        stats = runner.run(todo)
+    except OSError as e:  # the run folder stopped taking writes (disk full, read-only): keep what finished
+        progress.close()
+        print(f"error: cannot write to {run_dir} ({e.strerror or e}); the cells finished before it are in "
+              f"{run_dir / run_folder.CELLS}. Free space, then continue with --resume --out {run_dir} "
+              f"(--retry failed,timeout also re-runs those)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        progress.close()
+        print(f"interrupted: finished cells are in {run_dir / run_folder.CELLS}; "
+              f"continue with --resume --out {run_dir}", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    progress.close()
+    wall = time.perf_counter() - t0
+    counts = Counter(r["status"] for r in results.read_records(run_dir))
+    print(f"done in {wall:.1f} s, {stats.launches} launches: "
+          + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    if stats.cells:
+        beyond_steps, beyond_timed = stats.wall_s - stats.steps_s, stats.wall_s - stats.timed_s
+        print(f"overhead per cell beyond its measured steps: mean {beyond_steps / stats.cells:.2f} s"
+              f" (beyond the timed steps only: {beyond_timed / stats.cells:.2f} s;"
+              f" launch start-up amortised; {stats.cells} cells)")
+    print(f"results: {run_dir / run_folder.RESULTS}")
+    if config.profile.enabled:
+        traces = list((run_dir / run_folder.TRACES).glob(f"*/{TRACE_GLOB}"))
+        print(f"traces: {len(traces)} files, {sum(t.stat().st_size for t in traces) / MiB:.1f} MiB "
+              f"in {run_dir / run_folder.TRACES}")
+    return 0
+
+
+def write_plan_only(folder: RunFolder, plan: Plan, quiet: bool = False) -> Path:
+    """plan.json for the user's own torchrun/srun (bench/worker/plan_mode.py): the cells without a record,
+    to run on every node; prints how to launch it and collect it unless `quiet`."""
+    from bench.run.launch import write_plan
+
+    todo = folder.todo(plan)
+    path = folder.path / run_folder.PLAN
+    write_plan(path, plan.config, folder.path, todo, launcher_pid=None, profile=plan.profiled(todo))
+    if quiet:
+        return path
+    print(f"wrote {path} ({len(todo)} cells to run; re-running it skips the cells that finished). "
+          "On every node, per world size N = nodes × GPUs per node:")
+    print(f"  torchrun --nnodes $NNODES --nproc-per-node $GPUS --rdzv-backend c10d "
+          f"--rdzv-endpoint $HEAD:29500 -m bench.worker --plan {path}")
+    print(f"then: python -m bench run --collect {folder.path}")
+    return path
