@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench import engines
 from bench.project.collectives import ALGORITHMS
 from bench.project.network import FABRICS, INTER_NODE, preset_network
 from bench.project.physics import DEFAULT_INTERFERENCE, DEFAULT_STEP_CV, Physics
@@ -143,8 +144,8 @@ def spec_buckets(spec: Spec) -> Buckets:
     from bench.project.layout import engine_bucket_sizes, workload_options
 
     try:
-        sizes = engine_bucket_sizes("torch", spec.model, spec.size, spec.bucket_cap_mb, spec.comm_dtype,
-                                    workload_options({}))
+        sizes = engine_bucket_sizes(engines.reference().name, spec.model, spec.size, spec.bucket_cap_mb,
+                                    spec.comm_dtype, workload_options({}))
     except (ValueError, KeyError) as exc:
         raise SpecError(f"model={spec.model!r} size={spec.size!r}: {exc}") from None
     return _uniform(sizes, f"workload {spec.model}:{spec.size} layout, uniform over backward")
@@ -177,9 +178,9 @@ def projection_of(spec: Spec) -> pd.DataFrame:
     compute = Compute(forward_ms=spec.step_ms * (1 - spec.backward_share) * k,
                       backward_ms=spec.step_ms * spec.backward_share * k, optimizer_ms=0.0, grad_accum=k,
                       per_rank_batch=spec.per_gpu_batch)
-    base = pd.Series({"cell_id": "spec", "engine": "torch", "model": spec.model or "(params)",
-                      "model_size": spec.size, "bucket_cap_mb": spec.bucket_cap_mb,
-                      "precision": spec.precision,
+    base = pd.Series({"cell_id": "spec", "engine": engines.reference().name,
+                      "model": spec.model or "(params)", "model_size": spec.size,
+                      "bucket_cap_mb": spec.bucket_cap_mb, "precision": spec.precision,
                       "comm_dtype": spec.comm_dtype, "grad_accum": k, "scaling": "weak",
                       "per_rank_batch": spec.per_gpu_batch, "world_size": 1})
     config = Configuration(base, pd.DataFrame([base]), compute, buckets)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import run_folder, stats
+from bench import engines, run_folder, stats
 from bench.advise import api as advise
 from bench.advise.answer import CPU_CAVEAT
 from bench.report import tables
@@ -89,7 +89,7 @@ def _against_torch(results: pd.DataFrame, cell: pd.Series) -> tuple[str, str, st
     free) at its world size, with the interval and the verdict."""
     keys = tables.config_keys_except("engine", "bucket_cap_mb")
     same = results[(tables.config_key(results, keys) == tables.config_key(cell.to_frame().T, keys).iloc[0])
-                   & (results["engine"] != "torch") & (results["status"] == "ok")]
+                   & (results["engine"] != engines.reference().name) & (results["status"] == "ok")]
     same = same.dropna(subset=["speed_vs_torch"]) if "speed_vs_torch" in same else same.iloc[0:0]
     if not len(same):
         return "—", "no engine measured beside torch DDP here", "speed_vs_torch"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench import stats
+from bench import engines, stats
 from bench.nvidia import topology_has_nvlink
 from bench.project.collectives import allreduce_cost
 from bench.project.network import FABRICS, preset_network
@@ -127,7 +127,7 @@ def engines_per_world_size(df: pd.DataFrame) -> list[str]:
             out.append(f"At {n} {rank_word}, {r['engine']} (the only engine measured) runs {r['_thr']:,.0f} "
                        f"samples/s (p50 step {r['step_time_ms_p50']:.2f} ms) [{_setting(r)}].")
             continue
-        paired = at_n[at_n["engine"] != "torch"]
+        paired = at_n[at_n["engine"] != engines.reference().name]
         if "speed_vs_torch_ci95_low" in paired:
             paired = paired[paired["speed_vs_torch_ci95_low"].notna()]
         if len(paired) and "speed_vs_torch_ci95_low" in paired:

@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from bench import style as look  # noqa: E402
+from bench.engines import get as engine_facts  # noqa: E402
 from bench.engines import names as engine_names  # noqa: E402
 from bench.report import slices, tables  # noqa: E402
 from bench.schema import PRECISIONS  # noqa: E402
@@ -37,7 +38,7 @@ SOLID = COMM_STYLES[0]
 def _subtitle(t: pd.DataFrame, held: dict[str, str], scaling: str | None, examined) -> str:
     """The slice in words: 'held at: strong scaling · fp32 · comm none · grad_accum 1 · …'."""
     rule = held.get("scaling", scaling or "strong")
-    naive = "bucket_cap_mb" in held and (slices.rows_at(t, held)["engine"] == "naive").any()
+    bucketless = [e for e in set(slices.rows_at(t, held)["engine"]) if not engine_facts(e).has_buckets]
     words = {
         "scaling": f"{rule} scaling",
         "model": f"{held.get('model', '')} {held.get('model_size', '')}".strip(),
@@ -45,7 +46,8 @@ def _subtitle(t: pd.DataFrame, held: dict[str, str], scaling: str | None, examin
         "precision": held.get("precision", ""),
         "comm_dtype": f"comm {held.get('comm_dtype')}",
         "grad_accum": f"grad_accum {held.get('grad_accum')}",
-        "bucket_cap_mb": f"bucket {held.get('bucket_cap_mb')} MiB" + (" (naive: none)" if naive else ""),
+        "bucket_cap_mb": f"bucket {held.get('bucket_cap_mb')} MiB" + (
+            f" ({', '.join(sorted(bucketless))}: none)" if "bucket_cap_mb" in held and bucketless else ""),
         "engine_options": f"options {held['engine_options']}" if held.get("engine_options") else "",
         "_batch": f"per-rank batch {held.get('_batch')}"
         if rule == "weak"
@@ -314,17 +316,20 @@ def side_by_side(scaling_tables: dict[str, pd.DataFrame], scaling_name: str, pat
 
 
 def bucket_sweep(table: pd.DataFrame, path: Path, cells: pd.DataFrame | None = None) -> Path | None:
-    """Throughput vs bucket size (log axis), one panel per world size, one line per engine; naive (no
-    buckets) from `cells` as a flat dashed reference where it ran in the same slice."""
+    """Throughput vs bucket size (log axis), one panel per world size, one line per engine; an engine without
+    buckets (naive, fsdp2: Engine.has_buckets) from `cells` as a flat dashed reference where it ran in the
+    same slice."""
     if not (table["status"] == "ok").any():
         return None
     rows, subtitle, held = _drawn_slice(table, ("engine", "world_size", "bucket_cap_mb"))
     sizes = tables.world_sizes(rows)
-    naive = pd.DataFrame()
-    if cells is not None and (cells["engine"] == "naive").any():
-        naive = slices.rows_at(slices.with_batch(cells[cells["engine"] == "naive"]), held)
-        naive = naive[naive["world_size"].isin(sizes)]
-        naive = naive.assign(throughput=tables.throughputs(naive))
+    flat = pd.DataFrame()
+    if cells is not None:
+        bucketless = cells[[not engine_facts(e).has_buckets for e in cells["engine"]]]
+        if len(bucketless):
+            flat = slices.rows_at(slices.with_batch(bucketless), held)
+            flat = flat[flat["world_size"].isin(sizes)]
+            flat = flat.assign(throughput=tables.throughputs(flat))
     fig, sub, axes = _figure("bucket-size sweep: throughput per engine", subtitle, len(sizes))
     slots: Counter = Counter()
     names = _engines(rows)
@@ -334,26 +339,21 @@ def bucket_sweep(table: pd.DataFrame, path: Path, cells: pd.DataFrame | None = N
         for engine in names:
             g = here[here["engine"] == engine]
             _line(ax, g, "bucket_cap_mb", "throughput_samples_per_s", _engine_color(engine), SOLID, slots)
-        for _, r in naive[naive["world_size"] == n].iterrows() if len(naive) else []:
+        failed = 0
+        for _, r in flat[flat["world_size"] == n].iterrows() if len(flat) else []:
             if r["status"] == "ok":
-                ax.axhline(r["throughput"], ls="--", lw=1.4, color=_engine_color("naive"))
+                ax.axhline(r["throughput"], ls="--", lw=1.4, color=_engine_color(r["engine"]))
             else:
-                ax.text(
-                    0.03,
-                    0.95,
-                    f"naive: {r['status']}",
-                    transform=ax.transAxes,
-                    va="top",
-                    fontsize=8,
-                    fontweight="bold",
-                    color=_engine_color("naive"),
-                )
+                ax.text(0.03, 0.95 - 0.07 * failed, f"{r['engine']}: {r['status']}", transform=ax.transAxes,
+                        va="top", fontsize=8, fontweight="bold", color=_engine_color(r["engine"]))
+                failed += 1
     _log_x(axes.flat[0], sorted(set(rows["bucket_cap_mb"].dropna())), 10)
     sub.supxlabel("bucket_cap_mb (MiB, log scale)", fontsize=10)
     sub.supylabel(THROUGHPUT, fontsize=10)
     handles = [_legend_line(e, _engine_color(e)) for e in names]
-    if len(naive) and (naive["status"] == "ok").any():
-        handles.append(_legend_line("naive (no buckets)", _engine_color("naive"), ("--", None), lw=1.4))
+    drawn = flat[flat["status"] == "ok"] if len(flat) else flat
+    handles += [_legend_line(f"{e} (no buckets)", _engine_color(e), ("--", None), lw=1.4)
+                for e in _engines(drawn)] if len(drawn) else []
     return _save(fig, path, handles)
 
 
