@@ -30,6 +30,7 @@ from bench.project.project import (
     projection_table,
     validation_table,
     with_evidence,
+    workload_shapes,
 )
 from bench.run_folder import RunError, load_run
 from bench.schema import WIRE_DTYPES
@@ -145,8 +146,9 @@ def main(args: argparse.Namespace) -> int:
         presets = _networks(args, world_sizes)
         run = load_run(args.run_dir)
         timeline, sweep = read_timeline(args.run_dir), read_sweep(args.run_dir)
-        configs = configurations(run.results, timeline,
-                                 _layout(args.run_dir, run.config.get("workload", {})))
+        workload = run.config.get("workload", {})
+        configs = configurations(run.results, timeline, _layout(args.run_dir, workload),
+                                 workload_shapes(workload))
         evidence = read_evidence(args.run_dir)
         configs = [with_evidence(c, evidence) if c.compute is not None else c for c in configs]
     except (UsageError, InputError) as exc:
