@@ -54,11 +54,13 @@ def _physics(args) -> Physics:
                    step_cv=args.step_cv, interference_factor=args.interference)
 
 
-def training_residuals(paths, physics: Physics) -> list[tuple[str, str, float]]:
-    """(source, regime, ln(published/predicted)) of every headline row of the training corpora."""
+def training_residuals(paths, physics: Physics, done: dict | None = None) -> list[tuple[str, str, float]]:
+    """(source, regime, ln(published/predicted)) of every headline row of the training corpora; `done`:
+    predictions already made, by resolved path (the --corpus being one of them)."""
     out = []
     for path in paths:
-        preds, _, _ = validate(read_corpus(path), physics)
+        known = (done or {}).get(Path(path).resolve())
+        preds = known if known is not None else validate(read_corpus(path), physics)[0]
         out += [(str(p.row["source_id"]), p.regime, residual(p)) for p in preds if not p.held_out]
     return out
 
@@ -152,10 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit_interval:
         _fit_interval(training, physics)
         return 0
-    residuals = training_residuals(training, physics)
+    preds, skipped, eligible = validate(corpus, physics)
+    residuals = training_residuals(training, physics, {args.corpus.resolve(): preds})
     level = read_bands()[1]   # the level calibrated on held-out sources (--fit-interval)
     bands, loso = fit_bands(residuals, level), held_out_bands(residuals, level)
-    preds, skipped, eligible = validate(corpus, physics)
     scored = score(preds, bands, loso)
     headline = [s for s in scored if not s.prediction.held_out]
     apart = [s for s in scored if s.prediction.held_out]

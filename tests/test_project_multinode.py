@@ -221,6 +221,14 @@ def test_sharding_and_units_from_the_rows_text():
     assert sharding_of(_row(16, 1.0, framework="DeepSpeed ZeRO-3"))[0].mode == "full"
     assert sharding_of(_row(16, 1.0))[0] is None
     assert units_per_sample("MPT-7b seq2048", "tokens/s")[0] == 2048.0
+    assert units_per_sample("MPT-7b seq2048", "tokens/s/GPU")[0] == 2048.0
+    assert units_per_sample("AnyNet", "img/sec")[0] == 1.0
+    assert units_per_sample("WaveGlow", "samples/s")[0] == 16000.0   # a model's own rule first
+    # a per-GPU throughput is not divided by the GPUs again
+    from bench.project.published import per_gpu
+
+    assert per_gpu(_row(16, 500.0, throughput_unit="sequences/s per GPU"), 1.0) == 500.0
+    assert per_gpu(_row(16, 500.0), 1.0) == 500.0 / 16
 
 
 def test_fsdp_rows_are_predicted_as_sharded():

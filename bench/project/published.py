@@ -56,6 +56,7 @@ SUPERLINEAR = 1.05
 # a base of its own configuration and counted.
 CONFIG_FLAG = re.compile(r"micro-batch|per-GPU batch|batch size|grad_accum|accumulation", re.I)
 DATA_FLAG = re.compile(r"superlinear|efficiency|contradict|typo|dip", re.I)
+BISECTIONS = 40   # halvings of the calibration's bracket: m to 2^-40 of the base's step, far below its noise
 
 # Every source trains with fp32 parameters (AMP keeps fp32 weights and autocasts the math), so DDP
 # all-reduces fp32 gradients: 4 bytes per parameter (spec.FP32_GRAD_BYTES); backward is
@@ -85,6 +86,11 @@ CONVERSIONS: tuple[tuple[str, str, float, str], ...] = (
     (r"^WaveGlow", "samples/s", 16000.0,
      "Lambda's WaveGlow samples/s are audio samples (≈47k/s at batch 8 on a V100); segment 16000"),
 )
+# A unit that counts the batch's own samples, for any model (after CONVERSIONS' model-specific rules: a
+# WaveGlow "samples/s" is audio samples).
+BATCH_UNITS = re.compile(r"^(images?|img|sequences?|seqs?|samples?|sentences?|utterances?|items?)\s*"
+                         r"(/\s*s|/\s*sec|per second)$", re.I)
+PER_GPU_UNIT = re.compile(r"\s*(?:/|per )\s*GPU\b", re.I)
 # A sequence length the model name states ("seq2048", "seq 512", "sequence length 1024"): tokens per
 # sequence for a tokens/s unit.
 SEQ_IN_NAME = re.compile(r"seq(?:uence)?[ _-]?(?:len(?:gth)?)?[ _-]?(\d{2,6})", re.I)
@@ -102,7 +108,7 @@ SHARDING_RULES: tuple[tuple[str, str, str], ...] = (
     (r"ZeRO[- ]?1|stage[ -]?1", "zero1", "ZeRO-1"),
     (r"FSDP", "full", "FSDP without a stated strategy: FULL_SHARD, its default"),
 )
-LOW_PRECISION = re.compile(r"bf16|fp16|half|amp", re.I)
+LOW_PRECISION = re.compile(r"bf16|fp16|half|amp|mixed", re.I)
 REDUCE_FP32 = re.compile(r"MP mode DEFAULT|MP mode FULL|reduce[_ ]dtype\W+(?:fp32|float32)", re.I)
 PARAMS_FP32 = re.compile(r"MP mode FULL|param[_ ]dtype\W+(?:fp32|float32)", re.I)
 
@@ -142,19 +148,23 @@ def _text(value) -> str:
 
 
 def units_per_sample(model: str, unit: str) -> tuple[float, str]:
-    """(units of `unit` per sample of the batch, source) for a model's throughput unit."""
+    """(units of `unit` per sample of the batch, source) for a model's throughput unit (a per-GPU unit
+    converts as its aggregate)."""
+    unit = PER_GPU_UNIT.sub("", unit).strip()
     for pattern, rule_unit, factor, source in CONVERSIONS:
         if unit == rule_unit and re.search(pattern, model):
             return factor, source
     if unit == "tokens/s" and (m := SEQ_IN_NAME.search(model)):
         return float(m.group(1)), f"sequence length {m.group(1)} stated in the model name"
+    if BATCH_UNITS.match(unit):
+        return 1.0, "batch in its own unit"
     raise Skip(f"no conversion of {unit!r} to samples of the batch for {model!r} in the source")
 
 
 def per_gpu(row: pd.Series, units: float) -> float:
     """Samples per second per GPU: the table's aggregate over its GPUs, unless its unit says per GPU."""
     tput = float(row["throughput"]) / units
-    return tput if "per GPU" in _text(row["throughput_unit"]) else tput / int(row["gpus"])
+    return tput if PER_GPU_UNIT.search(_text(row["throughput_unit"])) else tput / int(row["gpus"])
 
 
 def _int(value, key: str) -> int:
@@ -237,7 +247,7 @@ def calibrate(step_ms: float, k: int, batch: int, params: int, sharding, net, n:
     if _simulate(_compute(hi * 1e-9, k, batch), params, sharding, net, n, physics).step_ms > step_ms:
         raise Skip(f"the base's published step ({step_ms:.1f} ms) is shorter than its modelled "
                    f"communication on {n} GPUs")
-    for _ in range(60):
+    for _ in range(BISECTIONS):
         mid = (lo + hi) / 2
         if _simulate(_compute(mid, k, batch), params, sharding, net, n, physics).step_ms > step_ms:
             hi = mid
