@@ -287,5 +287,6 @@ def spec_main(args: argparse.Namespace) -> int:
     for _, r in projection.iterrows():
         if not pd.isna(r["efficiency_pct"]):
             print(f"  N={int(r['world_size']):5d}  step {r['predicted_step_ms']:9.2f} ms  efficiency "
-                  f"{r['efficiency_pct']:5.1f} %  dominant {r['dominant_term']}")
+                  f"{r['efficiency_pct']:5.1f} % (90 % interval {r['efficiency_pct_low']:.1f}–"
+                  f"{r['efficiency_pct_high']:.1f})  dominant {r['dominant_term']}")
     return 0
