@@ -29,9 +29,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.project.interval import (
-    LEVELS,
+    POOLED,
     REGIMES,
-    calibrated_level,
+    calibrated_levels,
     fit_bands,
     held_out_bands,
     held_out_coverage,
@@ -89,22 +89,20 @@ def _fit(corpus) -> None:
 
 
 def _fit_interval(training, physics: Physics) -> None:
-    """Write model_error.csv from the training corpora and print each band and its held-out coverage."""
+    """Write model_error.csv from the training corpora and print each band, its level and its held-out
+    (leave-one-source-out) coverage."""
     residuals = training_residuals(training, physics)
-    for level in LEVELS:
-        print(f"level {level:.2f}: held-out (leave-one-source-out) coverage "
-              f"{100 * held_out_coverage(residuals, level):.1f} %")
-    level, covered = calibrated_level(residuals)
-    bands = fit_bands(residuals, level)
-    write_bands(bands, level)
-    loso = held_out_bands(residuals, level)
-    print(f"level {level:.2f} (held-out coverage {100 * covered:.1f} %)")
-    print(f"{'regime':12} {'rows':>5} {'low':>8} {'high':>8} {'pooled':>6} {'held-out inside %':>18}")
+    calibrated = calibrated_levels(residuals)
+    levels = {name: level for name, (level, _) in calibrated.items()}
+    bands = fit_bands(residuals, levels)
+    write_bands(bands, levels)
+    print(f"{'regime':12} {'rows':>5} {'level':>6} {'low':>8} {'high':>8} {'pooled':>6} "
+          f"{'held-out inside %':>18}")
     for name, band in bands.items():
-        mine = [(s, r) for s, g, r in residuals if g == name or name == "pooled"]
-        inside = [loso[s][name].contains(r) for s, r in mine]
-        rate = 100 * sum(inside) / len(inside) if inside else float("nan")
-        print(f"{name:12} {band.rows:5d} {band.low:8.4f} {band.high:8.4f} {str(band.pooled):>6} {rate:18.1f}")
+        print(f"{name:12} {band.rows:5d} {levels[name]:6.2f} {band.low:8.4f} {band.high:8.4f} "
+              f"{str(band.pooled):>6} {100 * calibrated[name][1]:18.1f}")
+    print("(pooled: held out on the rows of the regimes that take it)")
+    print(f"all rows in their regimes' bands, held out: {100 * held_out_coverage(residuals, levels):.1f} %")
     print(f"wrote {Path('bench/project/model_error.csv')}")
 
 
@@ -156,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     preds, skipped, eligible = validate(corpus, physics)
     residuals = training_residuals(training, physics, {args.corpus.resolve(): preds})
-    level = read_bands()[1]   # the level calibrated on held-out sources (--fit-interval)
-    bands, loso = fit_bands(residuals, level), held_out_bands(residuals, level)
+    levels = read_bands()[1]   # each regime's level, calibrated on held-out sources (--fit-interval)
+    bands, loso = fit_bands(residuals, levels), held_out_bands(residuals, levels)
     scored = score(preds, bands, loso)
     headline = [s for s in scored if not s.prediction.held_out]
     apart = [s for s in scored if s.prediction.held_out]
@@ -178,12 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     _table("per regime (headline rows; the interval's band per regime is fitted without the row's source)",
            lambda s: s.prediction.regime, headline)
     _table("per model family (headline rows)", lambda s: s.prediction.row["model"], headline)
-    print(f"\nbands fitted on all training rows at level {level:.2f} (ln published/predicted; "
-          f"bench/project/model_error.csv):")
+    print("\nbands fitted on all training rows (ln published/predicted; bench/project/model_error.csv):")
     for name in REGIMES:
         b = bands[name]
         pooled = "  (pooled)" if b.pooled else ""
-        print(f"  {name:10} rows {b.rows:4d}  [{b.low:+.4f}, {b.high:+.4f}]{pooled}")
+        level = levels[POOLED if b.pooled else name]
+        print(f"  {name:10} rows {b.rows:4d}  level {level:.2f}  [{b.low:+.4f}, {b.high:+.4f}]{pooled}")
 
     print(f"\nheld out of the headline: {len(apart)} rows predicted but not counted (FLAGged data, or "
           f"superlinear against their base)")

@@ -4,10 +4,10 @@ The model's own error, per regime: r = ln(published / predicted) of the publishe
 predicts (benchmarks/validate_projection.py; rows it holds out of its headline are not used). A regime's
 band is the shortest [low, high] holding k = ⌈level·(n + 1)⌉ of its n residuals (the split-conformal rank:
 were rows exchangeable, a new row would fall inside with probability ≥ level). Rows are not exchangeable
-across sources (each table has its own harness and cluster), so the level is calibrated by leave-one-
-source-out cross-validation: the smallest of 0.90, 0.91, … 0.99 at which bands fitted without a source
-hold at least 90 % of that source's rows, over all training rows (calibrated_level; the one number chosen
-on held-out data). A regime with fewer than MIN_ROWS
+across sources (each table has its own harness and cluster), so each regime's level is calibrated by
+leave-one-source-out cross-validation: the smallest of 0.90, 0.91, … 0.99 at which bands fitted without a
+source hold at least 90 % of that regime's rows of that source, over all training rows (calibrated_levels:
+the one number per regime chosen on held-out data). A regime with fewer than MIN_ROWS
 residuals takes the band of all regimes pooled, and says so. The bands of the in-project corpora are
 stored in model_error.csv (`validate_projection.py --fit-interval` writes it; a test checks it is current).
 
@@ -40,9 +40,10 @@ COVERAGE = 0.90
 REGIMES = ("nvlink", "pcie", "inter-node", "fsdp")
 POOLED = "pooled"
 MIN_ROWS = 10   # fewer residuals than this cannot place a 90 % band's ends (k = ⌈0.9·11⌉ = 10 of 10)
-# Rows of one source share its harness and cluster: a band from one source has never been checked on
-# another (leave-one-source-out has nothing to hold out), so it is not trusted alone.
-MIN_SOURCES = 2
+# Rows of one source share its harness and cluster: a regime's own band is trusted only when leave-one-
+# source-out can check it, i.e. when fitting it without any one source still leaves two (Lambda's PCIe
+# rows come from two snapshots of one harness: the pcie regime takes the pooled band).
+MIN_SOURCES = 3
 NVLINK_PRESETS = ("h100-nvlink", "a100-nvlink", "b200-nvlink", "v100-dgx1", "v100-dgx2")
 FLAT_WITHIN = ("measured", "custom")   # flat networks whose error no table measures: the pcie band
 Z_95, Z_90 = 1.959964, 1.644854   # standard normal quantiles: a 95 % interval's half-width → 90 %'s
@@ -101,61 +102,90 @@ def shortest(values: list[float], coverage: float = COVERAGE) -> tuple[float, fl
     return xs[i], xs[i + k - 1]
 
 
-def fit_bands(residuals: Iterable[tuple[str, str, float]], coverage: float = COVERAGE) -> dict[str, Band]:
-    """A band per regime from (source, regime, residual) rows, and the pooled band (module docstring)."""
+Levels = dict[str, float]   # regime (and POOLED) → the level its band is fitted at
+
+
+def _level(levels: Levels | float, name: str) -> float:
+    return levels if isinstance(levels, float) else levels.get(name, COVERAGE)
+
+
+def fit_bands(residuals: Iterable[tuple[str, str, float]], levels: Levels | float = COVERAGE
+              ) -> dict[str, Band]:
+    """A band per regime from (source, regime, residual) rows, each at its level, and the pooled band
+    (module docstring)."""
     by_regime: dict[str, list[float]] = {}
     sources: dict[str, set[str]] = {}
     for source, name, r in residuals:
         by_regime.setdefault(name, []).append(r)
         sources.setdefault(name, set()).add(source)
     everything = [r for rs in by_regime.values() for r in rs]
-    pooled = Band(POOLED, len(everything), *shortest(everything, coverage), pooled=True)
+    pooled = Band(POOLED, len(everything), *shortest(everything, _level(levels, POOLED)), pooled=True)
     bands = {POOLED: pooled}
     for name in REGIMES:
         rs = by_regime.get(name, [])
         own = len(rs) >= MIN_ROWS and len(sources.get(name, ())) >= MIN_SOURCES
-        bands[name] = (Band(name, len(rs), *shortest(rs, coverage)) if own
+        bands[name] = (Band(name, len(rs), *shortest(rs, _level(levels, name))) if own
                        else Band(name, len(rs), pooled.low, pooled.high, pooled=True))
     return bands
 
 
 def held_out_bands(residuals: list[tuple[str, str, float]],
-                   coverage: float = COVERAGE) -> dict[str, dict[str, Band]]:
+                   levels: Levels | float = COVERAGE) -> dict[str, dict[str, Band]]:
     """Leave-one-source-out: for each source, the bands fitted on every other source's (source, regime,
     residual) rows."""
     sources = {s for s, _, _ in residuals}
-    return {s: fit_bands([row for row in residuals if row[0] != s], coverage) for s in sources}
+    return {s: fit_bands([row for row in residuals if row[0] != s], levels) for s in sources}
 
 
-def held_out_coverage(residuals: list[tuple[str, str, float]], level: float) -> float:
-    """The fraction of rows inside the band fitted at `level` without their own source."""
-    loso = held_out_bands(residuals, level)
-    return sum(loso[s][g].contains(r) for s, g, r in residuals) / len(residuals)
+def held_out_coverage(residuals: list[tuple[str, str, float]], levels: Levels | float,
+                      regimes: Iterable[str] = REGIMES) -> float:
+    """The fraction of the rows of `regimes` inside their regime's band fitted without their own source."""
+    loso = held_out_bands(residuals, levels)
+    names = set(regimes)
+    mine = [(s, g, r) for s, g, r in residuals if g in names]
+    return sum(loso[s][g].contains(r) for s, g, r in mine) / len(mine) if mine else float("nan")
 
 
-def calibrated_level(residuals: list[tuple[str, str, float]]) -> tuple[float, float]:
-    """(level, its held-out coverage): the smallest LEVELS entry whose leave-one-source-out coverage
-    reaches COVERAGE. Sources differ more than rows of one source do, so a band fitted at 90 % of the
-    other sources' rows holds fewer than 90 % of a new source's: the level is raised until it holds."""
-    for level in LEVELS:
-        covered = held_out_coverage(residuals, level)
-        if covered >= COVERAGE:
-            return level, covered
-    return LEVELS[-1], covered
+def _first_that_holds(tried: list[tuple[float, float]]) -> tuple[float, float]:
+    """The first (level, coverage) reaching COVERAGE; when none does, the one that holds most (shortest
+    windows need not nest, so coverage need not grow with the level)."""
+    return next(((lv, c) for lv, c in tried if c >= COVERAGE), max(tried, key=lambda t: t[1]))
 
 
-def write_bands(bands: dict[str, Band], level: float, path: Path = STORED) -> None:
+def calibrated_levels(residuals: list[tuple[str, str, float]]) -> dict[str, tuple[float, float]]:
+    """Per regime and POOLED: (level, held-out coverage), the smallest LEVELS entry at which leave-one-
+    source-out coverage of the rows the band serves reaches COVERAGE (the best one when none does). Sources
+    differ more than rows of one source do, so a band fitted at 90 % of the other sources' rows holds fewer
+    than 90 % of a new source's: the level is raised until it holds. The pooled band serves the regimes
+    without a band of their own (all rows when every regime has one); it is set first."""
+    own = [name for name, band in fit_bands(residuals).items() if name != POOLED and not band.pooled]
+    takers = [g for g in REGIMES if g not in own]
+    served = takers if any(g in takers for _, g, _ in residuals) else list(REGIMES)
+    level, covered = _first_that_holds([
+        (lv, held_out_coverage(residuals, {POOLED: lv} | {g: lv for g in takers}, served)) for lv in LEVELS])
+    levels: Levels = {POOLED: level} | {g: level for g in takers}
+    out = {POOLED: (level, covered)}
+    out |= {g: (level, held_out_coverage(residuals, levels, [g])) for g in takers}
+    for name in own:
+        level, covered = _first_that_holds([
+            (lv, held_out_coverage(residuals, levels | {name: lv}, [name])) for lv in LEVELS])
+        levels[name] = level
+        out[name] = (level, covered)
+    return out
+
+
+def write_bands(bands: dict[str, Band], levels: Levels, path: Path = STORED) -> None:
     rows = [{"regime": b.regime, "rows": b.rows, "low": round(b.low, 6), "high": round(b.high, 6),
-             "pooled": b.pooled, "level": level} for b in bands.values()]
+             "pooled": b.pooled, "level": levels[POOLED if b.pooled else b.regime]} for b in bands.values()]
     pd.DataFrame(rows, columns=list(STORED_COLUMNS)).to_csv(path, index=False)
 
 
-def read_bands(path: Path = STORED) -> tuple[dict[str, Band], float]:
-    """The stored bands (model_error.csv) and the level they were fitted at."""
+def read_bands(path: Path = STORED) -> tuple[dict[str, Band], Levels]:
+    """The stored bands (model_error.csv) and the level each was fitted at."""
     df = pd.read_csv(path)
     bands = {r["regime"]: Band(r["regime"], int(r["rows"]), float(r["low"]), float(r["high"]),
                                bool(r["pooled"])) for _, r in df.iterrows()}
-    return bands, float(df["level"].iloc[0])
+    return bands, {r["regime"]: float(r["level"]) for _, r in df.iterrows()}
 
 
 def t1_relative_90(half_width_pct_95: float | None) -> float:
