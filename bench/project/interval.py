@@ -49,7 +49,7 @@ FLAT_WITHIN = ("measured", "custom")   # flat networks whose error no table meas
 Z_95, Z_90 = 1.959964, 1.644854   # standard normal quantiles: a 95 % interval's half-width → 90 %'s
 STORED = Path(__file__).with_name("model_error.csv")
 STORED_COLUMNS = ("regime", "rows", "low", "high", "pooled", "level")
-# the levels calibrated_level tries: 0.90 … 0.99
+# the levels calibrated_levels tries: 0.90 … 0.99
 LEVELS = tuple(round(0.90 + 0.01 * i, 2) for i in range(10))
 
 
