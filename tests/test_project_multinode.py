@@ -155,11 +155,17 @@ def test_systems_read_from_the_tables_text():
     assert roce.inter.name == "roce-200g" and roce.nics_per_node is None and "stated" in roce.inter_why
     dgx1 = system_of("V100-SXM2-32GB", float("nan"), 32, 4)
     assert (dgx1.intra, dgx1.inter.name, dgx1.nics_per_node) == ("v100-dgx1", "ib-edr100", 4)
-    assert "NVIDIA's reference configuration" in dgx1.inter_why
+    assert "the vendor's reference configuration, DGX-1" in dgx1.inter_why
     ndr = system_of("H100-SXM5-80GB", "NVLink 4; NDR 400 Gb/s per GPU", 64, 8)
     assert (ndr.intra, ndr.inter.name, ndr.nics_per_node) == ("h100-nvlink", "ib-ndr400", None)
     unknown = system_of("Mystery-GPU", "", 4, float("nan"))
     assert unknown.intra == "pcie4" and unknown.gpus_per_node == 4
+    # Gaudi 2: the all-to-all box (21 × 12.5 GB/s × 512.96/525 = 256.5 GB/s) and 3 × 100 Gb/s RoCE out
+    gaudi = system_of("Intel Gaudi2 HL-225", "", 64, 8)
+    assert (gaudi.intra, gaudi.inter.name) == ("gaudi2", "roce-300g")
+    assert gaudi.network().intra.bandwidth_gbps(1e8) == pytest.approx(262.5 * 512.96 / 525)
+    assert system_of("MI300X", "8x 400G RoCE", 32, 4).inter.name == "roce-400g"
+    assert system_of("H100", "2x 100 GbE per node", 16, 2).nics_per_node == 2
 
 
 def _row(gpus: int, throughput: float, nodes: int = 1, **over) -> pd.Series:
@@ -223,6 +229,8 @@ def test_sharding_and_units_from_the_rows_text():
     assert units_per_sample("MPT-7b seq2048", "tokens/s")[0] == 2048.0
     assert units_per_sample("MPT-7b seq2048", "tokens/s/GPU")[0] == 2048.0
     assert units_per_sample("AnyNet", "img/sec")[0] == 1.0
+    assert units_per_sample("Llama 3 8B", "wps per GPU", "local batch 1; seq_len=8192")[0] == 8192.0
+    assert units_per_sample("Llama 3 8B", "tokens per second", "seq len 2048, FSDP")[0] == 2048.0
     assert units_per_sample("WaveGlow", "samples/s")[0] == 16000.0   # a model's own rule first
     # a per-GPU throughput is not divided by the GPUs again
     from bench.project.published import per_gpu

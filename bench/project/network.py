@@ -194,8 +194,26 @@ B200_NVLINK = _nvlink("b200-nvlink", 18, 50.0, "HGX B200 NVLink 5 (NVSwitch)")
 # architecture white paper: 2 × 25 GB/s per direction, "100 GB/s bidirectional").
 NVLINK_BRIDGE = _nvlink("nvlink-bridge", 2, 25.0, "Turing NVLink bridge between a pair")
 PCIE3, PCIE4, PCIE5 = _pcie(3), _pcie(4), _pcie(5)
+# Intel Gaudi: 21 on-chip RoCE ports per accelerator connect it all-to-all to the 7 others of its box, 3 per
+# peer (Intel Gaudi docs, "Network Configuration": Gaudi 3's 21 × 200 Gb/s = 525 GB/s per direction).
+# HCCL's all-reduce on 8 Gaudi 3 measured 512.96 GB/s bus bandwidth at 256 MiB (Intel Gaudi docs,
+# "Collectives Performance"): 0.977 of the 525. Gaudi 2 has the same layout at 100 Gb/s per port (21 ×
+# 12.5 = 262.5 GB/s); Gaudi 3's measured ratio is assumed for it. Latencies: NCCL's NET Simple constants
+# (RoCE; HCCL publishes none).
+GAUDI_EFFICIENCY = 512.96 / 525.0
+GAUDI3 = Fabric("gaudi3", ((1.0, 512.96),), **_NET_LATENCIES,
+                source="8× Gaudi 3, 21 × 200 Gb/s RoCE all-to-all: HCCL all_reduce busbw 512.96 GB/s at "
+                       "256 MiB (Intel Gaudi docs); latencies: NCCL NET Simple")
+GAUDI2 = Fabric("gaudi2", ((1.0, 21 * 12.5 * GAUDI_EFFICIENCY),), **_NET_LATENCIES,
+                source=f"8× Gaudi 2, 21 × 100 Gb/s RoCE all-to-all = 262.5 GB/s × {GAUDI_EFFICIENCY:.3f} "
+                       f"(Gaudi 3's measured busbw/peak); latencies: NCCL NET Simple")
+# AMD Instinct MI300X: 7 Infinity Fabric links per GPU to the 7 others of an 8-GPU platform, 64 GB/s per
+# direction each (AMD Instinct MI300X data sheet: 128 GB/s bidirectional per link) = 448 GB/s; NVLink's
+# busbw/link-rate efficiency is assumed (no published RCCL table at hand).
+MI300X = _nvlink("mi300x", 7, 64.0, "AMD Instinct MI300X Infinity Fabric, fully connected 8 GPUs")
 FABRICS = {f.name: f for f in (H100_NVLINK, A100_NVLINK, V100_DGX1, V100_DGX2, B200_NVLINK, PCIE3, PCIE4,
-                               PCIE5, NVLINK_BRIDGE, IB_NDR400, IB_HDR200, IB_EDR100, ETH_100G)}
+                               PCIE5, NVLINK_BRIDGE, GAUDI2, GAUDI3, MI300X, IB_NDR400, IB_HDR200, IB_EDR100,
+                               ETH_100G)}
 # NVLink bridges join GPUs in pairs: two ranks talk over the bridge, a ring through more crosses PCIe.
 BRIDGED = {"nvlink-bridge": "pcie3"}
 # fabrics that can connect nodes (--inter-network)

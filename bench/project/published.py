@@ -91,9 +91,12 @@ CONVERSIONS: tuple[tuple[str, str, float, str], ...] = (
 BATCH_UNITS = re.compile(r"^(images?|img|sequences?|seqs?|samples?|sentences?|utterances?|items?)\s*"
                          r"(/\s*s|/\s*sec|per second)$", re.I)
 PER_GPU_UNIT = re.compile(r"\s*(?:/|per )\s*GPU\b", re.I)
-# A sequence length the model name states ("seq2048", "seq 512", "sequence length 1024"): tokens per
-# sequence for a tokens/s unit.
-SEQ_IN_NAME = re.compile(r"seq(?:uence)?[ _-]?(?:len(?:gth)?)?[ _-]?(\d{2,6})", re.I)
+# A sequence length the model name or the notes state ("seq2048", "seq len 2048", "sequence length 1024",
+# "seq_len=8192"): tokens per sequence for a tokens/s unit.
+SEQ_LENGTH = re.compile(r"\bseq(?:uence)?[ _-]?(?:len(?:gth)?)?[ _=:-]*(\d{2,6})\b", re.I)
+# Spellings of one unit: (pattern, the CONVERSIONS spelling); "wps" is torchtitan's words (tokens) per second.
+UNIT_SPELLINGS = ((r"\s*/\s*sec(?:ond)?\b|\s+per\s+second\b", "/s"), (r"^tok/s$|^wps$|^tps$", "tokens/s"),
+                  (r"^img/s$", "images/s"), (r"^seqs?/s$", "sequences/s"))
 
 # Sharded engines in the framework and notes text: (pattern, mode, why). First match wins; FSDP without a
 # stated strategy is FULL_SHARD, FSDP's default ShardingStrategy (torch.distributed.fsdp docs).
@@ -147,15 +150,24 @@ def _text(value) -> str:
     return "" if pd.isna(value) else str(value)
 
 
-def units_per_sample(model: str, unit: str) -> tuple[float, str]:
-    """(units of `unit` per sample of the batch, source) for a model's throughput unit (a per-GPU unit
-    converts as its aggregate)."""
+def normalized_unit(unit: str) -> str:
+    """The unit without a per-GPU suffix, in CONVERSIONS' spelling (UNIT_SPELLINGS)."""
     unit = PER_GPU_UNIT.sub("", unit).strip()
+    for pattern, spelling in UNIT_SPELLINGS:
+        unit = re.sub(pattern, spelling, unit, flags=re.I)
+    return unit
+
+
+def units_per_sample(model: str, unit: str, notes: str = "") -> tuple[float, str]:
+    """(units of `unit` per sample of the batch, source) for a model's throughput unit (a per-GPU unit
+    converts as its aggregate); tokens/s needs a sequence length, from the model name or the notes."""
+    unit = normalized_unit(unit)
     for pattern, rule_unit, factor, source in CONVERSIONS:
         if unit == rule_unit and re.search(pattern, model):
             return factor, source
-    if unit == "tokens/s" and (m := SEQ_IN_NAME.search(model)):
-        return float(m.group(1)), f"sequence length {m.group(1)} stated in the model name"
+    for where, text in (("model name", model), ("notes", notes)):
+        if unit == "tokens/s" and (m := SEQ_LENGTH.search(text)):
+            return float(m.group(1)), f"sequence length {m.group(1)} stated in the {where}"
     if BATCH_UNITS.match(unit):
         return 1.0, "batch in its own unit"
     raise Skip(f"no conversion of {unit!r} to samples of the batch for {model!r} in the source")
@@ -274,9 +286,9 @@ def predict_row(row: pd.Series, base: pd.Series, physics: Physics) -> Prediction
         raise Skip("throughput missing")
     if _text(base["throughput_unit"]) != _text(row["throughput_unit"]):
         raise Skip(f"unit {row['throughput_unit']!r} differs from the base's {base['throughput_unit']!r}")
-    units, units_source = units_per_sample(_text(row["model"]), _text(row["throughput_unit"]))
-    nodes = row[NODES] if NODES in row.index else None
-    system = system_of(_text(row["hardware"]), row["interconnect"], n, None if pd.isna(nodes) else nodes)
+    units, units_source = units_per_sample(_text(row["model"]), _text(row["throughput_unit"]),
+                                           _text(row["notes"]))
+    system = system_of(_text(row["hardware"]), row["interconnect"], n, row.get(NODES), NODES in row.index)
     net = system.network()
     try:
         net.nodes(nb)
@@ -301,8 +313,7 @@ def predict_row(row: pd.Series, base: pd.Series, physics: Physics) -> Prediction
 
 
 def _per_node(row: pd.Series) -> int:
-    nodes = row[NODES] if NODES in row.index else None
-    return gpus_per_node_of(int(row["gpus"]), None if pd.isna(nodes) else nodes)
+    return gpus_per_node_of(int(row["gpus"]), row.get(NODES), _text(row["hardware"]), NODES in row.index)
 
 
 def base_of(group: pd.DataFrame, row: pd.Series) -> tuple[pd.Series | None, str]:

@@ -12,11 +12,13 @@ Between nodes, the first that applies:
      NIC per GPU at rate / GPUs per node;
   4. a bare rate or a fabric word (NDR 400, HDR 200, EDR 100, FDR 56 Gb/s per NIC), NICs as the hardware's
      reference node has them, else one per GPU;
-  5. nothing stated: NVIDIA's reference configuration of the hardware (DGX_REFERENCE), said so.
+  5. nothing stated: the vendor's reference configuration of the hardware (DGX_REFERENCE: NVIDIA's DGX
+     nodes, Intel's Gaudi boxes, AMD's MI300X platforms), said so.
 Each NIC is a `line_fabric` (line rate × the NDR busbw/line ratio, bench/project/network.py).
 
-GPUs per node: the row's gpus / nodes where the table gives nodes, else all of them (a table without a node
-count is a single-node table).
+GPUs per node: the row's gpus / nodes where the row gives nodes; a row without one in a table with a node
+column: the hardware's reference node when the GPUs fill whole ones of it; else all of them (a table
+without a node count is a single-node table).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ INTRA_RULES: tuple[tuple[str, str, str, str], ...] = (
     (r"A100-PCIe|A100 PCIe|A40|A10\b|A30|L40|L4\b|RTX 30|RTX A\d|RTX 40|RTX 6000 Ada", r"", "pcie4",
      "Ampere/Ada PCIe cards: PCIe gen 4"),
     (r"V100|RTX 20|Quadro RTX|T4\b|P100-PCIe", r"", "pcie3", "Volta/Turing PCIe cards: PCIe gen 3"),
+    (r"Gaudi ?3|HL-325", r"", "gaudi3", "Intel Gaudi 3: 21 × 200 Gb/s RoCE all-to-all in the box"),
+    (r"Gaudi ?2|HL-225", r"", "gaudi2", "Intel Gaudi 2: 21 × 100 Gb/s RoCE all-to-all in the box"),
+    (r"MI300X|MI325X", r"", "mi300x", "AMD MI300X/MI325X: Infinity Fabric, 8 GPUs fully connected"),
     (r"", r"PCIe (?:gen ?)?5|PCIe5", "pcie5", "the table states PCIe gen 5"),
     (r"", r"PCIe (?:gen ?)?4|PCIe4", "pcie4", "the table states PCIe gen 4"),
     (r"", r"PCIe", "pcie3", "the table states PCIe (generation not stated: gen 3 assumed)"),
@@ -60,20 +65,26 @@ DGX_REFERENCE: tuple[tuple[str, int, int, float, str], ...] = (
     (r"A100", 8, 8, 200.0, "DGX A100: 8× HDR 200 Gb/s ConnectX-6 (DGX A100 data sheet)"),
     (r"H100|H200|B200|B100|GH200", 8, 8, 400.0, "DGX H100/H200/B200: 8× NDR 400 Gb/s ConnectX-7 (data "
      "sheets)"),
+    (r"Gaudi ?3|HL-325", 8, 8, 600.0, "Gaudi 3: 3 × 200 Gb/s scale-out RoCE ports per accelerator (Intel "
+     "Gaudi docs, Network Configuration)"),
+    (r"Gaudi ?2|HL-225", 8, 8, 300.0, "Gaudi 2: 3 × 100 Gb/s scale-out RoCE ports per accelerator (half "
+     "Gaudi 3's rate, same layout)"),
+    (r"MI300X|MI325X", 8, 8, 400.0, "MI300X platforms: one 400 Gb/s NIC per GPU (the rail-optimised "
+     "layout of DGX H100; an assumption)"),
 )
 # Not a DGX part: one HDR 200 Gb/s NIC per GPU, the DGX A100 generation's rail-optimised design.
 REFERENCE_FALLBACK = (8, None, 200.0, "no reference node known for this hardware: one HDR 200 Gb/s NIC per "
                       "GPU assumed (DGX A100's design)")
 FABRIC_WORDS = (("NDR", 400.0), ("HDR", 200.0), ("EDR", 100.0), ("FDR", 56.0))
 
-_RATE = r"(\d+(?:\.\d+)?)\s*(T|G)(?:b/s|bps|bit/s|b\b|bit\b)"
+_RATE = r"(\d+(?:\.\d+)?)\s*(T|G)(?:b/s|bps|bit/s|b\b|bit\b|bE\b|\b)"
 _NICS_X_RATE = re.compile(r"(\d+)\s*[x×]\s*" + _RATE, re.I)
 _PER_GPU = re.compile(_RATE + r"[^;,.]*?per (?:GPU|rank)", re.I)
 _PER_NODE = re.compile(_RATE + r"[^;,.]*?(?:per node|node-node|node-to-node|per instance|EFA)|EFA[^;,.]*?"
                        + _RATE, re.I)
 _BARE = re.compile(_RATE, re.I)
-_INTER_TEXT = re.compile(r"inter-node|node-node|node-to-node|between nodes|InfiniBand|RoCE|Ethernet|EFA|"
-                         r"\bIB\b|HDR|EDR|NDR|FDR|Gb/s|Gbps", re.I)
+_INTER_TEXT = re.compile(r"inter-node|node-node|node-to-node|between nodes|per node|scale-out|InfiniBand|"
+                         r"RoCE|Ethernet|GbE|EFA|NIC|\bIB\b|HDR|EDR|NDR|FDR|Gb/s|Gbps", re.I)
 
 
 @dataclass(frozen=True)
@@ -143,8 +154,8 @@ def inter_of(hardware: str, interconnect: str, gpus_per_node: int) -> tuple[Fabr
     for word, gbit in FABRIC_WORDS:
         if re.search(rf"\b{word}\b", inter_text):
             return _fabric(gbit, word), nics, f"{word} {gbit:g} Gb/s per NIC (the fabric's line rate), {how}"
-    return (_fabric(ref_gbit, "reference"), ref_nics,
-            f"not stated: NVIDIA's reference configuration, {ref_words}")
+    return (_fabric(ref_gbit, ref_words), ref_nics,
+            f"not stated: the vendor's reference configuration, {ref_words}")
 
 
 def _fabric(gbit: float, text: str) -> Fabric:
@@ -159,18 +170,27 @@ def _fabric(gbit: float, text: str) -> Fabric:
     return line_fabric(f"{kind.lower()}-{gbit:g}g", gbit, f"{kind} {gbit:g} Gb/s")
 
 
-def gpus_per_node_of(gpus: int, nodes: float | None) -> int:
-    """GPUs per node: gpus / nodes when the table states nodes (and they divide), else one node of all of
-    them (a table without a node count is a single-node table)."""
-    if nodes is not None and nodes == nodes and nodes >= 1 and gpus % int(nodes) == 0:
-        return gpus // int(nodes)
+def gpus_per_node_of(gpus: int, nodes, hardware: str = "", multi_node_table: bool = False) -> int:
+    """GPUs per node: gpus / nodes when the row states nodes (and they divide); else, in a table that has a
+    node count for other rows, the hardware's reference node when the GPUs fill whole ones of it; else one
+    node of all of them (a table without a node count is a single-node table)."""
+    try:
+        count = float(nodes)
+    except (TypeError, ValueError):
+        count = float("nan")
+    if count == count and count >= 1 and count == int(count) and gpus % int(count) == 0:
+        return gpus // int(count)
+    reference = _reference(hardware)[0]
+    if multi_node_table and gpus > reference and gpus % reference == 0:
+        return reference
     return gpus
 
 
-def system_of(hardware: str, interconnect: str, gpus: int, nodes: float | None) -> System:
-    """The network of `gpus` GPUs of `hardware` on `nodes` nodes (None: not stated), from the table's text."""
+def system_of(hardware: str, interconnect: str, gpus: int, nodes, multi_node_table: bool = False) -> System:
+    """The network of `gpus` GPUs of `hardware` on `nodes` nodes (None or empty: not stated), from the
+    table's text; `multi_node_table`: the table has a node column (gpus_per_node_of)."""
     interconnect = "" if interconnect != interconnect else str(interconnect)  # NaN: nothing stated
     intra, intra_why = intra_of(hardware, interconnect)
-    g = gpus_per_node_of(gpus, nodes)
+    g = gpus_per_node_of(gpus, nodes, hardware, multi_node_table)
     inter, nics, inter_why = inter_of(hardware, interconnect, g)
     return System(intra, intra_why, inter, nics, inter_why, g)
