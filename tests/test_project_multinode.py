@@ -372,3 +372,22 @@ def test_stored_bands_are_the_fit_of_the_in_project_corpora():
     for name, band in fit_bands(residuals, levels).items():
         assert (stored[name].low, stored[name].high, stored[name].rows) == pytest.approx(
             (band.low, band.high, band.rows), abs=1e-6)
+
+
+def test_what_if_takes_a_sharded_engine_and_nics_per_node():
+    from bench.project.spec import SpecError, project_spec
+
+    keys = dict(params=1_000_000_000, step_ms=1000.0, per_gpu_batch=8, precision="bf16",
+                network="a100-nvlink", inter_network="ib-hdr200", world_sizes=[1, 8, 64])
+    fsdp = project_spec(**keys, sharding="full").set_index("world_size")
+    assert fsdp.loc[64, "algorithm"] == "all_gather+reduce_scatter"
+    assert fsdp.loc[64, "interval_regime"].startswith("fsdp")
+    ddp = project_spec(**keys).set_index("world_size")
+    fewer_nics = project_spec(**keys, nics_per_node=2).set_index("world_size")
+    # 2 NICs per node move a quarter of 8: the 64-GPU all-reduce is slower, the one-node step unchanged
+    assert fewer_nics.loc[64, "comm_ms"] > ddp.loc[64, "comm_ms"]
+    assert fewer_nics.loc[8, "predicted_step_ms"] == ddp.loc[8, "predicted_step_ms"]
+    with pytest.raises(SpecError, match="sharding='zero4'"):
+        project_spec(**keys, sharding="zero4")
+    with pytest.raises(SpecError, match="nics_per_node=0"):
+        project_spec(**keys, nics_per_node=0)

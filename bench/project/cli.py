@@ -1,5 +1,5 @@
 """`python -m bench project RUN [--network P[,P...] | --bw-gbps X --latency-us Y] [--world-sizes LIST]
-[--gpus-per-node 8] [--inter-network ib-ndr400] [--algorithm auto] [--out DIR]`.
+[--gpus-per-node 8] [--nics-per-node N] [--inter-network ib-ndr400] [--algorithm auto] [--out DIR]`.
 
 Writes DIR (default RUN/projection/): projection.csv, validation.csv, network_fit.csv and notes.txt — data
 only; `bench report RUN` draws the figure and renders the section. Exit 2 on bad input (one line naming the
@@ -58,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default: {DEFAULT_WORLD_SIZES})")
     parser.add_argument("--gpus-per-node", type=int, default=8,
                         help="ranks sharing an NVLink preset's node (default: 8)")
+    parser.add_argument("--nics-per-node", type=int, default=None,
+                        help="NICs per node between nodes (default: one per GPU; DGX-1: 4)")
     parser.add_argument("--inter-network", default="ib-ndr400",
                         help=f"fabric between nodes for NVLink presets: {', '.join(INTER_NODE)} "
                              f"(default: ib-ndr400)")
@@ -113,6 +115,8 @@ def _networks(args, world_sizes: list[int]) -> dict:
         raise UsageError(f"--gpus-per-node={args.gpus_per_node} must be >= 1")
     if args.inter_network not in INTER_NODE:
         raise UsageError(f"--inter-network={args.inter_network!r} is not one of {list(INTER_NODE)}")
+    if args.nics_per_node is not None and args.nics_per_node < 1:
+        raise UsageError(f"--nics-per-node={args.nics_per_node} must be >= 1")
     out = {}
     for name in (args.network or MEASURED).split(","):
         name = name.strip()
@@ -121,7 +125,7 @@ def _networks(args, world_sizes: list[int]) -> dict:
             continue
         if name not in FABRICS:
             raise UsageError(f"--network={name!r} is not a preset; choose from {[*FABRICS, MEASURED]}")
-        net = preset_network(name, args.gpus_per_node, args.inter_network)
+        net = preset_network(name, args.gpus_per_node, args.inter_network, args.nics_per_node)
         for n in world_sizes:
             try:
                 net.nodes(n)
@@ -269,6 +273,8 @@ def spec_main(args: argparse.Namespace) -> int:
             keys["world_sizes"] = parse_world_sizes(args.world_sizes)
         keys.setdefault("gpus_per_node", args.gpus_per_node)
         keys.setdefault("inter_network", args.inter_network)
+        if args.nics_per_node is not None:
+            keys.setdefault("nics_per_node", args.nics_per_node)
         keys.setdefault("algorithm", args.algorithm)
         spec = spec_from_keys(keys)
         projection = projection_of(spec)
