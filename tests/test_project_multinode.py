@@ -310,7 +310,7 @@ def test_every_projected_row_carries_its_interval(sharded):
     # one rank: efficiency exactly 100, samples/s within T1's 90 % interval (2 % · 1.645/1.96)
     assert one["efficiency_pct_low"] == one["efficiency_pct_high"] == 100.0
     assert one["predicted_samples_per_s_high"] / one["predicted_samples_per_s"] == pytest.approx(
-        math.exp(0.02 * interval.Z_90 / interval.Z_95))
+        math.exp(0.02 * interval.HALF_90 / interval.HALF_95))
     stored = interval.read_bands()[0]
     for row, regime in ((node, "fsdp" if sharded else "nvlink"), (many, "fsdp" if sharded else "inter-node")):
         band = stored[regime]

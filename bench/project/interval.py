@@ -46,7 +46,8 @@ MIN_ROWS = 10   # fewer residuals than this cannot place a 90 % band's ends (k =
 MIN_SOURCES = 3
 NVLINK_PRESETS = ("h100-nvlink", "a100-nvlink", "b200-nvlink", "v100-dgx1", "v100-dgx2")
 FLAT_WITHIN = ("measured", "custom")   # flat networks whose error no table measures: the pcie band
-Z_95, Z_90 = 1.959964, 1.644854   # standard normal quantiles: a 95 % interval's half-width → 90 %'s
+# half-widths of two-sided normal intervals, in standard deviations: 95 % (z 0.975) and 90 % (z 0.95)
+HALF_95, HALF_90 = 1.959964, 1.644854
 STORED = Path(__file__).with_name("model_error.csv")
 STORED_COLUMNS = ("regime", "rows", "low", "high", "pooled", "level")
 # the levels calibrated_levels tries: 0.90 … 0.99
@@ -192,7 +193,7 @@ def t1_relative_90(half_width_pct_95: float | None) -> float:
     """T1's relative 90 % half-width from its 95 % half-width in % (0 when not measured)."""
     if half_width_pct_95 is None or not half_width_pct_95 == half_width_pct_95 or half_width_pct_95 < 0:
         return 0.0
-    return half_width_pct_95 / 100 * Z_90 / Z_95
+    return half_width_pct_95 / 100 * HALF_90 / HALF_95
 
 
 def bounds(value: float, band: Band, delta: float) -> tuple[float, float]:

@@ -103,23 +103,27 @@ def sharded_blocks(base: pd.Series, layout: Callable[[pd.Series], list[int]] | N
     """(parameters per fully_shard group in forward order, source): the cell's recorded groups (the
     engine's bucket_sizes_bytes: fp32 bytes in backward order, on the wire at comm_dtype), else equal
     blocks of the row's n_params at the transformer estimate (sharded.estimated_blocks)."""
+    why = "no workload layout"
     if layout is not None:
         try:
             wire = WIRE_DTYPES[base["comm_dtype"]].bytes
             sizes = [max(1, round(s / wire)) for s in layout(base)]
             if sizes:
                 return tuple(reversed(sizes)), "fully_shard groups (recorded layout)"
-        except (ValueError, ImportError, OSError, RuntimeError):
-            pass
+            why = "the layout has no groups"
+        except (ValueError, ImportError, OSError, RuntimeError) as exc:  # e.g. an hf: checkpoint not here
+            why = f"layout failed: {exc}"
     if pd.isna(base.get("n_params")):
-        raise ValueError(f"base cell {base['cell_id']} has neither its fully_shard groups nor n_params")
+        raise ValueError(f"base cell {base['cell_id']} has neither its fully_shard groups nor n_params "
+                         f"({why})")
     params = int(base["n_params"])
     blocks = estimated_blocks(params)
-    return uniform_blocks(params, blocks), f"{blocks} equal blocks of n_params (transformer estimate)"
+    return (uniform_blocks(params, blocks),
+            f"{blocks} equal blocks of n_params (transformer estimate; {why})")
 
 
 def powersgd_of(base: pd.Series, buckets: Buckets, shapes: Callable[[pd.Series], list] | None
-                ) -> tuple[Buckets, float, str]:
+                ) -> tuple[Buckets, float]:
     """PowerSGD's messages (three per bucket, each ready when its bucket is: bench/project/powersgd.py) and
     its compression compute (ms) at the FLOP rate the base cell's model computed at; ValueError says what is
     missing."""
@@ -140,8 +144,7 @@ def powersgd_of(base: pd.Series, buckets: Buckets, shapes: Callable[[pd.Series],
     compressed = compress(per_bucket, int(base["powersgd_rank"]))
     ready = [buckets.ready[min(b, len(buckets.ready) - 1)] for b in compressed.bucket_of]
     source = f"{buckets.source}; PowerSGD rank {int(base['powersgd_rank'])} messages"
-    return (Buckets(compressed.messages, tuple(ready), source), compressed.flops / (rate * 1e12) * 1e3,
-            source)
+    return Buckets(compressed.messages, tuple(ready), source), compressed.flops / (rate * 1e12) * 1e3
 
 
 def compute_of(row: pd.Series) -> Compute:
@@ -247,11 +250,13 @@ def _configuration(base, rows, timeline, layout, shapes) -> Configuration:
     compute = compute_of(base)
     if engines.get(base["engine"]).sharded:
         blocks, source = sharded_blocks(base, layout)
-        marker = Buckets((sum(blocks),), (1.0,), source)   # what timeline_source reports
-        return Configuration(base, rows, compute, marker, sharded=(sharding_of(base), blocks))
+        sharding = sharding_of(base)
+        # the reduce-scatters' bytes as one message: what timeline_source and validation's conditions read
+        summary = Buckets((max(1, int(sum(blocks) * sharding.grad_bytes)),), (1.0,), source)
+        return Configuration(base, rows, compute, summary, sharded=(sharding, blocks))
     buckets = buckets_of(rows, base, timeline, layout)
     if base.get("comm_hook") == "powersgd":
-        buckets, extra, _ = powersgd_of(base, buckets, shapes)
+        buckets, extra = powersgd_of(base, buckets, shapes)
         return Configuration(base, rows, compute, buckets, extra_compute_ms=extra)
     return Configuration(base, rows, compute, buckets)
 
@@ -285,7 +290,8 @@ def interval_of(config: Configuration, compute: Compute, net: Network | None, n:
                     interval_regime="none (one rank: T1's interval)")
     delta_bw = 0.0
     if net is not None and net.bandwidth_rel_error > 0:
-        slow = scaled_network(net, max(0.05, 1 - interval.Z_90 * net.bandwidth_rel_error))
+        # the fit's RMS relative residual as a standard deviation; floor 0.05: a busbw never goes to 0
+        slow = scaled_network(net, max(0.05, 1 - interval.HALF_90 * net.bandwidth_rel_error))
         delta_bw = math.log(step_of(config, compute, slow, n, algorithm, physics).step_ms / step.step_ms)
     name = interval.regime_of_network(config.sharded is not None, net, n)
     band = band_table[name]
