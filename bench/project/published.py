@@ -32,12 +32,14 @@ without a conversion, a group without a single smallest row.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 
+from bench.project.interval import Band, regime
 from bench.project.physics import Physics
 from bench.project.sharded import Sharding, estimated_blocks, simulate_sharded, uniform_blocks
 from bench.project.simulate import Compute, simulate_step
@@ -268,13 +270,6 @@ def calibrate(step_ms: float, k: int, batch: int, params: int, sharding, net, n:
     return (lo + hi) / 2
 
 
-def regime_of(sharding: Sharding | None, intra: str, nodes: int) -> str:
-    """Which error band a prediction belongs to (bench/project/interval.py REGIMES)."""
-    from bench.project.interval import regime
-
-    return regime(sharded=sharding is not None, nodes=nodes, intra=intra)
-
-
 def predict_row(row: pd.Series, base: pd.Series, physics: Physics) -> Prediction:
     """One row from its group's base (module docstring); Skip with the reason."""
     params = _int(row["params"], "params")
@@ -306,10 +301,10 @@ def predict_row(row: pd.Series, base: pd.Series, physics: Physics) -> Prediction
     if not held_out and row_rate > SUPERLINEAR * base_rate:
         held_out = (f"published {row_rate / base_rate:.2f}× its base's per-GPU throughput: superlinear "
                     f"beyond {SUPERLINEAR} (contradicts the base)")
-    return Prediction(row, base, system.words, regime_of(sharding, system.intra, row_nodes), units_source,
-                      compute.step_ms, step.step_ms, predicted_rate * n * units, row_rate / base_rate,
-                      predicted_rate / base_rate, 100 * abs(predicted_rate - row_rate) / row_rate,
-                      step.dominant_term, held_out)
+    name = regime(sharding is not None, row_nodes, system.intra)
+    return Prediction(row, base, system.words, name, units_source, compute.step_ms, step.step_ms,
+                      predicted_rate * n * units, row_rate / base_rate, predicted_rate / base_rate,
+                      100 * abs(predicted_rate - row_rate) / row_rate, step.dominant_term, held_out)
 
 
 def _per_node(row: pd.Series) -> int:
@@ -364,15 +359,13 @@ class Scored:
     the published value fell inside."""
 
     prediction: Prediction
-    band: object   # interval.Band
+    band: Band
     inside: bool
     width_points: float
 
 
 def residual(p: Prediction) -> float:
     """ln(published / predicted): the model error the interval's bands are fitted to."""
-    import math
-
     return math.log(p.published_eff / p.predicted_eff)
 
 
