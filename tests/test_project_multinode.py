@@ -391,3 +391,23 @@ def test_what_if_takes_a_sharded_engine_and_nics_per_node():
         project_spec(**keys, sharding="zero4")
     with pytest.raises(SpecError, match="nics_per_node=0"):
         project_spec(**keys, nics_per_node=0)
+
+
+def test_a_measured_networks_residual_widens_the_interval():
+    # a fit with a 10 % RMS residual: the step with busbw × (1 − 1.645·0.10) is slower, and that ratio
+    # widens both ends of the band; a preset (no residual) gives the band alone
+    from bench.project.fit import Fit, measured_network
+
+    fit = Fit(alpha_us=50.0, us_per_byte=1e-4, n_points=4, alpha_fitted=True, rms_residual_pct=10.0,
+              max_residual_pct=15.0)
+    measured = measured_network(fit, 4, "test")
+    assert measured.bandwidth_rel_error == pytest.approx(0.10)
+    config = _config(False)
+    rows = project(config, "measured", lambda n, d: (measured, "m"), [4], "auto", Physics())
+    band = interval.read_bands()[0]["pcie"]
+    row = rows[0]
+    assert row["interval_regime"].startswith("pcie")
+    low, high = (math.log(row[c] / row["efficiency_pct"]) for c in ("efficiency_pct_low",
+                                                                      "efficiency_pct_high"))
+    delta = band.low - low
+    assert delta > 0 and high - band.high == pytest.approx(delta)
