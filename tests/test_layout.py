@@ -178,8 +178,8 @@ def test_the_map_reader_reads_the_tree():
 
 
 def test_nothing_outside_the_engines_tests_an_engine_by_name():
-    # what an engine is (the reference, bucketless, sharded, ...) is its facts' to say (bench/engines/base.py):
-    # a comparison with a built-in engine's name elsewhere would miss a plug-in engine of the same kind
+    # what an engine is (the reference, bucketless, sharded, ...) is its facts' to say (engines/base.py): a
+    # comparison with a built-in engine's name elsewhere would miss a plug-in engine of the same kind
     from bench.engines import names
 
     engine_names = set(names())

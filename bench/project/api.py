@@ -25,6 +25,7 @@ from bench.project.project import (
     projection_table,
     validation_table,
     with_evidence,
+    workload_shapes,
 )
 from bench.run_folder import load_run
 from bench.schema import WIRE_DTYPES
@@ -62,7 +63,9 @@ class Projection:
             lines = [f"projection: {out / run_folder.PROJECTION} ({predicted} of {len(rows)} rows predicted; "
                      f"what-if, nothing measured)"]
             return lines + [f"  N={int(r['world_size']):5d}  step {r['predicted_step_ms']:9.2f} ms  "
-                            f"efficiency {r['efficiency_pct']:5.1f} %  dominant {r['dominant_term']}"
+                            f"efficiency {r['efficiency_pct']:5.1f} % (90 % interval "
+                            f"{r['efficiency_pct_low']:.1f}–{r['efficiency_pct_high']:.1f})  "
+                            f"dominant {r['dominant_term']}"
                             for _, r in rows.iterrows() if not pd.isna(r["efficiency_pct"])]
         lines = [f"projection: {out / run_folder.PROJECTION} ({self.configurations} configurations, "
                  f"{predicted} of {len(rows)} rows predicted)"]
@@ -95,7 +98,7 @@ class Projection:
 
 def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
                  inter_network: str = DEFAULT_INTER_NETWORK, bw_gbps: float | None = None,
-                 latency_us: float | None = None) -> dict:
+                 latency_us: float | None = None, nics_per_node: int | None = None) -> dict:
     """Name → Network for every preset asked for (None for `measured`: the run's own probe), or the one
     custom network of `bw_gbps` and `latency_us`; UsageError naming the flag and its value."""
     custom = bw_gbps is not None or latency_us is not None
@@ -112,6 +115,8 @@ def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node:
         raise UsageError(f"--gpus-per-node={gpus_per_node} must be >= 1")
     if inter_network not in INTER_NODE:
         raise UsageError(f"--inter-network={inter_network!r} is not one of {list(INTER_NODE)}")
+    if nics_per_node is not None and nics_per_node < 1:
+        raise UsageError(f"--nics-per-node={nics_per_node} must be >= 1")
     out = {}
     for name in names or [MEASURED]:
         name = name.strip()
@@ -120,7 +125,7 @@ def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node:
             continue
         if name not in FABRICS:
             raise UsageError(f"--network={name!r} is not a preset; choose from {[*FABRICS, MEASURED]}")
-        net = preset_network(name, gpus_per_node, inter_network)
+        net = preset_network(name, gpus_per_node, inter_network, nics_per_node)
         for n in world_sizes:
             try:
                 net.nodes(n)
@@ -133,8 +138,8 @@ def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node:
 
 def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFAULT_WORLD_SIZES, *,
         gpus_per_node: int = DEFAULT_GPUS_PER_NODE, inter_network: str = DEFAULT_INTER_NETWORK,
-        algorithm: str = "auto", bw_gbps: float | None = None, latency_us: float | None = None,
-        out: Path | str | None = None, write: bool = True) -> Projection:
+        nics_per_node: int | None = None, algorithm: str = "auto", bw_gbps: float | None = None,
+        latency_us: float | None = None, out: Path | str | None = None, write: bool = True) -> Projection:
     """Project every configuration of the run at `run_dir` to `world_sizes` on each of `networks` (preset
     names, default the run's own probe; or a custom `bw_gbps` + `latency_us`), validate on the world sizes
     it measured, and (with `write`) write RUN/projection/ or `out`."""
@@ -142,13 +147,15 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
     if algorithm not in ALGORITHMS:
         raise UsageError(f"--algorithm={algorithm!r} is not one of {list(ALGORITHMS)}")
     world_sizes = sorted(set(world_sizes))
-    presets = networks_for(networks, world_sizes, gpus_per_node, inter_network, bw_gbps, latency_us)
+    presets = networks_for(networks, world_sizes, gpus_per_node, inter_network, bw_gbps, latency_us,
+                           nics_per_node)
     try:
         run = load_run(run_dir)
     except run_folder.RunError as exc:
         raise run_folder.RunError(f"run={str(run_dir)!r}: {exc}") from None
     timeline, sweep = read_timeline(run_dir), read_sweep(run_dir)
-    configs = configurations(run.results, timeline, _layout(run_dir, run.config.get("workload", {})))
+    workload = run.config.get("workload", {})
+    configs = configurations(run.results, timeline, _layout(run_dir, workload), workload_shapes(workload))
     evidence = read_evidence(run_dir)
     configs = [with_evidence(c, evidence) if c.compute is not None else c for c in configs]
 

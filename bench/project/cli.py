@@ -1,5 +1,5 @@
 """`python -m bench project RUN [--network P[,P...] | --bw-gbps X --latency-us Y] [--world-sizes LIST]
-[--gpus-per-node 8] [--inter-network ib-ndr400] [--algorithm auto] [--out DIR]`.
+[--gpus-per-node 8] [--nics-per-node N] [--inter-network ib-ndr400] [--algorithm auto] [--out DIR]`.
 
 Writes DIR (default RUN/projection/): projection.csv, validation.csv, network_fit.csv and notes.txt — data
 only; `bench report RUN` draws the figure and renders the section. Exit 2 on bad input (one line naming the
@@ -50,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default: {WORLD_SIZES_TEXT})")
     parser.add_argument("--gpus-per-node", type=int, default=DEFAULT_GPUS_PER_NODE,
                         help=f"ranks sharing an NVLink preset's node (default: {DEFAULT_GPUS_PER_NODE})")
+    parser.add_argument("--nics-per-node", type=int, default=None,
+                        help="NICs per node between nodes (default: one per GPU; DGX-1: 4)")
     parser.add_argument("--inter-network", default=DEFAULT_INTER_NETWORK,
                         help=f"fabric between nodes for NVLink presets: {', '.join(INTER_NODE)} "
                              f"(default: {DEFAULT_INTER_NETWORK})")
@@ -100,7 +102,8 @@ def main(args: argparse.Namespace) -> int:
         networks = None if args.network is None else args.network.split(",")
         projection = run(args.run_dir, networks, parse_world_sizes(args.world_sizes),
                          gpus_per_node=args.gpus_per_node, inter_network=args.inter_network,
-                         algorithm=args.algorithm, bw_gbps=args.bw_gbps, latency_us=args.latency_us,
+                         nics_per_node=args.nics_per_node, algorithm=args.algorithm,
+                         bw_gbps=args.bw_gbps, latency_us=args.latency_us,
                          out=args.out)
     except (UsageError, InputError, RunError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
@@ -153,6 +156,8 @@ def spec_main(args: argparse.Namespace) -> int:
             keys["world_sizes"] = parse_world_sizes(args.world_sizes)
         keys.setdefault("gpus_per_node", args.gpus_per_node)
         keys.setdefault("inter_network", args.inter_network)
+        if args.nics_per_node is not None:
+            keys.setdefault("nics_per_node", args.nics_per_node)
         keys.setdefault("algorithm", args.algorithm)
         projection = what_if(keys, out=args.out)
     except (SpecError, UsageError) as exc:

@@ -70,7 +70,7 @@ def efficiency_figure(projection: pd.DataFrame, configs: list[Configuration], pa
         return None
     configs, slice_words = reference_slice(configs)
     networks = list(dict.fromkeys(drawn["network"]))
-    # engines with a projected line only (fsdp2 and PowerSGD rows carry the reason they are not projected)
+    # engines with a projected line only (a configuration the model cannot project carries its reason)
     projected = set(drawn["cell_id"])
     engines = list(dict.fromkeys(c.base["engine"] for c in configs if c.base["cell_id"] in projected))
     if not engines:

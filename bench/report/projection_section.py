@@ -41,6 +41,24 @@ def efficiency_by_world_size(projection: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def interval_by_world_size(projection: pd.DataFrame) -> pd.DataFrame | None:
+    """Per network and configuration, the predicted efficiency with its 90 % interval at each world size
+    ("83 % (76–88)") and the regime whose model-error band it carries. None for a projection.csv written
+    before the interval columns existed."""
+    if "efficiency_pct_low" not in projection.columns:
+        return None
+    rows = []
+    for (network, cell_id), group in projection.groupby(["network", "cell_id"], sort=False):
+        row = {"network": network, "cell_id": cell_id}
+        predicted = group.dropna(subset=["efficiency_pct"])
+        for _, r in predicted.iterrows():
+            row[f"ws{int(r['world_size'])}"] = (f"{r['efficiency_pct']:.0f} % ({r['efficiency_pct_low']:.0f}–"
+                                                f"{r['efficiency_pct_high']:.0f})")
+        regimes = [str(x) for x in predicted["interval_regime"].dropna().unique()
+                   if not str(x).startswith("none")]
+        row["error band"] = ", ".join(regimes)
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def dominant_by_world_size(projection: pd.DataFrame) -> pd.DataFrame | None:
@@ -83,6 +101,15 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
              "and the chosen network (alpha-beta all-reduce model, buckets queued on one communication "
              "stream as they become ready). Not a measurement.", "formula")
     sec.table(table, "tables/projection_efficiency.csv")
+    intervals = interval_by_world_size(projection)
+    if intervals is not None and len(intervals):
+        write_csv(intervals, out_dir / "tables" / "projection_interval.csv")
+        sec.para("Each projected efficiency with its 90 % interval: the model's own error on published "
+                 "multi-GPU and multi-node tables in the same regime (NVLink or PCIe inside a node, across "
+                 "nodes, sharded), held out by source, widened by the measured inputs' intervals "
+                 "(docs/projection.md, The interval). projection.csv has the samples/s interval too.",
+                 "formula")
+        sec.table(intervals, "tables/projection_interval.csv")
     dominant = dominant_by_world_size(projection)
     if dominant is not None and len(dominant):
         write_csv(dominant, out_dir / "tables" / "projection_dominant_term.csv")

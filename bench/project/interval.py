@@ -1,0 +1,201 @@
+"""The 90 % interval on every projected number (docs/projection.md "The interval"; docs/design.md).
+
+The model's own error, per regime: r = ln(published / predicted) of the published rows the validator
+predicts (benchmarks/validate_projection.py; rows it holds out of its headline are not used). A regime's
+band is the shortest [low, high] holding k = ⌈level·(n + 1)⌉ of its n residuals (the split-conformal rank:
+were rows exchangeable, a new row would fall inside with probability ≥ level). Rows are not exchangeable
+across sources (each table has its own harness and cluster), so each regime's level is calibrated by
+leave-one-source-out cross-validation: the smallest of 0.90, 0.91, … 0.99 at which bands fitted without a
+source hold at least 90 % of that regime's rows of that source, over all training rows (calibrated_levels:
+the one number per regime chosen on held-out data). A regime with fewer than MIN_ROWS
+residuals takes the band of all regimes pooled, and says so. The bands of the in-project corpora are
+stored in model_error.csv (`validate_projection.py --fit-interval` writes it; a test checks it is current).
+
+Regimes (`regime`): `fsdp` (a sharded engine), `inter-node` (more than one node), `nvlink` (one node on an
+NVLink/NVSwitch preset), `pcie` (one node on PCIe or NVLink bridges; also the measured and custom
+networks, whose model error no published table measures: the PCIe band is the wider of the two
+within-node bands on the corpora, docs/projection.md).
+
+A projected number x (efficiency or samples/s) then gets
+
+    [x · e^(low − δ), x · e^(high + δ)]
+
+δ = the measured inputs' own 90 % half-widths, relative, added (not in quadrature: they are not independent
+of the model error, and adding is the conservative side): T1's (the base cell's step-time interval, 95 %
+→ 90 % by z 1.645/1.960) for samples/s, and for both numbers the change a busbw off by the fit's RMS
+residual makes to the simulated step (measured network; a preset has no interval of its own: its error is
+in the band).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+COVERAGE = 0.90
+REGIMES = ("nvlink", "pcie", "inter-node", "fsdp")
+POOLED = "pooled"
+MIN_ROWS = 10   # fewer residuals than this cannot place a 90 % band's ends (k = ⌈0.9·11⌉ = 10 of 10)
+# Rows of one source share its harness and cluster: a regime's own band is trusted only when leave-one-
+# source-out can check it, i.e. when fitting it without any one source still leaves two (Lambda's PCIe
+# rows come from two snapshots of one harness: the pcie regime takes the pooled band).
+MIN_SOURCES = 3
+NVLINK_PRESETS = ("h100-nvlink", "a100-nvlink", "b200-nvlink", "v100-dgx1", "v100-dgx2")
+FLAT_WITHIN = ("measured", "custom")   # flat networks whose error no table measures: the pcie band
+# half-widths of two-sided normal intervals, in standard deviations: 95 % (z 0.975) and 90 % (z 0.95)
+HALF_95, HALF_90 = 1.959964, 1.644854
+STORED = Path(__file__).with_name("model_error.csv")
+STORED_COLUMNS = ("regime", "rows", "low", "high", "pooled", "level")
+# the levels calibrated_levels tries: 0.90 … 0.99
+LEVELS = tuple(round(0.90 + 0.01 * i, 2) for i in range(10))
+
+
+def regime(sharded: bool, nodes: int | None, intra: str) -> str:
+    """The regime of a prediction (module docstring)."""
+    if sharded:
+        return "fsdp"
+    if nodes is not None and nodes > 1:
+        return "inter-node"
+    return "nvlink" if intra in NVLINK_PRESETS else "pcie"
+
+
+def regime_of_network(sharded: bool, net, n: int) -> str:
+    """The regime of a projected row on a Network (bench/project/network.py): a node-structured network by
+    its nodes and intra-node fabric; a flat preset between nodes (ib-ndr400, eth-100g: every rank on its own
+    NIC) `inter-node`; the measured and custom networks `pcie` (module docstring)."""
+    if net is None:
+        return regime(sharded, 1, "")
+    if net.gpus_per_node > 1:
+        return regime(sharded, net.nodes(n), net.intra.name)
+    return regime(sharded, n if net.name not in FLAT_WITHIN else 1, net.name)
+
+
+@dataclass(frozen=True)
+class Band:
+    """ln(published / predicted) bounds of one regime; `pooled`: fitted on all regimes (too few rows)."""
+
+    regime: str
+    rows: int
+    low: float
+    high: float
+    pooled: bool = False
+
+    def contains(self, residual: float) -> bool:
+        return self.low <= residual <= self.high
+
+    def width_points(self, efficiency_pct: float) -> float:
+        """The band's width in points of efficiency around a predicted efficiency (%)."""
+        return efficiency_pct * (math.exp(self.high) - math.exp(self.low))
+
+
+def shortest(values: list[float], coverage: float = COVERAGE) -> tuple[float, float]:
+    """The shortest [low, high] holding k = ⌈coverage·(n + 1)⌉ of the values (all of them when k > n)."""
+    if not values:
+        raise ValueError("no residuals to fit a band to")
+    xs = sorted(values)
+    n = len(xs)
+    k = min(n, math.ceil(coverage * (n + 1) - 1e-12))
+    i = min(range(n - k + 1), key=lambda j: xs[j + k - 1] - xs[j])
+    return xs[i], xs[i + k - 1]
+
+
+Levels = dict[str, float]   # regime (and POOLED) → the level its band is fitted at
+
+
+def _level(levels: Levels | float, name: str) -> float:
+    return levels if isinstance(levels, float) else levels.get(name, COVERAGE)
+
+
+def fit_bands(residuals: Iterable[tuple[str, str, float]], levels: Levels | float = COVERAGE
+              ) -> dict[str, Band]:
+    """A band per regime from (source, regime, residual) rows, each at its level, and the pooled band
+    (module docstring)."""
+    by_regime: dict[str, list[float]] = {}
+    sources: dict[str, set[str]] = {}
+    for source, name, r in residuals:
+        by_regime.setdefault(name, []).append(r)
+        sources.setdefault(name, set()).add(source)
+    everything = [r for rs in by_regime.values() for r in rs]
+    pooled = Band(POOLED, len(everything), *shortest(everything, _level(levels, POOLED)), pooled=True)
+    bands = {POOLED: pooled}
+    for name in REGIMES:
+        rs = by_regime.get(name, [])
+        own = len(rs) >= MIN_ROWS and len(sources.get(name, ())) >= MIN_SOURCES
+        bands[name] = (Band(name, len(rs), *shortest(rs, _level(levels, name))) if own
+                       else Band(name, len(rs), pooled.low, pooled.high, pooled=True))
+    return bands
+
+
+def held_out_bands(residuals: list[tuple[str, str, float]],
+                   levels: Levels | float = COVERAGE) -> dict[str, dict[str, Band]]:
+    """Leave-one-source-out: for each source, the bands fitted on every other source's (source, regime,
+    residual) rows."""
+    sources = {s for s, _, _ in residuals}
+    return {s: fit_bands([row for row in residuals if row[0] != s], levels) for s in sources}
+
+
+def held_out_coverage(residuals: list[tuple[str, str, float]], levels: Levels | float,
+                      regimes: Iterable[str] = REGIMES) -> float:
+    """The fraction of the rows of `regimes` inside their regime's band fitted without their own source."""
+    loso = held_out_bands(residuals, levels)
+    names = set(regimes)
+    mine = [(s, g, r) for s, g, r in residuals if g in names]
+    return sum(loso[s][g].contains(r) for s, g, r in mine) / len(mine) if mine else float("nan")
+
+
+def _first_that_holds(tried: list[tuple[float, float]]) -> tuple[float, float]:
+    """The first (level, coverage) reaching COVERAGE; when none does, the one that holds most (shortest
+    windows need not nest, so coverage need not grow with the level)."""
+    return next(((lv, c) for lv, c in tried if c >= COVERAGE), max(tried, key=lambda t: t[1]))
+
+
+def calibrated_levels(residuals: list[tuple[str, str, float]]) -> dict[str, tuple[float, float]]:
+    """Per regime and POOLED: (level, held-out coverage), the smallest LEVELS entry at which leave-one-
+    source-out coverage of the rows the band serves reaches COVERAGE (the best one when none does). Sources
+    differ more than rows of one source do, so a band fitted at 90 % of the other sources' rows holds fewer
+    than 90 % of a new source's: the level is raised until it holds. The pooled band serves the regimes
+    without a band of their own (all rows when every regime has one); it is set first."""
+    own = [name for name, band in fit_bands(residuals).items() if name != POOLED and not band.pooled]
+    takers = [g for g in REGIMES if g not in own]
+    served = takers if any(g in takers for _, g, _ in residuals) else list(REGIMES)
+    level, covered = _first_that_holds([
+        (lv, held_out_coverage(residuals, {POOLED: lv} | {g: lv for g in takers}, served)) for lv in LEVELS])
+    levels: Levels = {POOLED: level} | {g: level for g in takers}
+    out = {POOLED: (level, covered)}
+    out |= {g: (level, held_out_coverage(residuals, levels, [g])) for g in takers}
+    for name in own:
+        level, covered = _first_that_holds([
+            (lv, held_out_coverage(residuals, levels | {name: lv}, [name])) for lv in LEVELS])
+        levels[name] = level
+        out[name] = (level, covered)
+    return out
+
+
+def write_bands(bands: dict[str, Band], levels: Levels, path: Path = STORED) -> None:
+    rows = [{"regime": b.regime, "rows": b.rows, "low": round(b.low, 6), "high": round(b.high, 6),
+             "pooled": b.pooled, "level": levels[POOLED if b.pooled else b.regime]} for b in bands.values()]
+    pd.DataFrame(rows, columns=list(STORED_COLUMNS)).to_csv(path, index=False)
+
+
+def read_bands(path: Path = STORED) -> tuple[dict[str, Band], Levels]:
+    """The stored bands (model_error.csv) and the level each was fitted at."""
+    df = pd.read_csv(path)
+    bands = {r["regime"]: Band(r["regime"], int(r["rows"]), float(r["low"]), float(r["high"]),
+                               bool(r["pooled"])) for _, r in df.iterrows()}
+    return bands, {r["regime"]: float(r["level"]) for _, r in df.iterrows()}
+
+
+def t1_relative_90(half_width_pct_95: float | None) -> float:
+    """T1's relative 90 % half-width from its 95 % half-width in % (0 when not measured)."""
+    if half_width_pct_95 is None or not half_width_pct_95 == half_width_pct_95 or half_width_pct_95 < 0:
+        return 0.0
+    return half_width_pct_95 / 100 * HALF_90 / HALF_95
+
+
+def bounds(value: float, band: Band, delta: float) -> tuple[float, float]:
+    """[value · e^(low − δ), value · e^(high + δ)] (module docstring)."""
+    return value * math.exp(band.low - delta), value * math.exp(band.high + delta)
