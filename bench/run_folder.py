@@ -45,7 +45,7 @@ SLURM_JOB_ID = "slurm-job-id"     # under LOGS: the job `bench slurm --submit` f
 SLURM_OUTPUT = "slurm-%j.out"     # under LOGS: the job's output (sbatch --output; %j is the job id)
 TRACES = "traces"                 # traces/<cell_id>/rank<r>.<ts>.pt.trace.json.gz
 # under LOGS, per launch k of `bench run` (bench/run/launch.py): launch-<k>.<part>
-LAUNCH_PARTS = ("plan.json", "events.jsonl", "cmd", "out", "err", "pid")
+LAUNCH_PARTS = (PLAN, "events.jsonl", "cmd", "out", "err", "pid")
 
 
 def node_env(host: str) -> str:

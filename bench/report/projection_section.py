@@ -118,7 +118,7 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
                  "by the all-reduces it overlaps), straggler (the slowest rank's expected lag) or the host "
                  "floor (docs/design.md, Projection).", "formula")
         sec.table(dominant, "tables/projection_dominant_term.csv")
-    validation = _read(folder / "validation.csv")
+    validation = _read(folder / run_folder.VALIDATION)
     if validation is not None and validation["error_pct"].notna().any():
         errors = validation["error_pct"].dropna()
         sec.para(f"Validation against this run's own larger world sizes: median |error| "
@@ -127,7 +127,7 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
         write_csv(validation, out_dir / "tables" / "projection_validation.csv")
         shown = ["cell_id", "world_size", "measured_step_ms", "predicted_step_ms", "error_pct"]
         sec.table(validation[shown], "tables/projection_validation.csv")
-    fits = _read(folder / "network_fit.csv")
+    fits = _read(folder / run_folder.NETWORK_FIT)
     if fits is not None and len(fits):
         write_csv(fits, out_dir / "tables" / "projection_network_fit.csv")
         sec.para("The network fitted to this run's all-reduce probe (alpha-beta per world size).")

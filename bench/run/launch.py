@@ -128,7 +128,7 @@ class Launch:
         self.nccl_parsed: dict[Path, tuple[int, Counter]] = {}  # path → (size when parsed, its counts)
 
     def command(self) -> list[str]:
-        plan_path = self.logs / run_folder.launch_file(self.k, "plan.json")
+        plan_path = self.logs / run_folder.launch_file(self.k, run_folder.PLAN)
         write_plan(plan_path, self.config, self.sweep.run_dir, self.pending, launcher_pid=os.getpid(),
                    profile=self.to_profile)
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
