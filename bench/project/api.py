@@ -172,7 +172,8 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
     # one line per configuration: notes.txt keeps them all, the printout only says where they are
     physics = [f"{run_folder.PHYSICS_NOTE}{c.base['cell_id']}: {c.physics_source}"
                for c in configs if c.physics_source]
-    projection = Projection(projection=projection_table(configs, network_at, world_sizes, algorithm),
+    projection = Projection(projection=projection_table(configs, network_at, world_sizes, algorithm,
+                                                             anchored=(MEASURED,)),
                             notes=notes, physics=physics,
                             validation=validation_table(configs, measured, run.env.get("cpu_cores")),
                             fits=fits_table(fits), configurations=len(configs))

@@ -1,15 +1,23 @@
 """The 90 % interval on every projected number (docs/projection.md "The interval"; docs/design.md).
 
-The model's own error, per regime: r = ln(published / predicted) of the published rows the validator
-predicts (benchmarks/validate_projection.py; rows it holds out of its headline are not used). A regime's
-band is the shortest [low, high] holding k = ⌈level·(n + 1)⌉ of its n residuals (the split-conformal rank:
-were rows exchangeable, a new row would fall inside with probability ≥ level). Rows are not exchangeable
-across sources (each table has its own harness and cluster), so each regime's level is calibrated by
-leave-one-source-out cross-validation: the smallest of 0.90, 0.91, … 0.99 at which bands fitted without a
-source hold at least 90 % of that regime's rows of that source, over all training rows (calibrated_levels:
-the one number per regime chosen on held-out data). A regime with fewer than MIN_ROWS
-residuals takes the band of all regimes pooled, and says so. The bands of the in-project corpora are
-stored in model_error.csv (`validate_projection.py --fit-interval` writes it; a test checks it is current).
+The model's own error, per band: r = ln(published / predicted) of the published rows the validator
+predicts (benchmarks/validate_projection.py; rows it holds out of its headline are not used). A band is
+named by the regime and the basis of the prediction (band_name). Two bases: a prediction from the base
+alone, and one `anchored` to a measured world size between the base and the projected one (the model
+predicts the change from that measurement: bench/project/published.py, project.py). Anchored rows have
+their own bands because most of the model's error is already there at the first world size above the
+base (a harness's data pipeline, clocks, launcher: no input of the model shows it) and the anchor has
+measured it; what is left is the error of the change, about half as wide on the corpora
+(docs/projection.md). A band is the shortest [low, high] holding k = ⌈level·(n + 1)⌉ of its n residuals
+(the split-conformal rank: were rows exchangeable, a new row would fall inside with probability ≥ level).
+Rows are not exchangeable across sources (each table has its own harness and cluster), so each band's
+level is calibrated by leave-one-source-out cross-validation: the smallest of 0.90, 0.91, … 0.99 at which
+bands fitted without a source hold at least 90 % of that band's rows of that source, over all training
+rows (calibrated_levels: the one number per band chosen on held-out data). A band with fewer than
+MIN_ROWS residuals or MIN_SOURCES sources takes the pooled band of its basis (all of that basis's
+regimes), and says so; with no anchored residuals at all, the anchored bands are the base's pooled band.
+The bands of the in-project corpora are stored in model_error.csv (`validate_projection.py
+--fit-interval` writes it; a test checks it is current).
 
 Regimes (`regime`): `fsdp` (a sharded engine), `inter-node` (more than one node), `nvlink` (one node on an
 NVLink/NVSwitch preset), `pcie` (one node on PCIe or NVLink bridges; also the measured and custom
@@ -31,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -39,6 +47,8 @@ import pandas as pd
 COVERAGE = 0.90
 REGIMES = ("nvlink", "pcie", "inter-node", "fsdp")
 POOLED = "pooled"
+ANCHORED = "anchored"
+BASES = ("", ANCHORED)   # a band's basis: "" from the base alone, ANCHORED to a measured world size
 MIN_ROWS = 10   # fewer residuals than this cannot place a 90 % band's ends (k = ⌈0.9·11⌉ = 10 of 10)
 # Rows of one source share its harness and cluster: a regime's own band is trusted only when leave-one-
 # source-out can check it, i.e. when fitting it without any one source still leaves two (Lambda's PCIe
@@ -63,6 +73,18 @@ def regime(sharded: bool, nodes: int | None, intra: str) -> str:
     return "nvlink" if intra in NVLINK_PRESETS else "pcie"
 
 
+def band_name(name: str, basis: str = "") -> str:
+    """The band of a regime (or POOLED) on a basis (BASES): "nvlink", "nvlink anchored"."""
+    if basis not in BASES:
+        raise ValueError(f"basis={basis!r} is not one of {BASES}")
+    return f"{name} {basis}" if basis else name
+
+
+def basis_of(name: str) -> str:
+    """The basis of a band name (band_name's inverse)."""
+    return ANCHORED if name.endswith(f" {ANCHORED}") else ""
+
+
 def regime_of_network(sharded: bool, net, n: int) -> str:
     """The regime of a projected row on a Network (bench/project/network.py): a node-structured network by
     its nodes and intra-node fabric; a flat preset between nodes (ib-ndr400, eth-100g: every rank on its own
@@ -76,7 +98,8 @@ def regime_of_network(sharded: bool, net, n: int) -> str:
 
 @dataclass(frozen=True)
 class Band:
-    """ln(published / predicted) bounds of one regime; `pooled`: fitted on all regimes (too few rows)."""
+    """ln(published / predicted) bounds of one band (band_name); `pooled`: fitted on all regimes of its
+    basis (too few rows or sources of its own)."""
 
     regime: str
     rows: int
@@ -112,21 +135,28 @@ def _level(levels: Levels | float, name: str) -> float:
 
 def fit_bands(residuals: Iterable[tuple[str, str, float]], levels: Levels | float = COVERAGE
               ) -> dict[str, Band]:
-    """A band per regime from (source, regime, residual) rows, each at its level, and the pooled band
-    (module docstring)."""
-    by_regime: dict[str, list[float]] = {}
+    """A band per regime and basis from (source, band name, residual) rows, each at its level, and each
+    basis's pooled band (module docstring)."""
+    by_name: dict[str, list[float]] = {}
     sources: dict[str, set[str]] = {}
     for source, name, r in residuals:
-        by_regime.setdefault(name, []).append(r)
+        by_name.setdefault(name, []).append(r)
         sources.setdefault(name, set()).add(source)
-    everything = [r for rs in by_regime.values() for r in rs]
-    pooled = Band(POOLED, len(everything), *shortest(everything, _level(levels, POOLED)), pooled=True)
-    bands = {POOLED: pooled}
-    for name in REGIMES:
-        rs = by_regime.get(name, [])
-        own = len(rs) >= MIN_ROWS and len(sources.get(name, ())) >= MIN_SOURCES
-        bands[name] = (Band(name, len(rs), *shortest(rs, _level(levels, name))) if own
-                       else Band(name, len(rs), pooled.low, pooled.high, pooled=True))
+    bands: dict[str, Band] = {}
+    for basis in BASES:
+        pooled_name = band_name(POOLED, basis)
+        mine = [r for name, rs in by_name.items() if basis_of(name) == basis for r in rs]
+        if mine:
+            pooled = Band(pooled_name, len(mine), *shortest(mine, _level(levels, pooled_name)), pooled=True)
+        else:   # no residual of this basis: the base's pooled band (module docstring)
+            pooled = replace(bands[POOLED], regime=pooled_name, rows=0)
+        bands[pooled_name] = pooled
+        for regime_name in REGIMES:
+            name = band_name(regime_name, basis)
+            rs = by_name.get(name, [])
+            own = len(rs) >= MIN_ROWS and len(sources.get(name, ())) >= MIN_SOURCES
+            bands[name] = (Band(name, len(rs), *shortest(rs, _level(levels, name))) if own
+                           else Band(name, len(rs), pooled.low, pooled.high, pooled=True))
     return bands
 
 
@@ -138,11 +168,17 @@ def held_out_bands(residuals: list[tuple[str, str, float]],
     return {s: fit_bands([row for row in residuals if row[0] != s], levels) for s in sources}
 
 
+def all_names() -> tuple[str, ...]:
+    """Every regime's band name on every basis (POOLED's excluded)."""
+    return tuple(band_name(g, basis) for basis in BASES for g in REGIMES)
+
+
 def held_out_coverage(residuals: list[tuple[str, str, float]], levels: Levels | float,
-                      regimes: Iterable[str] = REGIMES) -> float:
-    """The fraction of the rows of `regimes` inside their regime's band fitted without their own source."""
+                      names: Iterable[str] | None = None) -> float:
+    """The fraction of the rows of the bands `names` (default all) inside their band fitted without their
+    own source."""
     loso = held_out_bands(residuals, levels)
-    names = set(regimes)
+    names = set(all_names() if names is None else names)
     mine = [(s, g, r) for s, g, r in residuals if g in names]
     return sum(loso[s][g].contains(r) for s, g, r in mine) / len(mine) if mine else float("nan")
 
@@ -154,30 +190,41 @@ def _first_that_holds(tried: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def calibrated_levels(residuals: list[tuple[str, str, float]]) -> dict[str, tuple[float, float]]:
-    """Per regime and POOLED: (level, held-out coverage), the smallest LEVELS entry at which leave-one-
-    source-out coverage of the rows the band serves reaches COVERAGE (the best one when none does). Sources
-    differ more than rows of one source do, so a band fitted at 90 % of the other sources' rows holds fewer
-    than 90 % of a new source's: the level is raised until it holds. The pooled band serves the regimes
-    without a band of their own (all rows when every regime has one); it is set first."""
-    own = [name for name, band in fit_bands(residuals).items() if name != POOLED and not band.pooled]
-    takers = [g for g in REGIMES if g not in own]
-    served = takers if any(g in takers for _, g, _ in residuals) else list(REGIMES)
-    level, covered = _first_that_holds([
-        (lv, held_out_coverage(residuals, {POOLED: lv} | {g: lv for g in takers}, served)) for lv in LEVELS])
-    levels: Levels = {POOLED: level} | {g: level for g in takers}
-    out = {POOLED: (level, covered)}
-    out |= {g: (level, held_out_coverage(residuals, levels, [g])) for g in takers}
-    for name in own:
+    """Per band and per basis's POOLED: (level, held-out coverage), the smallest LEVELS entry at which
+    leave-one-source-out coverage of the rows the band serves reaches COVERAGE (the best one when none
+    does). Sources differ more than rows of one source do, so a band fitted at 90 % of the other sources'
+    rows holds fewer than 90 % of a new source's: the level is raised until it holds. A basis's pooled band
+    serves its regimes without a band of their own (all of its rows when every regime has one); it is set
+    first, the base's before the anchored one's (the anchored falls back to it)."""
+    fitted = fit_bands(residuals)
+    levels: Levels = {}
+    out: dict[str, tuple[float, float]] = {}
+    present = {name for _, name, _ in residuals}
+    for basis in BASES:
+        names = [band_name(g, basis) for g in REGIMES]
+        pooled_name = band_name(POOLED, basis)
+        own = [name for name in names if not fitted[name].pooled]
+        takers = [name for name in names if name not in own]
+        served = takers if present & set(takers) else names
         level, covered = _first_that_holds([
-            (lv, held_out_coverage(residuals, levels | {name: lv}, [name])) for lv in LEVELS])
-        levels[name] = level
-        out[name] = (level, covered)
+            (lv, held_out_coverage(residuals, levels | {pooled_name: lv} | {g: lv for g in takers}, served))
+            for lv in LEVELS])
+        levels |= {pooled_name: level} | {g: level for g in takers}
+        out[pooled_name] = (level, covered)
+        out |= {g: (level, held_out_coverage(residuals, levels, [g])) for g in takers}
+        for name in own:
+            level, covered = _first_that_holds([
+                (lv, held_out_coverage(residuals, levels | {name: lv}, [name])) for lv in LEVELS])
+            levels[name] = level
+            out[name] = (level, covered)
     return out
 
 
 def write_bands(bands: dict[str, Band], levels: Levels, path: Path = STORED) -> None:
     rows = [{"regime": b.regime, "rows": b.rows, "low": round(b.low, 6), "high": round(b.high, 6),
-             "pooled": b.pooled, "level": levels[POOLED if b.pooled else b.regime]} for b in bands.values()]
+             "pooled": b.pooled,
+             "level": levels[band_name(POOLED, basis_of(b.regime)) if b.pooled else b.regime]}
+            for b in bands.values()]
     pd.DataFrame(rows, columns=list(STORED_COLUMNS)).to_csv(path, index=False)
 
 
