@@ -18,13 +18,15 @@ from bench.project.published import validate
 from bench.project.simulate import Buckets, Compute
 
 
-def _row(gpus: int, per_gpu: float, nodes: int = 1, notes: str = "") -> pd.Series:
+def _row(gpus: int, per_gpu: float, nodes: int = 1, notes: str = "", per_gpu_unit: bool = False) -> pd.Series:
     # one parameter: its all-reduce is 4 bytes, microseconds against a 1-second step, so the model's
     # efficiency is 1 to within 1e-4 at every size and only the anchor moves a prediction
     return pd.Series(dict(source_id="S", model="M", params=1, framework="PyTorch DDP",
                           hardware="A100-SXM4-80GB", interconnect="NVSwitch; 8x 200 Gb/s HDR per node",
                           precision="amp_fp16", per_gpu_batch=32, grad_accum=1, gpus=gpus, nodes=nodes,
-                          throughput=per_gpu * gpus, throughput_unit="sequences/s", notes=notes))
+                          throughput=per_gpu if per_gpu_unit else per_gpu * gpus,
+                          throughput_unit="sequences/s per GPU" if per_gpu_unit else "sequences/s",
+                          notes=notes))
 
 
 def _by_gpus(group: pd.DataFrame) -> dict:
@@ -33,11 +35,14 @@ def _by_gpus(group: pd.DataFrame) -> dict:
     return {int(p.row["gpus"]): p for p in preds}
 
 
-def test_a_row_is_predicted_as_the_change_from_its_anchor():
+@pytest.mark.parametrize("per_gpu_unit", [False, True])
+def test_a_row_is_predicted_as_the_change_from_its_anchor(per_gpu_unit):
     # base 32 sequences/s per GPU; published 2 GPUs at 90 % of it, 4 GPUs at 85 %. The model says ~100 %
     # everywhere; anchored to 2, the 4-GPU row is 100 % · 0.90 / 1.00 = 90 %: |error| |0.90 − 0.85| / 0.85
-    # = 5.88 % (from the base alone: |1.00 − 0.85| / 0.85 = 17.6 %).
-    p = _by_gpus(pd.DataFrame([_row(1, 32.0), _row(2, 28.8), _row(4, 27.2)]))
+    # = 5.88 % (from the base alone: |1.00 − 0.85| / 0.85 = 17.6 %), whether the table prints aggregate or
+    # per-GPU throughput.
+    p = _by_gpus(pd.DataFrame([_row(n, rate, per_gpu_unit=per_gpu_unit)
+                               for n, rate in ((1, 32.0), (2, 28.8), (4, 27.2))]))
     assert p[2].anchor_gpus is None and p[2].basis == "" and p[2].band == "nvlink"
     assert p[2].predicted_eff == pytest.approx(1.0, abs=1e-4)
     four = p[4]

@@ -333,10 +333,10 @@ def anchored(p: Prediction, anchor: Prediction) -> Prediction:
     """p predicted as the change from its anchor (module docstring): its efficiency and throughput times
     the anchor's published over predicted efficiency."""
     ratio = anchor.published_eff / anchor.predicted_eff
-    published = float(p.row["throughput"])
-    predicted = p.predicted * ratio
-    return replace(p, predicted=predicted, predicted_eff=p.predicted_eff * ratio,
-                   error_pct=100 * abs(predicted - published) / published,
+    eff = p.predicted_eff * ratio
+    # both efficiencies are per-GPU rates over the base's: their ratio is the throughputs' (in any unit)
+    return replace(p, predicted=p.predicted * ratio, predicted_eff=eff,
+                   error_pct=100 * abs(eff - p.published_eff) / p.published_eff,
                    anchor_gpus=int(anchor.row["gpus"]), from_base_eff=p.predicted_eff,
                    from_base_error_pct=p.error_pct)
 
