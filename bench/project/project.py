@@ -3,12 +3,12 @@ the run measured (validation.csv). Definitions: docs/design.md "Projection".
 
 A configuration is every result row that shares the keys below except the world size. Its base cell is its
 smallest world size with status ok: the compute side (forward, backward, optimizer) comes from there only,
-so validation never sees the step times it predicts. On the run's own network (`measured`), a projection
-to n is anchored to the largest world size the run measured between the base and n (anchor_of): the
-model's step times the measured step over the model's step there, the model predicting the change from
-that measurement (docs/projection.md "Anchored projections"; checked on the published tables by
-bench/project/published.py). A preset describes another machine, whose error the run did not measure: no
-anchor there.
+so validation never sees the step times it predicts. On the run's own network (`measured`), and on the
+preset the user says the run measured on (`bench project --measured-on`), a projection to n is anchored to
+the largest world size the run measured between the base and n (anchor_of): the model's step times the
+measured step over the model's step there, the model predicting the change from that measurement
+(docs/design.md "Anchored projections"; checked on the published tables by bench/project/published.py).
+Another preset describes another machine, whose error the run did not measure: no anchor there.
 """
 
 from __future__ import annotations
@@ -394,8 +394,8 @@ def project(config: Configuration, network_name: str, network_at: NetworkAt, wor
             algorithm: str, physics: Physics | None = None, anchored: bool = False) -> list[dict]:
     """projection.csv rows of one configuration on one network; a world size that cannot be predicted is
     a row with empty numbers and its reason. `physics`: the terms (default physics_of(config));
-    `anchored`: the network is the one the run measured on, so each world size is anchored to the largest
-    measured one below it (anchor_of)."""
+    `anchored`: the network describes the machine the run measured on, so each world size is anchored to
+    the largest measured one below it (anchor_of)."""
     physics = physics_of(config) if physics is None and config.compute is not None else physics
     band_table = bands()
     rows = []
