@@ -33,10 +33,12 @@ from pathlib import Path
 
 from bench.project.interval import (
     POOLED,
+    Residual,
     all_names,
     band_name,
     basis_of,
     calibrated_levels,
+    family_of,
     fit_bands,
     held_out_bands,
     held_out_coverage,
@@ -67,14 +69,15 @@ def _physics(args) -> Physics:
                    step_cv=args.step_cv, interference_factor=args.interference)
 
 
-def training_residuals(paths, physics: Physics, done: dict | None = None) -> list[tuple[str, str, float]]:
-    """(source, regime, ln(published/predicted)) of every headline row of the training corpora; `done`:
-    predictions already made, by resolved path (the --corpus being one of them)."""
+def training_residuals(paths, physics: Physics, done: dict | None = None) -> list[Residual]:
+    """(source, band, ln(published/predicted), model family) of every headline row of the training corpora;
+    `done`: predictions already made, by resolved path (the --corpus being one of them)."""
     out = []
     for path in paths:
         known = (done or {}).get(Path(path).resolve())
         preds = known if known is not None else validate(read_corpus(path), physics)[0]
-        out += [(str(p.row["source_id"]), p.band, residual(p)) for p in preds if not p.held_out]
+        out += [Residual(str(p.row["source_id"]), p.band, residual(p), family_of(str(p.row["model"])))
+                for p in preds if not p.held_out]
     return out
 
 
@@ -114,8 +117,10 @@ def _fit_interval(training, physics: Physics) -> None:
     for name, band in bands.items():
         print(f"{name:20} {band.rows:5d} {levels[name]:6.2f} {band.low:8.4f} {band.high:8.4f} "
               f"{str(band.pooled):>6} {100 * calibrated[name][1]:18.1f}")
-    print("(pooled: held out on the rows of the regimes of its basis that take it)")
-    print(f"all rows in their regimes' bands, held out: {100 * held_out_coverage(residuals, levels):.1f} %")
+    print("(held-out inside: the smaller of leave-one-source-out and leave-one-model-family-out; pooled: on "
+          "the rows of the regimes of its basis that take it)")
+    print(f"all rows in their bands, held out by source: {100 * held_out_coverage(residuals, levels):.1f} %, "
+          f"by model family: {100 * held_out_coverage(residuals, levels, unit='family'):.1f} %")
     print(f"wrote {Path('bench/project/model_error.csv')}")
 
 
@@ -222,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"predicted {len(headline)} of {counted} rows that have a base and are not held out "
           f"({coverage:.1f} %); {len(apart)} held out; {eligible} rows have a base; "
           f"{sum(s.prediction.anchor_gpus is not None for s in headline)} of them anchored")
+    by_family = score([s.prediction for s in headline], bands, held_out_bands(residuals, levels, "family"),
+                      "family")
+    st = stats_of(by_family)
+    print(f"held out by model family (bands fitted without the row's family): inside 90 % interval "
+          f"{st['inside']:.1f} % · median width {st['width']:.1f} points")
     print(f"from the base alone: {from_base_line(headline)}")
     print(summary_line(headline))
     return 0

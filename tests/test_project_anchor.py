@@ -124,3 +124,20 @@ def test_bench_project_anchors_on_the_runs_own_network():
     assert rows[2]["interval_regime"] == "pcie (pooled band)"
     plain = {r["world_size"]: r for r in project(_config(), "custom", at, [8], "auto", OFF)}
     assert plain[8]["anchor_world_size"] is None and plain[8]["efficiency_pct"] == pytest.approx(100.0)
+
+
+def test_levels_hold_out_model_families_too():
+    # four families of 20 residuals each (0, 0.001, … 0.019, shifted by 0, 0.002, 0.004, 0.006: the numbers
+    # of test_levels_are_raised_until_held_out_sources_fall_inside), every source holding five of each
+    # family. Held out by source, level 0.90 already holds 90 % (each source's rows span every family);
+    # held out by family 85 % at 0.90, 88.75 % at 0.92 and 0.93, 95 % from 0.94. The band takes the larger
+    # level, 0.94, and reports the smaller coverage there (95 % both ways).
+    rows = [interval.Residual(f"s{i % 4}", "nvlink", off + 0.001 * i, family)
+            for family, off in zip("ABCD", (0.0, 0.002, 0.004, 0.006)) for i in range(20)]
+    at_90 = {POOLED: 0.9, "nvlink": 0.90}
+    assert interval.held_out_coverage(rows, at_90, ["nvlink"], "source") == pytest.approx(0.90)
+    assert interval.held_out_coverage(rows, at_90, ["nvlink"], "family") == pytest.approx(0.85)
+    assert interval.calibrated_levels(rows)["nvlink"] == (0.94, pytest.approx(0.95))
+    assert [interval.family_of(m) for m in ("ResNet-50 v1.5", "Transformer-XL Base", "efficientnet-b0",
+                                            "MPT-7b seq2048")] == ["resnet", "transformer", "efficientnet",
+                                                                   "mpt"]

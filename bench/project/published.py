@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.project.interval import ANCHORED, Band, band_name, regime
+from bench.project.interval import ANCHORED, Band, band_name, family_of, regime
 from bench.project.physics import Physics
 from bench.project.sharded import Sharding, estimated_blocks, simulate_sharded, uniform_blocks
 from bench.project.simulate import Compute, simulate_step
@@ -417,12 +417,14 @@ def residual(p: Prediction) -> float:
     return math.log(p.published_eff / p.predicted_eff)
 
 
-def score(predictions: list[Prediction], bands: dict, held_out: dict) -> list[Scored]:
-    """Each prediction with its band: fitted without its own source when the source is among the training
-    rows (`held_out`: source → bands, leave-one-source-out), else `bands` (the training corpora's)."""
+def score(predictions: list[Prediction], bands: dict, held_out: dict, unit: str = "source") -> list[Scored]:
+    """Each prediction with its band: fitted without its own source (`unit` "family": its model family,
+    interval.family_of) when that is among the training rows (`held_out`: source or family → bands,
+    interval.held_out_bands), else `bands` (the training corpora's)."""
     out = []
     for p in predictions:
-        chosen = held_out.get(_text(p.row["source_id"]), bands)[p.band]
+        key = _text(p.row["source_id"]) if unit == "source" else family_of(_text(p.row["model"]))
+        chosen = held_out.get(key, bands)[p.band]
         r = residual(p)
         out.append(Scored(p, chosen, chosen.contains(r), chosen.width_points(100 * p.predicted_eff)))
     return out
