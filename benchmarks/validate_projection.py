@@ -5,11 +5,12 @@ base, anchored to the largest row of the group between the base and it where the
 that measured those world sizes has; bench/project/published.py says how), and print, per row, per regime
 and basis and per model family, the predicted and published scaling efficiency, the |error| of the
 predicted throughput and whether the published value falls in the 90 % interval
-(bench/project/interval.py). The interval of a row whose source
-is among the training corpora (--training) is fitted without that source (leave-one-source-out); any other
-row's on all training rows: every interval is held-out. Then the rows held out of the headline (FLAGged
-data, superlinear against their base) with their own line, the rows skipped and why, the model from the
-base alone on the same rows (no anchor: `from the base alone: rows N · mean |error| X % · ...`, errors only);
+(bench/project/interval.py). The interval of a row whose source is among the training corpora (--training)
+is fitted without that source (leave-one-source-out); any other row's on all training rows: every interval
+is held-out. Then the rows held out of the headline (FLAGged data, superlinear against their base) with
+their own line, the rows skipped and why, the same rows' intervals fitted without their model family
+(`held out by model family ...: inside 90 % interval C % · median width K points`), the model from the base
+alone on the same rows (no anchor: `from the base alone: rows N · mean |error| X % · ...`, errors only);
 the last line is exactly
 
     rows N · mean |error| X % · median |error| Y % · p90 Z % · worst W % · inside 90 % interval C % ·

@@ -202,7 +202,7 @@ def test_validation_on_the_published_corpus():
     """The whole in-project corpus through the script; thresholds: issue 35's goals mean ≤ 6 %, p90 ≤ 15 %,
     ≥ 90 % inside the held-out interval and coverage (≥ 90 % of the rows with a base that are not held out),
     the worst case this model reaches today (≤ 95 %) and the interval's width as measured (docs/projection.md:
-    16.8 points; the issue's 15 is NOT met on this corpus)."""
+    17.6 points; the issue's 15 is NOT met on this corpus)."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_projection.py"), "--corpus",
                           str(CORPUS)], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     lines = out.strip().splitlines()
@@ -214,8 +214,9 @@ def test_validation_on_the_published_corpus():
     predicted, eligible = (int(w) for w in coverage.split()[1:4:2])
     assert rows == predicted and predicted >= 0.9 * eligible
     assert median <= 10.0 and mean <= 6.0 and p90 <= 15.0 and worst <= 95.0
-    assert inside >= 90.0 and width <= 18.0
+    assert inside >= 90.0 and width <= 19.0
     assert any(line.startswith("from the base alone: rows ") for line in lines)
+    assert any(line.startswith("held out by model family") for line in lines)
 
 
 def test_validator_refuses_a_corpus_without_its_columns(tmp_path):
