@@ -145,7 +145,8 @@ def test_a_run_without_ok_cells_projects_nothing(tmp_path, capsys):
     run = write_run(tmp_path / "run", [row("torch", 1, None, status="failed", error="boom", device="cpu")],
                     env=CPU_ENV)
     assert bench_project(run) == 0
-    assert "(0 configurations, 0 of 0 rows predicted)" in capsys.readouterr().out
+    assert "(0 configurations, 0 of 0 rows predicted, 0 anchored to a measured world size)" in \
+        capsys.readouterr().out
 
 
 def test_missing_run_exits_2(tmp_path, capsys):

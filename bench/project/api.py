@@ -67,8 +67,9 @@ class Projection:
                             f"{r['efficiency_pct_low']:.1f}–{r['efficiency_pct_high']:.1f})  "
                             f"dominant {r['dominant_term']}"
                             for _, r in rows.iterrows() if not pd.isna(r["efficiency_pct"])]
+        anchored = rows["anchor_world_size"].notna().sum()
         lines = [f"projection: {out / run_folder.PROJECTION} ({self.configurations} configurations, "
-                 f"{predicted} of {len(rows)} rows predicted)"]
+                 f"{predicted} of {len(rows)} rows predicted, {anchored} anchored to a measured world size)"]
         med, validation = median_abs_error(self.validation), out / run_folder.VALIDATION
         if med is None:
             lines.append(f"validation: {validation}: nothing to validate (needs two measured world sizes "
