@@ -63,7 +63,7 @@ FLAT_WITHIN = ("measured", "custom")   # flat networks whose error no table meas
 # half-widths of two-sided normal intervals, in standard deviations: 95 % (z 0.975) and 90 % (z 0.95)
 HALF_95, HALF_90 = 1.959964, 1.644854
 STORED = Path(__file__).with_name("model_error.csv")
-STORED_COLUMNS = ("regime", "rows", "low", "high", "pooled", "level")
+STORED_COLUMNS = ("band", "rows", "low", "high", "pooled", "level")
 # the levels calibrated_levels tries: 0.90 … 0.99
 LEVELS = tuple(round(0.90 + 0.01 * i, 2) for i in range(10))
 # what a band is held out by when its level is calibrated (Residual's fields)
@@ -128,7 +128,7 @@ class Band:
     """ln(published / predicted) bounds of one band (band_name); `pooled`: fitted on all regimes of its
     basis (too few rows or sources of its own)."""
 
-    regime: str
+    name: str
     rows: int
     low: float
     high: float
@@ -186,7 +186,7 @@ def _bands(grouped: Grouped, levels: Levels | float) -> dict[str, Band]:
         if mine:
             pooled = Band(pooled_name, len(mine), *shortest(mine, _level(levels, pooled_name)), pooled=True)
         else:   # no residual of this basis: the base's pooled band (module docstring)
-            pooled = replace(bands[POOLED], regime=pooled_name, rows=0)
+            pooled = replace(bands[POOLED], name=pooled_name, rows=0)
         bands[pooled_name] = pooled
         for regime_name in REGIMES:
             name = band_name(regime_name, basis)
@@ -292,9 +292,9 @@ def calibrated_levels(residuals: Iterable[tuple]) -> dict[str, tuple[float, floa
 
 
 def write_bands(bands: dict[str, Band], levels: Levels, path: Path = STORED) -> None:
-    rows = [{"regime": b.regime, "rows": b.rows, "low": round(b.low, 6), "high": round(b.high, 6),
+    rows = [{"band": b.name, "rows": b.rows, "low": round(b.low, 6), "high": round(b.high, 6),
              "pooled": b.pooled,
-             "level": levels[band_name(POOLED, basis_of(b.regime)) if b.pooled else b.regime]}
+             "level": levels[band_name(POOLED, basis_of(b.name)) if b.pooled else b.name]}
             for b in bands.values()]
     pd.DataFrame(rows, columns=list(STORED_COLUMNS)).to_csv(path, index=False)
 
@@ -302,9 +302,9 @@ def write_bands(bands: dict[str, Band], levels: Levels, path: Path = STORED) -> 
 def read_bands(path: Path = STORED) -> tuple[dict[str, Band], Levels]:
     """The stored bands (model_error.csv) and the level each was fitted at."""
     df = pd.read_csv(path)
-    bands = {r["regime"]: Band(r["regime"], int(r["rows"]), float(r["low"]), float(r["high"]),
-                               bool(r["pooled"])) for _, r in df.iterrows()}
-    return bands, {r["regime"]: float(r["level"]) for _, r in df.iterrows()}
+    bands = {r["band"]: Band(r["band"], int(r["rows"]), float(r["low"]), float(r["high"]), bool(r["pooled"]))
+             for _, r in df.iterrows()}
+    return bands, {r["band"]: float(r["level"]) for _, r in df.iterrows()}
 
 
 def t1_relative_90(half_width_pct_95: float | None) -> float:
