@@ -1,13 +1,17 @@
 """`bench project`'s model against published multi-GPU and multi-node training tables.
 
 For each row of the corpus above its group's base (its smallest row: 1 GPU, or one node), project from the
-base alone (bench/project/published.py says how) and print, per row, per regime and per model family, the
-predicted and published scaling efficiency, the |error| of the predicted throughput and whether the
-published value falls in the 90 % interval (bench/project/interval.py). The interval of a row whose source
-is among the training corpora (--training) is fitted without that source (leave-one-source-out); any other
-row's on all training rows: every interval is held-out. Then the rows held out of the headline (FLAGged
-data, superlinear against their base) with their own line, the rows skipped and why; the last line is
-exactly
+base, anchored to the largest row of the group between the base and it where there is one (what a run
+that measured those world sizes has; bench/project/published.py says how), and print, per row, per regime
+and basis and per model family, the predicted and published scaling efficiency, the |error| of the
+predicted throughput and whether the published value falls in the 90 % interval
+(bench/project/interval.py). The interval of a row whose source is among the training corpora (--training)
+is fitted without that source (leave-one-source-out); any other row's on all training rows: every interval
+is held-out. Then the rows held out of the headline (FLAGged data, superlinear against their base) with
+their own line, the rows skipped and why, the same rows' intervals fitted without their model family
+(`held out by model family ...: inside 90 % interval C % · median width K points`), the model from the base
+alone on the same rows (no anchor: `from the base alone: rows N · mean |error| X % · ...`, errors only);
+the last line is exactly
 
     rows N · mean |error| X % · median |error| Y % · p90 Z % · worst W % · inside 90 % interval C % ·
     median width K points
@@ -30,8 +34,12 @@ from pathlib import Path
 
 from bench.project.interval import (
     POOLED,
-    REGIMES,
+    Residual,
+    all_names,
+    band_name,
+    basis_of,
     calibrated_levels,
+    family_of,
     fit_bands,
     held_out_bands,
     held_out_coverage,
@@ -39,7 +47,15 @@ from bench.project.interval import (
     write_bands,
 )
 from bench.project.physics import DEFAULT_INTERFERENCE, DEFAULT_STEP_CV, Physics
-from bench.project.published import read_corpus, residual, score, stats_of, summary_line, validate
+from bench.project.published import (
+    from_base_line,
+    read_corpus,
+    residual,
+    score,
+    stats_of,
+    summary_line,
+    validate,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINING = (ROOT / "tests" / "data" / "published_scaling" / "train.csv",
@@ -54,14 +70,15 @@ def _physics(args) -> Physics:
                    step_cv=args.step_cv, interference_factor=args.interference)
 
 
-def training_residuals(paths, physics: Physics, done: dict | None = None) -> list[tuple[str, str, float]]:
-    """(source, regime, ln(published/predicted)) of every headline row of the training corpora; `done`:
-    predictions already made, by resolved path (the --corpus being one of them)."""
+def training_residuals(paths, physics: Physics, done: dict | None = None) -> list[Residual]:
+    """(source, band, ln(published/predicted), model family) of every headline row of the training corpora;
+    `done`: predictions already made, by resolved path (the --corpus being one of them)."""
     out = []
     for path in paths:
         known = (done or {}).get(Path(path).resolve())
         preds = known if known is not None else validate(read_corpus(path), physics)[0]
-        out += [(str(p.row["source_id"]), p.regime, residual(p)) for p in preds if not p.held_out]
+        out += [Residual(str(p.row["source_id"]), p.band, residual(p), family_of(str(p.row["model"])))
+                for p in preds if not p.held_out]
     return out
 
 
@@ -96,13 +113,15 @@ def _fit_interval(training, physics: Physics) -> None:
     levels = {name: level for name, (level, _) in calibrated.items()}
     bands = fit_bands(residuals, levels)
     write_bands(bands, levels)
-    print(f"{'regime':12} {'rows':>5} {'level':>6} {'low':>8} {'high':>8} {'pooled':>6} "
+    print(f"{'band':20} {'rows':>5} {'level':>6} {'low':>8} {'high':>8} {'pooled':>6} "
           f"{'held-out inside %':>18}")
     for name, band in bands.items():
-        print(f"{name:12} {band.rows:5d} {levels[name]:6.2f} {band.low:8.4f} {band.high:8.4f} "
+        print(f"{name:20} {band.rows:5d} {levels[name]:6.2f} {band.low:8.4f} {band.high:8.4f} "
               f"{str(band.pooled):>6} {100 * calibrated[name][1]:18.1f}")
-    print("(pooled: held out on the rows of the regimes that take it)")
-    print(f"all rows in their regimes' bands, held out: {100 * held_out_coverage(residuals, levels):.1f} %")
+    print("(held-out inside: the smaller of leave-one-source-out and leave-one-model-family-out; pooled: on "
+          "the rows of the regimes of its basis that take it)")
+    print(f"all rows in their bands, held out by source: {100 * held_out_coverage(residuals, levels):.1f} %, "
+          f"by model family: {100 * held_out_coverage(residuals, levels, unit='family'):.1f} %")
     print(f"wrote {Path('bench/project/model_error.csv')}")
 
 
@@ -161,27 +180,29 @@ def main(argv: list[str] | None = None) -> int:
     apart = [s for s in scored if s.prediction.held_out]
 
     print(f"{'source':20} {'model':24} {'hardware':24} {'prec':8} {'bs':>5} {'N':>3} {'regime':10} "
-          f"{'T ms':>9} {'pub eff':>7} {'pred eff':>8} {'90 % interval':>15} {'|err| %':>7} {'dominant':>12}")
+          f"{'anchor':>6} {'T ms':>9} {'pub eff':>7} {'base eff':>8} {'pred eff':>8} {'90 % interval':>15} "
+          f"{'|err| %':>7} {'dominant':>12}")
     for s in scored:
         p, r = s.prediction, s.prediction.row
         lo, hi = (100 * p.predicted_eff * f for f in (2.718281828 ** s.band.low, 2.718281828 ** s.band.high))
         mark = "" if s.inside else " *outside*"
         print(f"{str(r['source_id'])[:20]:20} {str(r['model'])[:24]:24} {str(r['hardware'])[:24]:24} "
               f"{str(r['precision'])[:8]:8} {str(r['per_gpu_batch'])[:5]:>5} {int(r['gpus']):3d} "
-              f"{p.regime:10} "
-              f"{p.t1_ms:9.1f} {100 * p.published_eff:6.1f}% {100 * p.predicted_eff:7.1f}% "
+              f"{p.regime:10} {p.anchor_gpus or '':>6} "
+              f"{p.t1_ms:9.1f} {100 * p.published_eff:6.1f}% "
+              f"{100 * (p.from_base_eff or p.predicted_eff):7.1f}% {100 * p.predicted_eff:7.1f}% "
               f"{f'{lo:.1f}–{hi:.1f} %':>15} {p.error_pct:7.1f} {p.dominant:>12}{mark}"
               + (f"  [held out: {p.held_out}]" if p.held_out else ""))
 
-    _table("per regime (headline rows; the interval's band per regime is fitted without the row's source)",
-           lambda s: s.prediction.regime, headline)
+    _table("per band: regime and basis (headline rows; each band is fitted without the row's source)",
+           lambda s: s.prediction.band, headline)
     _table("per model family (headline rows)", lambda s: s.prediction.row["model"], headline)
     print("\nbands fitted on all training rows (ln published/predicted; bench/project/model_error.csv):")
-    for name in REGIMES:
+    for name in all_names():
         b = bands[name]
         pooled = "  (pooled)" if b.pooled else ""
-        level = levels[POOLED if b.pooled else name]
-        print(f"  {name:10} rows {b.rows:4d}  level {level:.2f}  [{b.low:+.4f}, {b.high:+.4f}]{pooled}")
+        level = levels[band_name(POOLED, basis_of(name)) if b.pooled else name]
+        print(f"  {name:20} rows {b.rows:4d}  level {level:.2f}  [{b.low:+.4f}, {b.high:+.4f}]{pooled}")
 
     print(f"\nheld out of the headline: {len(apart)} rows predicted but not counted (FLAGged data, or "
           f"superlinear against their base)")
@@ -205,7 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     counted = eligible - len(apart)
     coverage = 100 * len(headline) / counted if counted else 0.0
     print(f"predicted {len(headline)} of {counted} rows that have a base and are not held out "
-          f"({coverage:.1f} %); {len(apart)} held out; {eligible} rows have a base")
+          f"({coverage:.1f} %); {len(apart)} held out; {eligible} rows have a base; "
+          f"{sum(s.prediction.anchor_gpus is not None for s in headline)} of them anchored")
+    by_family = score([s.prediction for s in headline], bands, held_out_bands(residuals, levels, "family"),
+                      "family")
+    st = stats_of(by_family)
+    print(f"held out by model family (bands fitted without the row's family): inside 90 % interval "
+          f"{st['inside']:.1f} % · median width {st['width']:.1f} points")
+    print(f"from the base alone: {from_base_line(headline)}")
     print(summary_line(headline))
     return 0
 

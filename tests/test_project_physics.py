@@ -199,22 +199,24 @@ def test_summary_line_format():
 
 @pytest.mark.slow
 def test_validation_on_the_published_corpus():
-    """The whole in-project corpus through the script; thresholds: the issue's median goal of issue 24
-    (≤ 10 %) and coverage (≥ 90 % of the rows with a base that are not held out), the worst case this model
-    reaches today (≤ 95 %) and the held-out interval's coverage and width as measured (docs/projection.md:
-    the issue's 90 % inside and 15-point width are NOT both met on this corpus)."""
+    """The whole in-project corpus through the script; thresholds: issue 35's goals mean ≤ 6 %, p90 ≤ 15 %,
+    ≥ 90 % inside the held-out interval and coverage (≥ 90 % of the rows with a base that are not held out),
+    the worst case this model reaches today (≤ 95 %) and the interval's width as measured (docs/projection.md:
+    17.6 points; the issue's 15 is NOT met on this corpus)."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_projection.py"), "--corpus",
                           str(CORPUS)], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     lines = out.strip().splitlines()
     m = LAST_LINE.match(lines[-1])
     assert m, lines[-1]
-    rows, mean, median, worst = int(m[1]), float(m[2]), float(m[3]), float(m[5])
+    rows, mean, median, p90, worst = int(m[1]), float(m[2]), float(m[3]), float(m[4]), float(m[5])
     inside, width = float(m[6]), float(m[7])
     coverage = [line for line in lines if line.startswith("predicted ")][0]
     predicted, eligible = (int(w) for w in coverage.split()[1:4:2])
     assert rows == predicted and predicted >= 0.9 * eligible
-    assert median <= 10.0 and mean <= 10.0 and worst <= 95.0
-    assert inside >= 85.0 and width <= 35.0
+    assert median <= 10.0 and mean <= 6.0 and p90 <= 15.0 and worst <= 95.0
+    assert inside >= 90.0 and width <= 19.0
+    assert any(line.startswith("from the base alone: rows ") for line in lines)
+    assert any(line.startswith("held out by model family") for line in lines)
 
 
 def test_validator_refuses_a_corpus_without_its_columns(tmp_path):

@@ -11,7 +11,8 @@ project      configurations of a run, their projection over world sizes and the 
 sharded      one step of a sharded engine (FSDP, FSDP2, ZeRO): per-block all-gathers and reduce-scatters
 powersgd     PowerSGD's compressed messages and compression FLOPs
 physics      the terms beyond compute and all-reduce: straggler, interference, host floor
-interval     the 90 % interval: model-error bands per regime (model_error.csv), widened by the inputs
+interval     the 90 % interval: model-error bands per regime and basis (model_error.csv), widened by
+             the inputs
 spec         what-if without a run: `project_spec(...)` (also `bench.project.project_spec`)
 published    the model against published multi-GPU and multi-node tables (benchmarks/validate_projection.py)
 systems      the network of a published system from its hardware and interconnect text

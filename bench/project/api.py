@@ -67,8 +67,9 @@ class Projection:
                             f"{r['efficiency_pct_low']:.1f}–{r['efficiency_pct_high']:.1f})  "
                             f"dominant {r['dominant_term']}"
                             for _, r in rows.iterrows() if not pd.isna(r["efficiency_pct"])]
+        anchored = rows["anchor_world_size"].notna().sum()
         lines = [f"projection: {out / run_folder.PROJECTION} ({self.configurations} configurations, "
-                 f"{predicted} of {len(rows)} rows predicted)"]
+                 f"{predicted} of {len(rows)} rows predicted, {anchored} anchored to a measured world size)"]
         med, validation = median_abs_error(self.validation), out / run_folder.VALIDATION
         if med is None:
             lines.append(f"validation: {validation}: nothing to validate (needs two measured world sizes "
@@ -139,20 +140,30 @@ def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node:
 def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFAULT_WORLD_SIZES, *,
         gpus_per_node: int = DEFAULT_GPUS_PER_NODE, inter_network: str = DEFAULT_INTER_NETWORK,
         nics_per_node: int | None = None, algorithm: str = "auto", bw_gbps: float | None = None,
-        latency_us: float | None = None, out: Path | str | None = None, write: bool = True) -> Projection:
+        latency_us: float | None = None, out: Path | str | None = None, write: bool = True,
+        measured_on: str | None = None) -> Projection:
     """Project every configuration of the run at `run_dir` to `world_sizes` on each of `networks` (preset
     names, default the run's own probe; or a custom `bw_gbps` + `latency_us`), validate on the world sizes
-    it measured, and (with `write`) write RUN/projection/ or `out`."""
+    it measured, and (with `write`) write RUN/projection/ or `out`. The run's own network is anchored to
+    the world sizes it measured (project.anchor_of), and so is `measured_on`: one of `networks`, the preset
+    that describes the GPUs the run measured on."""
     run_dir = Path(run_dir)
     if algorithm not in ALGORITHMS:
         raise UsageError(f"--algorithm={algorithm!r} is not one of {list(ALGORITHMS)}")
     world_sizes = sorted(set(world_sizes))
     presets = networks_for(networks, world_sizes, gpus_per_node, inter_network, bw_gbps, latency_us,
                            nics_per_node)
+    if measured_on is not None and (measured_on == MEASURED or measured_on not in presets):
+        raise UsageError(f"--measured-on={measured_on!r} is not one of the --network presets "
+                         f"{[n for n in presets if n != MEASURED]} (the run's own network is always "
+                         f"anchored)")
     try:
         run = load_run(run_dir)
     except run_folder.RunError as exc:
         raise run_folder.RunError(f"run={str(run_dir)!r}: {exc}") from None
+    if measured_on is not None and run.device != "cuda":
+        raise UsageError(f"--measured-on={measured_on!r}: the run measured on {run.device!r}, not on "
+                         f"the GPUs of a preset")
     timeline, sweep = read_timeline(run_dir), read_sweep(run_dir)
     workload = run.config.get("workload", {})
     configs = configurations(run.results, timeline, _layout(run_dir, workload), workload_shapes(workload))
@@ -172,7 +183,8 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
     # one line per configuration: notes.txt keeps them all, the printout only says where they are
     physics = [f"{run_folder.PHYSICS_NOTE}{c.base['cell_id']}: {c.physics_source}"
                for c in configs if c.physics_source]
-    projection = Projection(projection=projection_table(configs, network_at, world_sizes, algorithm),
+    projection = Projection(projection=projection_table(configs, network_at, world_sizes, algorithm,
+                                                             anchored=(MEASURED, measured_on or MEASURED)),
                             notes=notes, physics=physics,
                             validation=validation_table(configs, measured, run.env.get("cpu_cores")),
                             fits=fits_table(fits), configurations=len(configs))

@@ -1,5 +1,6 @@
 """`python -m bench project RUN [--network P[,P...] | --bw-gbps X --latency-us Y] [--world-sizes LIST]
-[--gpus-per-node 8] [--nics-per-node N] [--inter-network ib-ndr400] [--algorithm auto] [--out DIR]`.
+[--gpus-per-node 8] [--nics-per-node N] [--inter-network ib-ndr400] [--algorithm auto] [--measured-on P]
+[--out DIR]`.
 
 Writes DIR (default RUN/projection/): projection.csv, validation.csv, network_fit.csv and notes.txt — data
 only; `bench report RUN` draws the figure and renders the section. Exit 2 on bad input (one line naming the
@@ -58,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algorithm", default="auto",
                         help=f"all-reduce algorithm: {', '.join(ALGORITHMS)} (default: auto, the cheapest "
                              f"per message; the measured network is ring only)")
+    parser.add_argument("--measured-on", default=None,
+                        help="the --network preset that describes the GPUs the run measured on: its "
+                             "projections are anchored to the run's measured world sizes, as the run's own "
+                             "network's always are (docs/projection.md)")
     parser.add_argument("--out", type=Path, default=None,
                         help="output folder (default: RUN/projection; what-if: ./projection)")
     what_if_flags = parser.add_argument_group("what-if without a run (docs/projection.md)")
@@ -104,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
                          gpus_per_node=args.gpus_per_node, inter_network=args.inter_network,
                          nics_per_node=args.nics_per_node, algorithm=args.algorithm,
                          bw_gbps=args.bw_gbps, latency_us=args.latency_us,
-                         out=args.out)
+                         out=args.out, measured_on=args.measured_on)
     except (UsageError, InputError, RunError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
         return 2
@@ -140,6 +145,8 @@ def spec_main(args: argparse.Namespace) -> int:
         if args.run_dir is not None:
             raise SpecError(f"run_dir={str(args.run_dir)!r}: a what-if (--spec/--model/--params) takes "
                             f"no run folder")
+        if args.measured_on is not None:
+            raise SpecError(f"--measured-on={args.measured_on!r}: a what-if measured nothing to anchor to")
         if args.bw_gbps is not None or args.latency_us is not None:
             raise SpecError(f"--bw-gbps={args.bw_gbps} --latency-us={args.latency_us}: a what-if takes a "
                             f"--network preset")

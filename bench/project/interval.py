@@ -1,15 +1,25 @@
 """The 90 % interval on every projected number (docs/projection.md "The interval"; docs/design.md).
 
-The model's own error, per regime: r = ln(published / predicted) of the published rows the validator
-predicts (benchmarks/validate_projection.py; rows it holds out of its headline are not used). A regime's
-band is the shortest [low, high] holding k = ⌈level·(n + 1)⌉ of its n residuals (the split-conformal rank:
-were rows exchangeable, a new row would fall inside with probability ≥ level). Rows are not exchangeable
-across sources (each table has its own harness and cluster), so each regime's level is calibrated by
-leave-one-source-out cross-validation: the smallest of 0.90, 0.91, … 0.99 at which bands fitted without a
-source hold at least 90 % of that regime's rows of that source, over all training rows (calibrated_levels:
-the one number per regime chosen on held-out data). A regime with fewer than MIN_ROWS
-residuals takes the band of all regimes pooled, and says so. The bands of the in-project corpora are
-stored in model_error.csv (`validate_projection.py --fit-interval` writes it; a test checks it is current).
+The model's own error, per band: r = ln(published / predicted) of the published rows the validator
+predicts (benchmarks/validate_projection.py; rows it holds out of its headline are not used). A band is
+named by the regime and the basis of the prediction (band_name). Two bases: a prediction from the base
+alone, and one `anchored` to a measured world size between the base and the projected one (the model
+predicts the change from that measurement: bench/project/published.py, project.py). Anchored rows have
+their own bands because most of the model's error is already there at the first world size above the
+base (a harness's data pipeline, clocks, launcher: no input of the model shows it) and the anchor has
+measured it; what is left is the error of the change, about half as wide on the corpora
+(docs/projection.md). A band is the shortest [low, high] holding k = ⌈level·(n + 1)⌉ of its n residuals
+(the split-conformal rank: were rows exchangeable, a new row would fall inside with probability ≥ level).
+Rows are not exchangeable across sources (each table has its own harness and cluster) nor across model
+families (each has its own data pipeline and kernels), so each band's level is calibrated on held-out
+data twice: leave-one-source-out and leave-one-model-family-out (UNITS), each giving the smallest of 0.90,
+0.91, … 0.99 at which bands fitted without a unit hold at least 90 % of that band's rows of that unit, over
+all training rows; the band takes the larger of the two (calibrated_levels: the one number per band
+chosen on held-out data). A family is the model name's first word (family_of). A band with fewer than
+MIN_ROWS residuals or MIN_SOURCES sources takes the pooled band of its basis (all of that basis's
+regimes), and says so; with no anchored residuals at all, the anchored bands are the base's pooled band.
+The bands of the in-project corpora are stored in model_error.csv (`validate_projection.py
+--fit-interval` writes it; a test checks it is current).
 
 Regimes (`regime`): `fsdp` (a sharded engine), `inter-node` (more than one node), `nvlink` (one node on an
 NVLink/NVSwitch preset), `pcie` (one node on PCIe or NVLink bridges; also the measured and custom
@@ -30,15 +40,19 @@ in the band).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
 COVERAGE = 0.90
 REGIMES = ("nvlink", "pcie", "inter-node", "fsdp")
 POOLED = "pooled"
+ANCHORED = "anchored"
+BASES = ("", ANCHORED)   # a band's basis: "" from the base alone, ANCHORED to a measured world size
 MIN_ROWS = 10   # fewer residuals than this cannot place a 90 % band's ends (k = ⌈0.9·11⌉ = 10 of 10)
 # Rows of one source share its harness and cluster: a regime's own band is trusted only when leave-one-
 # source-out can check it, i.e. when fitting it without any one source still leaves two (Lambda's PCIe
@@ -49,9 +63,32 @@ FLAT_WITHIN = ("measured", "custom")   # flat networks whose error no table meas
 # half-widths of two-sided normal intervals, in standard deviations: 95 % (z 0.975) and 90 % (z 0.95)
 HALF_95, HALF_90 = 1.959964, 1.644854
 STORED = Path(__file__).with_name("model_error.csv")
-STORED_COLUMNS = ("regime", "rows", "low", "high", "pooled", "level")
+STORED_COLUMNS = ("band", "rows", "low", "high", "pooled", "level")
 # the levels calibrated_levels tries: 0.90 … 0.99
 LEVELS = tuple(round(0.90 + 0.01 * i, 2) for i in range(10))
+# what a band is held out by when its level is calibrated (Residual's fields)
+UNITS = ("source", "family")
+
+
+class Residual(NamedTuple):
+    """One published row's model error: its source, band (band_name), ln(published / predicted) and model
+    family (family_of; "" when unknown: then no family is held out)."""
+
+    source: str
+    band: str
+    r: float
+    family: str = ""
+
+
+def family_of(model: str) -> str:
+    """A model's family: its name's first word, lower case ("ResNet-50 v1.5" → "resnet", "Transformer-XL
+    Base" → "transformer", "efficientnet-b0" → "efficientnet")."""
+    return re.split(r"[\s\-_]", model.strip(), maxsplit=1)[0].lower()
+
+
+def _rows(residuals: Iterable[tuple]) -> list[Residual]:
+    """Residuals from (source, band, r[, family]) tuples."""
+    return [Residual(*row) for row in residuals]
 
 
 def regime(sharded: bool, nodes: int | None, intra: str) -> str:
@@ -61,6 +98,18 @@ def regime(sharded: bool, nodes: int | None, intra: str) -> str:
     if nodes is not None and nodes > 1:
         return "inter-node"
     return "nvlink" if intra in NVLINK_PRESETS else "pcie"
+
+
+def band_name(name: str, basis: str = "") -> str:
+    """The band of a regime (or POOLED) on a basis (BASES): "nvlink", "nvlink anchored"."""
+    if basis not in BASES:
+        raise ValueError(f"basis={basis!r} is not one of {BASES}")
+    return f"{name} {basis}" if basis else name
+
+
+def basis_of(name: str) -> str:
+    """The basis of a band name (band_name's inverse)."""
+    return ANCHORED if name.endswith(f" {ANCHORED}") else ""
 
 
 def regime_of_network(sharded: bool, net, n: int) -> str:
@@ -76,9 +125,10 @@ def regime_of_network(sharded: bool, net, n: int) -> str:
 
 @dataclass(frozen=True)
 class Band:
-    """ln(published / predicted) bounds of one regime; `pooled`: fitted on all regimes (too few rows)."""
+    """ln(published / predicted) bounds of one band (band_name); `pooled`: fitted on all regimes of its
+    basis (too few rows or sources of its own)."""
 
-    regime: str
+    name: str
     rows: int
     low: float
     high: float
@@ -110,41 +160,78 @@ def _level(levels: Levels | float, name: str) -> float:
     return levels if isinstance(levels, float) else levels.get(name, COVERAGE)
 
 
-def fit_bands(residuals: Iterable[tuple[str, str, float]], levels: Levels | float = COVERAGE
-              ) -> dict[str, Band]:
-    """A band per regime from (source, regime, residual) rows, each at its level, and the pooled band
-    (module docstring)."""
-    by_regime: dict[str, list[float]] = {}
+# residuals by band name (and each basis's pooled name), sorted, with each band's sources
+Grouped = tuple[dict[str, list[float]], dict[str, set[str]]]
+
+
+def _group(rows: list[Residual]) -> Grouped:
+    by_name: dict[str, list[float]] = {}
     sources: dict[str, set[str]] = {}
-    for source, name, r in residuals:
-        by_regime.setdefault(name, []).append(r)
+    for source, name, r, _ in rows:
+        by_name.setdefault(name, []).append(r)
         sources.setdefault(name, set()).add(source)
-    everything = [r for rs in by_regime.values() for r in rs]
-    pooled = Band(POOLED, len(everything), *shortest(everything, _level(levels, POOLED)), pooled=True)
-    bands = {POOLED: pooled}
-    for name in REGIMES:
-        rs = by_regime.get(name, [])
-        own = len(rs) >= MIN_ROWS and len(sources.get(name, ())) >= MIN_SOURCES
-        bands[name] = (Band(name, len(rs), *shortest(rs, _level(levels, name))) if own
-                       else Band(name, len(rs), pooled.low, pooled.high, pooled=True))
+    for basis in BASES:
+        mine = [r for name, rs in by_name.items() if basis_of(name) == basis for r in rs]
+        if mine:
+            by_name[band_name(POOLED, basis)] = mine
+    return {name: sorted(rs) for name, rs in by_name.items()}, sources
+
+
+def _bands(grouped: Grouped, levels: Levels | float) -> dict[str, Band]:
+    by_name, sources = grouped
+    bands: dict[str, Band] = {}
+    for basis in BASES:
+        pooled_name = band_name(POOLED, basis)
+        mine = by_name.get(pooled_name)
+        if mine:
+            pooled = Band(pooled_name, len(mine), *shortest(mine, _level(levels, pooled_name)), pooled=True)
+        else:   # no residual of this basis: the base's pooled band (module docstring)
+            pooled = replace(bands[POOLED], name=pooled_name, rows=0)
+        bands[pooled_name] = pooled
+        for regime_name in REGIMES:
+            name = band_name(regime_name, basis)
+            rs = by_name.get(name, [])
+            own = len(rs) >= MIN_ROWS and len(sources.get(name, ())) >= MIN_SOURCES
+            bands[name] = (Band(name, len(rs), *shortest(rs, _level(levels, name))) if own
+                           else Band(name, len(rs), pooled.low, pooled.high, pooled=True))
     return bands
 
 
-def held_out_bands(residuals: list[tuple[str, str, float]],
-                   levels: Levels | float = COVERAGE) -> dict[str, dict[str, Band]]:
-    """Leave-one-source-out: for each source, the bands fitted on every other source's (source, regime,
-    residual) rows."""
-    sources = {s for s, _, _ in residuals}
-    return {s: fit_bands([row for row in residuals if row[0] != s], levels) for s in sources}
+def fit_bands(residuals: Iterable[tuple], levels: Levels | float = COVERAGE) -> dict[str, Band]:
+    """A band per regime and basis from Residual rows (or (source, band name, residual) tuples), each at its
+    level, and each basis's pooled band (module docstring)."""
+    return _bands(_group(_rows(residuals)), levels)
 
 
-def held_out_coverage(residuals: list[tuple[str, str, float]], levels: Levels | float,
-                      regimes: Iterable[str] = REGIMES) -> float:
-    """The fraction of the rows of `regimes` inside their regime's band fitted without their own source."""
-    loso = held_out_bands(residuals, levels)
-    names = set(regimes)
-    mine = [(s, g, r) for s, g, r in residuals if g in names]
-    return sum(loso[s][g].contains(r) for s, g, r in mine) / len(mine) if mine else float("nan")
+def _held_out_groups(rows: list[Residual], unit: str) -> dict[str, Grouped]:
+    """For each source (or family: `unit`), every other one's rows, grouped."""
+    values = {getattr(row, unit) for row in rows}
+    return {v: _group([row for row in rows if getattr(row, unit) != v]) for v in values}
+
+
+def held_out_bands(residuals: Iterable[tuple], levels: Levels | float = COVERAGE,
+                   unit: str = "source") -> dict[str, dict[str, Band]]:
+    """Leave-one-out by `unit` (UNITS): for each source (or family), the bands fitted on every other one's
+    rows."""
+    return {v: _bands(g, levels) for v, g in _held_out_groups(_rows(residuals), unit).items()}
+
+
+def all_names() -> tuple[str, ...]:
+    """Every regime's band name on every basis (POOLED's excluded)."""
+    return tuple(band_name(g, basis) for basis in BASES for g in REGIMES)
+
+
+def held_out_coverage(residuals: Iterable[tuple], levels: Levels | float, names: Iterable[str] | None = None,
+                      unit: str = "source", groups: dict[str, Grouped] | None = None) -> float:
+    """The fraction of the rows of the bands `names` (default all) inside their band fitted without their
+    own source (or family: `unit`); `groups`: _held_out_groups of these rows by `unit`, when at hand."""
+    rows = _rows(residuals)
+    groups = _held_out_groups(rows, unit) if groups is None else groups
+    names = set(all_names() if names is None else names)
+    mine = [row for row in rows if row.band in names]
+    held = {v: _bands(groups[v], levels) for v in {getattr(row, unit) for row in mine}}
+    return (sum(held[getattr(row, unit)][row.band].contains(row.r) for row in mine) / len(mine) if mine
+            else float("nan"))
 
 
 def _first_that_holds(tried: list[tuple[float, float]]) -> tuple[float, float]:
@@ -153,40 +240,71 @@ def _first_that_holds(tried: list[tuple[float, float]]) -> tuple[float, float]:
     return next(((lv, c) for lv, c in tried if c >= COVERAGE), max(tried, key=lambda t: t[1]))
 
 
-def calibrated_levels(residuals: list[tuple[str, str, float]]) -> dict[str, tuple[float, float]]:
-    """Per regime and POOLED: (level, held-out coverage), the smallest LEVELS entry at which leave-one-
-    source-out coverage of the rows the band serves reaches COVERAGE (the best one when none does). Sources
-    differ more than rows of one source do, so a band fitted at 90 % of the other sources' rows holds fewer
-    than 90 % of a new source's: the level is raised until it holds. The pooled band serves the regimes
-    without a band of their own (all rows when every regime has one); it is set first."""
-    own = [name for name, band in fit_bands(residuals).items() if name != POOLED and not band.pooled]
-    takers = [g for g in REGIMES if g not in own]
-    served = takers if any(g in takers for _, g, _ in residuals) else list(REGIMES)
-    level, covered = _first_that_holds([
-        (lv, held_out_coverage(residuals, {POOLED: lv} | {g: lv for g in takers}, served)) for lv in LEVELS])
-    levels: Levels = {POOLED: level} | {g: level for g in takers}
-    out = {POOLED: (level, covered)}
-    out |= {g: (level, held_out_coverage(residuals, levels, [g])) for g in takers}
-    for name in own:
-        level, covered = _first_that_holds([
-            (lv, held_out_coverage(residuals, levels | {name: lv}, [name])) for lv in LEVELS])
-        levels[name] = level
-        out[name] = (level, covered)
+def _calibrated(rows: list[Residual], groups: dict[str, dict[str, Grouped]], levels: Levels,
+                setting: list[str], served: list[str]) -> tuple[float, float]:
+    """(level, held-out coverage) for the bands `setting`, judged on the rows of the bands `served`: per
+    held-out unit with at least two values (`groups`: unit → _held_out_groups), the smallest LEVELS entry
+    whose coverage reaches COVERAGE (the best one when none does); the largest of those levels, and the
+    smallest coverage at it."""
+    if not groups:   # one source and one family: nothing to hold out
+        return LEVELS[0], float("nan")
+    chosen = []
+    for unit, held in groups.items():
+        tried = [(lv, held_out_coverage(rows, levels | {g: lv for g in setting}, served, unit, held))
+                 for lv in LEVELS]
+        chosen.append(_first_that_holds(tried)[0])
+    level = max(chosen)
+    return level, min(held_out_coverage(rows, levels | {g: level for g in setting}, served, unit, held)
+                      for unit, held in groups.items())
+
+
+def calibrated_levels(residuals: Iterable[tuple]) -> dict[str, tuple[float, float]]:
+    """Per band and per basis's POOLED: (level, held-out coverage), the smallest LEVELS entry at which
+    leave-one-out coverage of the rows the band serves reaches COVERAGE, by source and by model family
+    (the larger of the two levels; the best one when none holds; module docstring), and the smaller of the
+    two coverages at it. Sources and families differ more than rows of one do, so a band fitted at 90 % of
+    the other units' rows holds fewer than 90 % of a new one's: the level is raised until it holds. A
+    basis's pooled band serves its regimes without a band of their own (all of its rows when every regime
+    has one); it is set first, the base's before the anchored one's (the anchored falls back to it)."""
+    rows = _rows(residuals)
+    fitted = fit_bands(rows)
+    groups = {unit: _held_out_groups(rows, unit) for unit in UNITS
+              if len({getattr(row, unit) for row in rows}) > 1}
+    by_source = groups.get("source")
+    levels: Levels = {}
+    out: dict[str, tuple[float, float]] = {}
+    present = {row.band for row in rows}
+    for basis in BASES:
+        names = [band_name(g, basis) for g in REGIMES]
+        pooled_name = band_name(POOLED, basis)
+        own = [name for name in names if not fitted[name].pooled]
+        takers = [name for name in names if name not in own]
+        served = takers if present & set(takers) else names
+        level, covered = _calibrated(rows, groups, levels, [pooled_name, *takers], served)
+        levels |= {pooled_name: level} | {g: level for g in takers}
+        out[pooled_name] = (level, covered)
+        out |= {g: (level, held_out_coverage(rows, levels, [g], "source", by_source) if by_source
+                        else float("nan")) for g in takers}
+        for name in own:
+            levels[name], covered = _calibrated(rows, groups, levels, [name], [name])
+            out[name] = (levels[name], covered)
     return out
 
 
 def write_bands(bands: dict[str, Band], levels: Levels, path: Path = STORED) -> None:
-    rows = [{"regime": b.regime, "rows": b.rows, "low": round(b.low, 6), "high": round(b.high, 6),
-             "pooled": b.pooled, "level": levels[POOLED if b.pooled else b.regime]} for b in bands.values()]
+    rows = [{"band": b.name, "rows": b.rows, "low": round(b.low, 6), "high": round(b.high, 6),
+             "pooled": b.pooled,
+             "level": levels[band_name(POOLED, basis_of(b.name)) if b.pooled else b.name]}
+            for b in bands.values()]
     pd.DataFrame(rows, columns=list(STORED_COLUMNS)).to_csv(path, index=False)
 
 
 def read_bands(path: Path = STORED) -> tuple[dict[str, Band], Levels]:
     """The stored bands (model_error.csv) and the level each was fitted at."""
     df = pd.read_csv(path)
-    bands = {r["regime"]: Band(r["regime"], int(r["rows"]), float(r["low"]), float(r["high"]),
-                               bool(r["pooled"])) for _, r in df.iterrows()}
-    return bands, {r["regime"]: float(r["level"]) for _, r in df.iterrows()}
+    bands = {r["band"]: Band(r["band"], int(r["rows"]), float(r["low"]), float(r["high"]), bool(r["pooled"]))
+             for _, r in df.iterrows()}
+    return bands, {r["band"]: float(r["level"]) for _, r in df.iterrows()}
 
 
 def t1_relative_90(half_width_pct_95: float | None) -> float:

@@ -3,7 +3,12 @@ the run measured (validation.csv). Definitions: docs/design.md "Projection".
 
 A configuration is every result row that shares the keys below except the world size. Its base cell is its
 smallest world size with status ok: the compute side (forward, backward, optimizer) comes from there only,
-so validation never sees the step times it predicts.
+so validation never sees the step times it predicts. On the run's own network (`measured`), and on the
+preset the user says the run measured on (`bench project --measured-on`), a projection to n is anchored to
+the largest world size the run measured between the base and n (anchor_of): the model's step times the
+measured step over the model's step there, the model predicting the change from that measurement
+(docs/design.md "Anchored projections"; checked on the published tables by bench/project/published.py).
+Another preset describes another machine, whose error the run did not measure: no anchor there.
 """
 
 from __future__ import annotations
@@ -34,13 +39,14 @@ PROJECTION_COLUMNS = ("cell_id",) + CONFIG_COLUMNS + (
     "predicted_samples_per_s", "efficiency_pct", "exposed_comm_ms", "comm_ms", "comm_latency_ms",
     "comm_bandwidth_ms", "bottleneck", "timeline_source", "network_source", "reason", "straggler_ms",
     "interference_ms", "host_floor_ms", "dominant_term", "efficiency_pct_low", "efficiency_pct_high",
-    "predicted_samples_per_s_low", "predicted_samples_per_s_high", "interval_regime")
+    "predicted_samples_per_s_low", "predicted_samples_per_s_high", "interval_regime", "anchor_world_size",
+    "anchor_step_ratio")
 VALIDATION_COLUMNS = ("cell_id", "world_size", "measured_step_ms", "predicted_step_ms", "error_pct",
                       "base_cell_id", "measured_compute_only_ms", "predicted_compute_ms",
                       "measured_exposed_comm_ms", "predicted_exposed_comm_ms",
                       "error_with_measured_compute_pct", "conditions", "timeline_source", "network_source",
                       "reason")
-INT_COLUMNS = ("grad_accum", "world_size", "nodes", "per_rank_batch", "global_batch")
+INT_COLUMNS = ("grad_accum", "world_size", "nodes", "per_rank_batch", "global_batch", "anchor_world_size")
 
 
 @dataclass(frozen=True)
@@ -278,9 +284,10 @@ def bands() -> dict:
 
 def interval_of(config: Configuration, compute: Compute, net: Network | None, n: int, algorithm: str,
                 physics: Physics, step: Step, efficiency_pct: float, samples: float,
-                band_table: dict) -> dict:
-    """The 90 % interval columns of one projected row (bench/project/interval.py): the regime's band, widened
-    by the busbw fit's residual (measured networks) and, for samples/s, by T1's own interval."""
+                band_table: dict, anchored: bool = False) -> dict:
+    """The 90 % interval columns of one projected row (bench/project/interval.py): the band of its regime
+    and basis (`anchored`), widened by the busbw fit's residual (measured networks) and, for samples/s, by
+    T1's own interval."""
     t1_rel = interval.t1_relative_90(config.base.get("step_time_half_width_pct"))
     if n == 1:   # nothing projected: the measured compute's interval only
         low, high = math.exp(-t1_rel), math.exp(t1_rel)
@@ -292,7 +299,8 @@ def interval_of(config: Configuration, compute: Compute, net: Network | None, n:
         # the fit's RMS relative residual as a standard deviation; floor 0.05: a busbw never goes to 0
         slow = scaled_network(net, max(0.05, 1 - interval.HALF_90 * net.bandwidth_rel_error))
         delta_bw = math.log(step_of(config, compute, slow, n, algorithm, physics).step_ms / step.step_ms)
-    name = interval.regime_of_network(config.sharded is not None, net, n)
+    name = interval.band_name(interval.regime_of_network(config.sharded is not None, net, n),
+                              interval.ANCHORED if anchored else "")
     band = band_table[name]
     eff = interval.bounds(efficiency_pct, band, delta_bw)
     rate = interval.bounds(samples, band, delta_bw + t1_rel)
@@ -349,10 +357,45 @@ def _row(config: Configuration, **values) -> dict:
     return base | values
 
 
+def per_rank_of(config: Configuration, n: int) -> tuple[int, int]:
+    """(per-rank batch on n ranks, the batch T1 is taken at): weak scaling keeps the base's per-rank batch,
+    strong scaling its global batch per micro-step; ValueError when that does not divide among n."""
+    if config.base["scaling"] == "strong":
+        if config.micro_batch % n:
+            raise ValueError(f"global batch {config.micro_batch} per micro-step does not divide among {n} "
+                             "ranks")
+        return config.micro_batch // n, config.micro_batch
+    per_rank = int(config.base["per_rank_batch"])
+    return per_rank, per_rank
+
+
+def anchor_of(config: Configuration, n: int, network_at: NetworkAt, algorithm: str,
+              physics: Physics) -> tuple[int, float] | None:
+    """(m, measured step / model step at m): the configuration's largest ok world size m between its base
+    and n with a step time, and how far the model's step there is from the measured one (module
+    docstring); None when there is none or the model cannot step there."""
+    rows = config.rows
+    between = rows[(rows["world_size"] > int(config.base["world_size"])) & (rows["world_size"] < n)]
+    between = between.dropna(subset=["step_time_ms_p50"]).sort_values("world_size")
+    if between.empty:
+        return None
+    cell = between.iloc[-1]
+    m = int(cell["world_size"])
+    try:
+        net, _ = network_at(m, COMM_DTYPE_WIRE[config.base["comm_dtype"]])
+        model = step_of(config, config.compute.at_batch(per_rank_of(config, m)[0]), net, m, algorithm,
+                        physics).step_ms
+    except (LookupError, ValueError):
+        return None
+    return m, float(cell["step_time_ms_p50"]) / model
+
+
 def project(config: Configuration, network_name: str, network_at: NetworkAt, world_sizes: list[int],
-            algorithm: str, physics: Physics | None = None) -> list[dict]:
+            algorithm: str, physics: Physics | None = None, anchored: bool = False) -> list[dict]:
     """projection.csv rows of one configuration on one network; a world size that cannot be predicted is
-    a row with empty numbers and its reason. `physics`: the terms (default physics_of(config))."""
+    a row with empty numbers and its reason. `physics`: the terms (default physics_of(config));
+    `anchored`: the network describes the machine the run measured on, so each world size is anchored to
+    the largest measured one below it (anchor_of)."""
     physics = physics_of(config) if physics is None and config.compute is not None else physics
     band_table = bands()
     rows = []
@@ -362,14 +405,11 @@ def project(config: Configuration, network_name: str, network_at: NetworkAt, wor
         if config.compute is None:
             rows.append(_row(config, **row, reason=config.reason))
             continue
-        if config.base["scaling"] == "strong":
-            if config.micro_batch % n:
-                why = f"global batch {config.micro_batch} per micro-step does not divide among {n} ranks"
-                rows.append(_row(config, **row, reason=why))
-                continue
-            per_rank, t1_batch = config.micro_batch // n, config.micro_batch
-        else:
-            per_rank = t1_batch = int(config.base["per_rank_batch"])
+        try:
+            per_rank, t1_batch = per_rank_of(config, n)
+        except ValueError as exc:
+            rows.append(_row(config, **row, reason=str(exc)))
+            continue
         try:
             net, source = network_at(n, COMM_DTYPE_WIRE[config.base["comm_dtype"]]) if n > 1 else (None, "")
             compute = config.compute.at_batch(per_rank)
@@ -377,21 +417,25 @@ def project(config: Configuration, network_name: str, network_at: NetworkAt, wor
         except (LookupError, ValueError) as exc:
             rows.append(_row(config, **row, per_rank_batch=per_rank, reason=str(exc).strip("'\"")))
             continue
+        anchor = anchor_of(config, n, network_at, algorithm, physics) if anchored and n > 1 else None
+        step_ms = step.step_ms * (anchor[1] if anchor else 1.0)
         t1 = config.compute.at_batch(t1_batch).step_ms
-        eff = (metrics.strong_scaling_efficiency(t1, step.step_ms, n) if config.base["scaling"] == "strong"
-               else metrics.weak_scaling_efficiency(t1, step.step_ms))
+        eff = (metrics.strong_scaling_efficiency(t1, step_ms, n) if config.base["scaling"] == "strong"
+               else metrics.weak_scaling_efficiency(t1, step_ms))
         global_batch = per_rank * n * k
-        samples = metrics.throughput(global_batch, step.step_ms)
+        samples = metrics.throughput(global_batch, step_ms)
         rows.append(_row(
             config, **row, algorithm="+".join(step.algorithms) or "none",
             nodes=_nodes(net, n), per_rank_batch=per_rank, global_batch=global_batch,
-            predicted_step_ms=step.step_ms, predicted_samples_per_s=samples,
+            predicted_step_ms=step_ms, predicted_samples_per_s=samples,
             efficiency_pct=eff * 100, exposed_comm_ms=step.exposed_comm_ms, comm_ms=step.comm_ms,
             comm_latency_ms=step.latency_ms, comm_bandwidth_ms=step.bandwidth_ms, bottleneck=step.bottleneck,
             timeline_source=config.buckets.source, network_source=source, reason="",
             straggler_ms=step.straggler_ms, interference_ms=step.interference_ms,
             host_floor_ms=step.host_floor_ms, dominant_term=step.dominant_term,
-            **interval_of(config, compute, net, n, algorithm, physics, step, eff * 100, samples, band_table)))
+            anchor_world_size=anchor[0] if anchor else None, anchor_step_ratio=anchor[1] if anchor else None,
+            **interval_of(config, compute, net, n, algorithm, physics, step, eff * 100, samples, band_table,
+                          anchored=anchor is not None)))
     return rows
 
 
@@ -411,10 +455,11 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def projection_table(configs: list[Configuration], networks: dict[str, NetworkAt], world_sizes: list[int],
-                     algorithm: str) -> pd.DataFrame:
-    """projection.csv: every configuration × network × world size."""
-    rows = [r for c in configs for name, at in networks.items() for r in project(c, name, at, world_sizes,
-                                                                                   algorithm)]
+                     algorithm: str, anchored: tuple[str, ...] = ()) -> pd.DataFrame:
+    """projection.csv: every configuration × network × world size; the networks named in `anchored` are
+    the run's own (project's `anchored`)."""
+    rows = [r for c in configs for name, at in networks.items()
+            for r in project(c, name, at, world_sizes, algorithm, anchored=name in anchored)]
     return _typed(pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS)))
 
 

@@ -6,7 +6,7 @@ of tests/data/published_scaling/ and published_multinode/). A group is (source_i
 hardware, precision) and, unless the row is `STRONG SCALING` (global batch fixed, the per-GPU batch and
 accumulation change with N), its per-GPU batch. A row's base is its group's row of one whole node when the
 row spans several nodes and the table has one, else the group's smallest row (1 GPU, or one node: base_of);
-every larger row is predicted from its base alone — never a row of another source, never a constant chosen
+every larger row is predicted from its base — never a row of another source, never a constant chosen
 per row or model:
 
     step_b     = per_gpu_batch_b · k_b · units / (throughput_b / N_b)      the base's published step (ms)
@@ -21,6 +21,15 @@ per row or model:
     network    = the row's system (bench/project/systems.py: hardware, interconnect, GPUs, nodes)
     predicted  = N · per_gpu_batch_N · k_N · units / step_N
     |error|    = |predicted − published| / published; efficiency = per-GPU throughput over the base's
+
+Anchored (what a run that measured the world sizes between its base and N has, bench/project/project.py
+does the same): when the row's group has rows between the base and the row, the largest of them that is
+in the headline is its anchor A, and the model predicts the change from A rather than the level:
+
+    predicted_eff = model_eff(N) · published_eff(A) / model_eff(A)       (the same factor on throughput)
+
+— the model's error at A (a harness's data pipeline, clocks, launcher: none of the model's inputs shows
+them) carried to N. `from_base_eff` keeps the model's own prediction; the validator prints both.
 
 k is the row's grad_accum (empty: 1 — the table states no accumulation — except for STRONG SCALING rows,
 whose accumulation must be stated). Rows the validation predicts but leaves out of its headline, each
@@ -39,7 +48,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.project.interval import Band, regime
+from bench.project.interval import ANCHORED, Band, band_name, family_of, regime
 from bench.project.physics import Physics
 from bench.project.sharded import Sharding, estimated_blocks, simulate_sharded, uniform_blocks
 from bench.project.simulate import Compute, simulate_step
@@ -137,6 +146,19 @@ class Prediction:
     error_pct: float
     dominant: str
     held_out: str = ""     # why the row is predicted but not in the headline ("" when it is)
+    anchor_gpus: int | None = None        # the anchor's GPUs (None: predicted from the base alone)
+    from_base_eff: float | None = None    # the model's efficiency from the base alone (None: predicted_eff)
+    from_base_error_pct: float | None = None
+
+    @property
+    def basis(self) -> str:
+        """The interval's basis (interval.BASES): anchored or from the base alone."""
+        return ANCHORED if self.anchor_gpus is not None else ""
+
+    @property
+    def band(self) -> str:
+        """The name of the interval band the prediction takes (interval.band_name)."""
+        return band_name(self.regime, self.basis)
 
 
 def read_corpus(path: Path) -> pd.DataFrame:
@@ -307,6 +329,30 @@ def predict_row(row: pd.Series, base: pd.Series, physics: Physics) -> Prediction
                       100 * abs(predicted_rate - row_rate) / row_rate, step.dominant_term, held_out)
 
 
+def anchored(p: Prediction, anchor: Prediction) -> Prediction:
+    """p predicted as the change from its anchor (module docstring): its efficiency and throughput times
+    the anchor's published over predicted efficiency."""
+    ratio = anchor.published_eff / anchor.predicted_eff
+    eff = p.predicted_eff * ratio
+    # both efficiencies are per-GPU rates over the base's: their ratio is the throughputs' (in any unit)
+    return replace(p, predicted=p.predicted * ratio, predicted_eff=eff,
+                   error_pct=100 * abs(eff - p.published_eff) / p.published_eff,
+                   anchor_gpus=int(anchor.row["gpus"]), from_base_eff=p.predicted_eff,
+                   from_base_error_pct=p.error_pct)
+
+
+def anchor_all(predictions: list[Prediction]) -> list[Prediction]:
+    """Every prediction of one group anchored to the largest headline prediction of the same base between
+    the base and it, when there is one (module docstring)."""
+    out = []
+    for p in predictions:
+        n = int(p.row["gpus"])
+        below = [q for q in predictions if not q.held_out and q.base.name == p.base.name
+                 and int(q.row["gpus"]) < n]
+        out.append(anchored(p, max(below, key=lambda q: int(q.row["gpus"]))) if below else p)
+    return out
+
+
 def _per_node(row: pd.Series) -> int:
     return gpus_per_node_of(int(row["gpus"]), row.get(NODES), _text(row["hardware"]), NODES in row.index)
 
@@ -329,12 +375,13 @@ def base_of(group: pd.DataFrame, row: pd.Series) -> tuple[pd.Series | None, str]
 def validate(corpus: pd.DataFrame, physics: Physics) -> tuple[list[Prediction], list[tuple[pd.Series, str]],
                                                              int]:
     """(predictions, skipped rows with reasons, rows that have a base): every row above its group's smallest
-    one, from its base (base_of). A base that is itself data-FLAGged makes its rows held out (predicted,
-    reported apart)."""
+    one, from its base (base_of), anchored where the group has a row between (anchor_all). A base that is
+    itself data-FLAGged makes its rows held out (predicted, reported apart)."""
     predictions, skipped, eligible = [], [], 0
     corpus = corpus.copy()
     corpus["gpus"] = pd.to_numeric(corpus["gpus"], errors="coerce")
     for _, group in corpus.groupby(corpus.apply(group_key, axis=1), sort=False):
+        mine = []
         for _, row in group[group["gpus"] > group["gpus"].min()].iterrows():
             base, why = base_of(group, row)
             if base is None:
@@ -349,7 +396,8 @@ def validate(corpus: pd.DataFrame, physics: Physics) -> tuple[list[Prediction], 
             base_flags = data_flags(base)
             if base_flags and not p.held_out:
                 p = replace(p, held_out=f"base row: {'; '.join(base_flags)}")
-            predictions.append(p)
+            mine.append(p)
+        predictions += anchor_all(mine)
     return predictions, skipped, eligible
 
 
@@ -369,12 +417,14 @@ def residual(p: Prediction) -> float:
     return math.log(p.published_eff / p.predicted_eff)
 
 
-def score(predictions: list[Prediction], bands: dict, held_out: dict) -> list[Scored]:
-    """Each prediction with its band: fitted without its own source when the source is among the training
-    rows (`held_out`: source → bands, leave-one-source-out), else `bands` (the training corpora's)."""
+def score(predictions: list[Prediction], bands: dict, held_out: dict, unit: str = "source") -> list[Scored]:
+    """Each prediction with its band: fitted without its own source (`unit` "family": its model family,
+    interval.family_of) when that is among the training rows (`held_out`: source or family → bands,
+    interval.held_out_bands), else `bands` (the training corpora's)."""
     out = []
     for p in predictions:
-        chosen = held_out.get(_text(p.row["source_id"]), bands)[p.regime]
+        key = _text(p.row["source_id"]) if unit == "source" else family_of(_text(p.row["model"]))
+        chosen = held_out.get(key, bands)[p.band]
         r = residual(p)
         out.append(Scored(p, chosen, chosen.contains(r), chosen.width_points(100 * p.predicted_eff)))
     return out
@@ -406,6 +456,17 @@ def summary_line(scored: list[Scored]) -> str:
     return (f"rows {s['rows']} · mean |error| {s['mean']:.1f} % · median |error| {s['median']:.1f} % · "
             f"p90 {s['p90']:.1f} % · worst {s['worst']:.1f} % · inside 90 % interval {s['inside']:.1f} % · "
             f"median width {s['width']:.1f} points")
+
+
+def from_base_line(scored: list[Scored]) -> str:
+    """The same rows' |error| of the model from the base alone (no anchor): rows, mean, median, p90, worst."""
+    errors = [s.prediction.from_base_error_pct if s.prediction.from_base_error_pct is not None
+              else s.prediction.error_pct for s in scored]
+    if not errors:
+        return "rows 0"
+    return (f"rows {len(errors)} · mean |error| {sum(errors) / len(errors):.1f} % · median |error| "
+            f"{_quantile(errors, 0.5):.1f} % · p90 {_quantile(errors, 0.9):.1f} % · "
+            f"worst {max(errors):.1f} %")
 
 
 _NUM = r"([\d.]+|nan)"
