@@ -1,17 +1,18 @@
 """`bench project`'s model against published multi-GPU and multi-node training tables.
 
 For each row of the corpus above its group's base (its smallest row: 1 GPU, or one node), project from the
-base, anchored to the largest row of the group between the base and it where there is one (what a run
-that measured those world sizes has; bench/project/published.py says how), and print, per row, per regime
-and basis and per model family, the predicted and published scaling efficiency, the |error| of the
+base alone — the issue's question: measured on one node, what will N GPUs do? — or, with --anchored, anchored
+to the largest row of the group between the base and it where there is one (what a run that measured those
+world sizes has; bench/project/published.py says how), and print, per row, per regime and basis and per
+model family, the predicted and published scaling efficiency, the |error| of the
 predicted throughput and whether the published value falls in the 90 % interval
 (bench/project/interval.py). The interval of a row whose source is among the training corpora (--training)
 is fitted without that source (leave-one-source-out); any other row's on all training rows: every interval
 is held-out. Then the rows held out of the headline (FLAGged data, superlinear against their base) with
 their own line, the rows skipped and why, the same rows' intervals fitted without their model family
-(`held out by model family ...: inside 90 % interval C % · median width K points`), the model from the base
-alone on the same rows (no anchor: `from the base alone: rows N · mean |error| X % · ...`, errors only);
-the last line is exactly
+(`held out by model family ...: inside 90 % interval C % · median width K points`), the other way of
+predicting on the same rows (`anchored (--anchored): rows N · ...`, or `from the base alone: ...`); the
+last line, for the mode asked for (from the base alone by default), is exactly
 
     rows N · mean |error| X % · median |error| Y % · p90 Z % · worst W % · inside 90 % interval C % ·
     median width K points
@@ -20,6 +21,7 @@ the last line is exactly
     ... --no-straggler --no-interference     switch a physics term off (docs/design.md "Projection")
     ... --fit                                 the once-for-the-whole-corpus fit of σ (prints the grid)
     ... --fit-interval                        refit bench/project/model_error.csv from --training
+    ... --anchored                            anchor each row to the largest published row below it
 
 Exit 2 on a bad argument or a corpus without its columns.
 """
@@ -48,12 +50,12 @@ from bench.project.interval import (
 )
 from bench.project.physics import DEFAULT_INTERFERENCE, DEFAULT_STEP_CV, Physics
 from bench.project.published import (
-    from_base_line,
+    bases_of,
     read_corpus,
-    residual,
     score,
     stats_of,
     summary_line,
+    unanchored,
     validate,
 )
 
@@ -71,14 +73,15 @@ def _physics(args) -> Physics:
 
 
 def training_residuals(paths, physics: Physics, done: dict | None = None) -> list[Residual]:
-    """(source, band, ln(published/predicted), model family) of every headline row of the training corpora;
-    `done`: predictions already made, by resolved path (the --corpus being one of them)."""
+    """(source, band, ln(published/predicted), model family) of every headline row of the training corpora, on
+    each basis it has (published.bases_of: from the base alone always, anchored too where it is); `done`:
+    anchored predictions already made, by resolved path (the --corpus being one of them)."""
     out = []
     for path in paths:
         known = (done or {}).get(Path(path).resolve())
-        preds = known if known is not None else validate(read_corpus(path), physics)[0]
-        out += [Residual(str(p.row["source_id"]), p.band, residual(p), family_of(str(p.row["model"])))
-                for p in preds if not p.held_out]
+        preds = known if known is not None else validate(read_corpus(path), physics, anchor=True)[0]
+        out += [Residual(str(p.row["source_id"]), band, r, family_of(str(p.row["model"])))
+                for p in preds if not p.held_out for band, r in bases_of(p)]
     return out
 
 
@@ -154,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit", action="store_true", help="print the (σ, γ) grid instead of the rows")
     parser.add_argument("--fit-interval", action="store_true",
                         help="refit bench/project/model_error.csv from --training and print the bands")
+    parser.add_argument("--anchored", action="store_true",
+                        help="anchor each row to the largest published row of its group below it "
+                             "(default: from the base alone)")
     args = parser.parse_args(argv)
     training = [Path(p) for p in args.training.split(",") if p.strip()]
     try:
@@ -171,10 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit_interval:
         _fit_interval(training, physics)
         return 0
-    preds, skipped, eligible = validate(corpus, physics)
-    residuals = training_residuals(training, physics, {args.corpus.resolve(): preds})
+    anchored, skipped, eligible = validate(corpus, physics, anchor=True)
+    residuals = training_residuals(training, physics, {args.corpus.resolve(): anchored})
     levels = read_bands()[1]   # each regime's level, calibrated on held-out sources (--fit-interval)
     bands, loso = fit_bands(residuals, levels), held_out_bands(residuals, levels)
+    from_base = [unanchored(p) for p in anchored]
+    preds, other = (anchored, from_base) if args.anchored else (from_base, anchored)
     scored = score(preds, bands, loso)
     headline = [s for s in scored if not s.prediction.held_out]
     apart = [s for s in scored if s.prediction.held_out]
@@ -233,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     st = stats_of(by_family)
     print(f"held out by model family (bands fitted without the row's family): inside 90 % interval "
           f"{st['inside']:.1f} % · median width {st['width']:.1f} points")
-    print(f"from the base alone: {from_base_line(headline)}")
+    others = [s for s in score(other, bands, loso) if not s.prediction.held_out]
+    print(f"{'from the base alone' if args.anchored else 'anchored (--anchored)'}: {summary_line(others)}")
     print(summary_line(headline))
     return 0
 

@@ -30,7 +30,7 @@ def _row(gpus: int, per_gpu: float, nodes: int = 1, notes: str = "", per_gpu_uni
 
 
 def _by_gpus(group: pd.DataFrame) -> dict:
-    preds, skipped, _ = validate(group, OFF)
+    preds, skipped, _ = validate(group, OFF, anchor=True)
     assert not skipped
     return {int(p.row["gpus"]): p for p in preds}
 

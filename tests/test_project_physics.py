@@ -199,10 +199,12 @@ def test_summary_line_format():
 
 @pytest.mark.slow
 def test_validation_on_the_published_corpus():
-    """The whole in-project corpus through the script; thresholds: issue 35's goals mean ≤ 6 %, p90 ≤ 15 %,
-    ≥ 90 % inside the held-out interval and coverage (≥ 90 % of the rows with a base that are not held out),
-    the worst case this model reaches today (≤ 95 %) and the interval's width as measured (docs/projection.md:
-    17.6 points; the issue's 15 is NOT met on this corpus)."""
+    """The whole in-project corpus through the script. The last line predicts every row from its base alone
+    (the issue's definition); the line before it, anchored to the largest published row below (what a run
+    that measured those sizes knows). Thresholds: coverage (≥ 90 % of the rows with a base that are not held
+    out) and ≥ 90 % inside the held-out interval on both; the issue's mean ≤ 6 % and p90 ≤ 15 % hold anchored
+    only; from the base alone the figures as measured (docs/projection.md: mean 8.4 %, p90 21.2 %, median
+    width 46 points — the goals are NOT met there)."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_projection.py"), "--corpus",
                           str(CORPUS)], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     lines = out.strip().splitlines()
@@ -213,9 +215,12 @@ def test_validation_on_the_published_corpus():
     coverage = [line for line in lines if line.startswith("predicted ")][0]
     predicted, eligible = (int(w) for w in coverage.split()[1:4:2])
     assert rows == predicted and predicted >= 0.9 * eligible
-    assert median <= 10.0 and mean <= 6.0 and p90 <= 15.0 and worst <= 95.0
-    assert inside >= 90.0 and width <= 19.0
-    assert any(line.startswith("from the base alone: rows ") for line in lines)
+    assert median <= 5.0 and mean <= 9.0 and p90 <= 22.0 and worst <= 95.0
+    assert inside >= 90.0 and width <= 50.0
+    anchored = LAST_LINE.match(lines[-2].removeprefix("anchored (--anchored): "))
+    assert anchored and int(anchored[1]) == rows, lines[-2]
+    assert float(anchored[2]) <= 6.0 and float(anchored[4]) <= 15.0 and float(anchored[6]) >= 90.0
+    assert float(anchored[7]) <= 19.0
     assert any(line.startswith("held out by model family") for line in lines)
 
 

@@ -341,6 +341,16 @@ def anchored(p: Prediction, anchor: Prediction) -> Prediction:
                    from_base_error_pct=p.error_pct)
 
 
+def unanchored(p: Prediction) -> Prediction:
+    """p as the model predicts it from its base alone (itself when it has no anchor)."""
+    if p.anchor_gpus is None:
+        return p
+    ratio = p.predicted_eff / p.from_base_eff
+    return replace(p, predicted=p.predicted / ratio, predicted_eff=p.from_base_eff,
+                   error_pct=p.from_base_error_pct, anchor_gpus=None, from_base_eff=None,
+                   from_base_error_pct=None)
+
+
 def anchor_all(predictions: list[Prediction]) -> list[Prediction]:
     """Every prediction of one group anchored to the largest headline prediction of the same base between
     the base and it, when there is one (module docstring)."""
@@ -372,11 +382,12 @@ def base_of(group: pd.DataFrame, row: pd.Series) -> tuple[pd.Series | None, str]
     return at.iloc[0], ""
 
 
-def validate(corpus: pd.DataFrame, physics: Physics) -> tuple[list[Prediction], list[tuple[pd.Series, str]],
-                                                             int]:
+def validate(corpus: pd.DataFrame, physics: Physics, anchor: bool = False
+             ) -> tuple[list[Prediction], list[tuple[pd.Series, str]], int]:
     """(predictions, skipped rows with reasons, rows that have a base): every row above its group's smallest
-    one, from its base (base_of), anchored where the group has a row between (anchor_all). A base that is
-    itself data-FLAGged makes its rows held out (predicted, reported apart)."""
+    one, from its base (base_of) — the question a user with one node's measurement asks — and with `anchor`,
+    anchored where the group has a row between (anchor_all: what a run that measured those sizes knows). A
+    base that is itself data-FLAGged makes its rows held out (predicted, reported apart)."""
     predictions, skipped, eligible = [], [], 0
     corpus = corpus.copy()
     corpus["gpus"] = pd.to_numeric(corpus["gpus"], errors="coerce")
@@ -397,7 +408,7 @@ def validate(corpus: pd.DataFrame, physics: Physics) -> tuple[list[Prediction], 
             if base_flags and not p.held_out:
                 p = replace(p, held_out=f"base row: {'; '.join(base_flags)}")
             mine.append(p)
-        predictions += anchor_all(mine)
+        predictions += anchor_all(mine) if anchor else mine
     return predictions, skipped, eligible
 
 
@@ -415,6 +426,17 @@ class Scored:
 def residual(p: Prediction) -> float:
     """ln(published / predicted): the model error the interval's bands are fitted to."""
     return math.log(p.published_eff / p.predicted_eff)
+
+
+def bases_of(p: Prediction) -> list[tuple[str, float]]:
+    """(band, residual) of a prediction on every basis it has: from the base alone always (its from-base
+    efficiency when anchored), and anchored when it is. Every row thus trains the from-base band of its
+    regime, whatever its size: a projection from one node to 64 nodes with nothing measured between is
+    judged by the errors of every such prediction, not only of the first size above a base."""
+    out = [(band_name(p.regime), math.log(p.published_eff / (p.from_base_eff or p.predicted_eff)))]
+    if p.anchor_gpus is not None:
+        out.append((p.band, residual(p)))
+    return out
 
 
 def score(predictions: list[Prediction], bands: dict, held_out: dict, unit: str = "source") -> list[Scored]:
@@ -456,17 +478,6 @@ def summary_line(scored: list[Scored]) -> str:
     return (f"rows {s['rows']} · mean |error| {s['mean']:.1f} % · median |error| {s['median']:.1f} % · "
             f"p90 {s['p90']:.1f} % · worst {s['worst']:.1f} % · inside 90 % interval {s['inside']:.1f} % · "
             f"median width {s['width']:.1f} points")
-
-
-def from_base_line(scored: list[Scored]) -> str:
-    """The same rows' |error| of the model from the base alone (no anchor): rows, mean, median, p90, worst."""
-    errors = [s.prediction.from_base_error_pct if s.prediction.from_base_error_pct is not None
-              else s.prediction.error_pct for s in scored]
-    if not errors:
-        return "rows 0"
-    return (f"rows {len(errors)} · mean |error| {sum(errors) / len(errors):.1f} % · median |error| "
-            f"{_quantile(errors, 0.5):.1f} % · p90 {_quantile(errors, 0.9):.1f} % · "
-            f"worst {max(errors):.1f} %")
 
 
 _NUM = r"([\d.]+|nan)"
