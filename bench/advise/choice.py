@@ -1,0 +1,96 @@
+"""Which configuration the answer names: advice.csv's `answer_role`, decided from the verdicts against the
+baseline, never from which of several tied medians happens to be highest (two runs of a preset must not flip
+the headline between tied choices).
+
+The answer speaks of one precision: rank 1's (the fastest measured; the other precisions' rows stay in
+advice.csv against their own baselines). At that precision:
+- some configurations are faster than the baseline beyond the noise (Holm-corrected): of the best-ranked of
+  them and those whose throughput interval overlaps it (`tied`), the simplest is `use` (`SIMPLICITY`);
+- none is, and every other configuration's speedup interval is within ±UNSTABLE_HALF_WIDTH_PCT: the
+  baseline is `keep` (a user changes nothing without a reason), the best-ranked other one its `contender`;
+- none is, and some interval is wider (or missing): the baseline is `unclear` ("no clear winner at this
+  precision"), with its `contender`;
+- there is no baseline at that precision: rank 1 is `best`, its ties `tied`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from bench import engines, stats
+
+ROLES = ("use", "tied", "keep", "unclear", "contender", "best")
+# words an engine_options value is made of (the cell id's option words), each a setting changed
+CHANGE_KEYS = ("engine", "bucket_cap_mb", "comm_dtype", "grad_accum")
+
+SIMPLICITY = """fewest settings changed from the baseline (engine, bucket size, gradient dtype, accumulation
+split, each engine option); then torch's own DDP before another engine, engines in the registry's order;
+fewer engine options; the bucket size nearer the baseline's (log scale); uncompressed gradients before
+compressed; less accumulation; last the cell id"""
+
+
+def changes(row: pd.Series, base: pd.Series) -> int:
+    """How many settings `row` changes from `base` (SIMPLICITY's first criterion)."""
+    n = sum(1 for k in CHANGE_KEYS if not _equal(row[k], base[k]))
+    return n + len(str(row.get("engine_options") or "").split())
+
+
+def _equal(a, b) -> bool:
+    if pd.isna(a) or pd.isna(b):
+        return bool(pd.isna(a) and pd.isna(b))
+    return str(a) == str(b)
+
+
+def simplicity(row: pd.Series, base: pd.Series) -> tuple:
+    """The sort key of SIMPLICITY: smaller is simpler; a fixed order, no measured number in it."""
+    order = engines.names()
+    engine = order.index(row["engine"]) if row["engine"] in order else len(order)
+    bucket = row["bucket_cap_mb"]
+    distance = math.inf if pd.isna(bucket) or pd.isna(base["bucket_cap_mb"]) else abs(
+        math.log(float(bucket) / float(base["bucket_cap_mb"])))
+    options = len(str(row.get("engine_options") or "").split())
+    return (changes(row, base), row["engine"] != "torch", engine, options, distance,
+            row["comm_dtype"] != "none", int(row["grad_accum"]), str(row["cell_id"]))
+
+
+def half_width_pct(row: pd.Series) -> float | None:
+    """Half the speedup interval in % of the speedup; None without an interval."""
+    return stats.half_width_pct(row["speedup_vs_baseline"], _or_none(row["speedup_vs_baseline_ci95_low"]),
+                                _or_none(row["speedup_vs_baseline_ci95_high"]))
+
+
+def _or_none(value):
+    return None if pd.isna(value) else float(value)
+
+
+def answer_roles(table: pd.DataFrame) -> pd.Series:
+    """advice.csv's `answer_role` per row (module docstring): "" for rows the answer does not name."""
+    roles = pd.Series("", index=table.index, dtype=object)
+    ranked = table[table["rank"].notna()].sort_values("rank")
+    if ranked.empty:
+        return roles
+    here = ranked[ranked["precision"] == ranked.iloc[0]["precision"]]
+    base = here[here["baseline"].astype(bool)]
+    if base.empty:
+        roles[here.index[0]] = "best"
+        roles[here[here["tied_with_best"].astype(bool)].index] = "tied"
+        return roles
+    base = base.iloc[0]
+    others = here[~here["baseline"].astype(bool)]
+    winners = others[others["verdict_vs_baseline"] == "faster"]
+    if len(winners):
+        top = winners.iloc[0]
+        tied = winners[(winners["samples_per_s_ci95_high"] >= top["samples_per_s_ci95_low"])
+                       | (winners["cell_id"] == top["cell_id"])]
+        chosen = min(tied.index, key=lambda i: simplicity(tied.loc[i], base))
+        roles[tied.index] = "tied"
+        roles[chosen] = "use"
+        return roles
+    widths = [half_width_pct(r) for _, r in others.iterrows()]
+    unclear = any(w is None or w > stats.UNSTABLE_HALF_WIDTH_PCT for w in widths)
+    roles[base.name] = "unclear" if unclear else "keep"
+    if len(others):
+        roles[others.index[0]] = "contender"
+    return roles
