@@ -143,7 +143,9 @@ def test_summary_md_is_the_short_answer_and_report_md_the_whole(report):
     whole = (report.parent / "report.md").read_text()
     assert len(summary.splitlines()) < 60
     assert summary.index("## The answer") < summary.index("## Findings")
-    assert "**Use " in summary and "best throughput (samples/s)" in summary
+    assert "**No clear winner at this precision" in summary  # the fixture's cells have no intervals
+    assert "speedup over torch DDP's defaults: **1.33× no interval**" in summary
+    assert "![speedup over torch DDP's defaults](plots/speedup.png)" in summary
     assert "## All cells and traces" in whole and "## All cells and traces" not in summary
 
 
@@ -158,6 +160,7 @@ def test_report_writes_every_plot_and_table_and_links_only_what_exists(report):
         "accumulation",
         "phases",
         "memory",
+        "speedup",
     }
     assert {p.stem for p in (out / "plots").glob("*.png")} == expected_plots
     for png in (out / "plots").glob("*.png"):

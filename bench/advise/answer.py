@@ -158,8 +158,8 @@ def answer(advice: pd.DataFrame, keys: list[str], target: Target, other_recipes:
         if len(contender):
             c = contender.iloc[0]
             s += (f"{at} the best, {setting_words(c, keys, named)}, is {speedup_words(c)} torch DDP's "
-                  f"defaults, and {wide} of {len(others)} configurations have a speedup interval wider than "
-                  f"±{stats.UNSTABLE_HALF_WIDTH_PCT:g} %")
+                  f"defaults, and {wide} of {len(others)} configurations have no speedup interval or one "
+                  f"wider than ±{stats.UNSTABLE_HALF_WIDTH_PCT:g} %")
         s += (f"; keep torch DDP's defaults ({setting_words(named, keys)}) until a re-measurement separates "
               f"them: `{remeasure}`; {projection_words(named, target, recipe)}.")
     else:
