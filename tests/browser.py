@@ -75,7 +75,8 @@ def view(index: Path, screenshot: Path | None = None) -> PageView:
             "return out.join(' ')")
         images = driver.execute_script(
             "return Array.from(document.images).filter(i => { const r = i.getBoundingClientRect();"
-            f" return r.top >= 0 && r.bottom <= {WINDOW[1]} && r.width > 0; }}).map(i => i.getAttribute('src'))")
+            f" return r.top >= 0 && r.bottom <= {WINDOW[1]} && r.width > 0; }})"
+            ".map(i => i.getAttribute('src'))")
         if screenshot is not None:
             driver.save_screenshot(str(screenshot))
         errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]

@@ -22,12 +22,12 @@ BUCKETS = [4 * 2**20, 2**20]  # bytes on the wire per bucket, as a cell records 
 TESTS = Path(__file__).parent
 
 
-def _cell(engine, ws, step, low, high, *, scaling="strong", grad_accum=1, global_batch=64, per_rank_batch=None,
-          paired=None, mem=1000.0, **kw):
+def _cell(engine, ws, step, low, high, *, scaling="strong", grad_accum=1, global_batch=64,
+          per_rank_batch=None, paired=None, mem=1000.0, **kw):
     """A result row with a real-format cell id, its step-time interval, and (paired: (ratio, low, high, p))
     its speed_vs_torch against the torch cell stepped beside it."""
-    r = row(engine, ws, step, peak_mem_mb=mem, compute_only_ms=step * 0.8, scaling=scaling,
-            grad_accum=grad_accum, global_batch=global_batch, per_rank_batch=per_rank_batch, device="cpu", **kw)
+    r = row(engine, ws, step, peak_mem_mb=mem, compute_only_ms=step * 0.8, scaling=scaling, device="cpu",
+            grad_accum=grad_accum, global_batch=global_batch, per_rank_batch=per_rank_batch, **kw)
     bucket = "na" if r["bucket_cap_mb"] == "" else f"{float(r['bucket_cap_mb']):g}"
     r["cell_id"] = (f"{engine}-mlp.tiny-ws{ws}-b{bucket}-{r['precision']}-c{r['comm_dtype']}-ga{grad_accum}"
                     f"-{scaling}-gb{r['global_batch']}")
@@ -111,7 +111,7 @@ def test_one_recipe_and_every_speedup_read_back_equals_results(run_dir, capsys):
     results = load_run(run_dir).results
     for _, r in ranked[~ranked["baseline"]].iterrows():
         expected = recomputed(results, r, base.iloc[0])
-        got = (r["speedup_vs_baseline"], r["speedup_vs_baseline_ci95_low"], r["speedup_vs_baseline_ci95_high"])
+        got = tuple(r[f"speedup_vs_baseline{end}"] for end in ("", "_ci95_low", "_ci95_high"))
         assert got == pytest.approx(expected, rel=1e-9), r["cell_id"]
     by = ranked.set_index("engine")
     # by hand: bucketed 1.25 [1.25·e^−0.031904, 1.25·e^0.032142] = [1.2108, 1.2908], not paired
@@ -134,17 +134,17 @@ def test_the_answer_names_the_simplest_winner_and_every_number_is_in_advice_csv(
     # bucketed (rank 1) and overlap are both faster, not tied (1,600 [1,561, 1,641] and 1,407 [1,391, 1,422]
     # samples/s do not overlap): bucketed is named, with what it changes: engine and accumulation split
     assert use["engine"] == "bucketed"
-    assert answer.startswith(f"Use bucketed, accumulation 2 (per-GPU batch 16): "
-                             f"{use['speedup_vs_baseline']:.2f}× [{use['speedup_vs_baseline_ci95_low']:.2f}, "
-                             f"{use['speedup_vs_baseline_ci95_high']:.2f}] torch DDP's defaults at global batch "
-                             f"64 (2 ranks, fp32); at 8 GPUs on ib-ndr400 expect "
+    s, low, high = (use[f"speedup_vs_baseline{end}"] for end in ("", "_ci95_low", "_ci95_high"))
+    assert answer.startswith(f"Use bucketed, accumulation 2 (per-GPU batch 16): {s:.2f}× [{low:.2f}, "
+                             f"{high:.2f}] torch DDP's defaults at global batch 64 (2 ranks, fp32); at 8 "
+                             f"GPUs on ib-ndr400 expect "
                              f"{use['projected_efficiency'] * 100:.0f} % efficiency "
                              f"({use['projected_samples_per_s']:,.0f} samples/s; per-GPU batch "
                              f"{int(use['projected_per_rank_batch'])}, the recipe kept)"), answer
     from_files = {f"{use[c]:.2f}" for c in ("speedup_vs_baseline", "speedup_vs_baseline_ci95_low",
                                              "speedup_vs_baseline_ci95_high")}
     from_files |= {f"{use['projected_efficiency'] * 100:.0f}", f"{use['projected_samples_per_s']:,.0f}",
-                   str(int(use["projected_per_rank_batch"])), "2", "16", "64", "8", "400", "32", "32"}
+                   str(int(use["projected_per_rank_batch"])), "2", "16", "64", "8", "400", "32"}
     assert set(re.findall(r"\d[\d,.]*\d|\d", answer.split(" This run")[0])) <= from_files, answer
     md = (run_dir / "advice" / "advice.md").read_text()
     assert answer in md and "CPU run" in md
@@ -168,7 +168,8 @@ def test_two_runs_whose_tied_winners_swap_give_one_headline(tmp_path, capsys):
         assert _advise(run) == 0
         heads.append(capsys.readouterr().out.splitlines()[0].split(":")[0])
         ranked = _ranked(run)
-        assert set(ranked.loc[ranked["answer_role"].isin(["use", "tied"]), "engine"]) == {"overlap", "bucketed"}
+        named = ranked.loc[ranked["answer_role"].isin(["use", "tied"]), "engine"]
+        assert set(named) == {"overlap", "bucketed"}
     # bucketed and overlap change one setting each; bucketed comes first in the registry's order
     assert heads == ["Use bucketed", "Use bucketed"]
 
@@ -180,9 +181,9 @@ def test_tied_with_the_baseline_keeps_torch_ddp_defaults(tmp_path, capsys):
     run = _write(tmp_path, rows)
     assert _advise(run) == 0
     answer = capsys.readouterr().out.splitlines()[0]
-    assert answer.startswith("Keep torch DDP's defaults (torch DDP, 25 MiB buckets, fp32, per-GPU batch 32): "
-                             "nothing measured at global batch 64 (2 ranks, fp32) is faster beyond the noise "
-                             "(the best other, overlap, is 1.00× [0.99, 1.02])"), answer
+    assert answer.startswith("Keep torch DDP's defaults (torch DDP, 25 MiB buckets, fp32, per-GPU batch "
+                             "32): nothing measured at global batch 64 (2 ranks, fp32) is faster beyond the "
+                             "noise (the best other, overlap, is 1.00× [0.99, 1.02])"), answer
     roles = _ranked(run).set_index("engine")["answer_role"]
     assert roles["torch"] == "keep" and roles["overlap"] == "contender"
 
@@ -194,9 +195,10 @@ def test_wide_intervals_say_no_clear_winner_and_what_to_run(tmp_path, capsys):
     run = _write(tmp_path, rows)
     assert _advise(run) == 0
     answer = capsys.readouterr().out.splitlines()[0]
-    assert answer.startswith("No clear winner at this precision: at global batch 64 (2 ranks, fp32) the best, "
-                             "overlap, is 1.11× [0.60, 1.90] torch DDP's defaults, and 1 of 1 configurations "
-                             "have no speedup interval or one wider than ±10 %; keep torch DDP's defaults"), answer
+    assert answer.startswith("No clear winner at this precision: at global batch 64 (2 ranks, fp32) the "
+                             "best, overlap, is 1.11× [0.60, 1.90] torch DDP's defaults, and 1 of 1 "
+                             "configurations have no speedup interval or one wider than ±10 %; keep torch "
+                             "DDP's defaults"), answer
     assert "`python -m bench run --config gpu-node --set run.target_ci_pct=2`" in answer  # env.json's command
 
 
@@ -216,7 +218,7 @@ def test_a_recipe_that_does_not_divide_holds_the_per_gpu_batch_and_says_the_glob
     assert set(_ranked(run_dir)["projected_global_batch"]) == {64}
 
 
-def test_memory_filter_reads_device_used_then_reserved_then_peak_and_lists_what_was_left_out(tmp_path, capsys):
+def test_memory_filter_reads_device_used_then_reserved_then_peak_and_lists_what_is_out(tmp_path, capsys):
     rows = _rows()
     for r in rows:
         if r["world_size"] == 2 and r["engine"] == "bucketed":
