@@ -292,3 +292,22 @@ def test_best_toml_plans_the_advised_configuration_and_its_baseline(tmp_path, ca
         assert any(c.startswith(words) for c in planned), (words, planned)
     ddp = (run / "advice" / "ddp.md").read_text()
     assert "torchrun --nnodes 2 --nproc-per-node 8" in ddp and f"--config {best}" in ddp
+
+
+def test_a_cpu_run_projected_to_gpus_takes_their_default_sigma_and_says_so(tmp_path):
+    from bench.project import api as project
+    from report_fixtures import H100_ENV
+
+    # the same rows measured on CPU and on GPU: the base cell's σ = (p90 − p50) / z90 / p50 = 0.1 / 1.2816 =
+    # 0.078027 (its p90 is 1.1 × p50); the GPU run keeps it, the CPU run takes the GPU default 0.02 on a GPU
+    # network, so the straggler terms are in the ratio 0.078027 / 0.02 = 3.9013 (same compute, same N)
+    cpu = _write(tmp_path, _rows(), "cpu")
+    gpu = _write(tmp_path, _rows(), "gpu")
+    (gpu / "env.json").write_text(json.dumps(H100_ENV))
+    cell = ["torch-mlp.tiny-ws2-b25-fp32-cnone-ga1-strong-gb64"]
+    on = {name: project.run(run, ["ib-ndr400"], [8], cells=cell, write=False)
+          for name, run in (("cpu", cpu), ("gpu", gpu))}
+    straggler = {name: p.projection.iloc[0]["straggler_ms"] for name, p in on.items()}
+    assert straggler["gpu"] / straggler["cpu"] == pytest.approx(0.1 / 1.2816 / 0.02, rel=1e-3)
+    assert any(n.startswith("CPU run on ib-ndr400: σ 0.02 and γ 0.29, the GPU defaults") for n in on["cpu"].notes)
+    assert not any(n.startswith("CPU run on") for n in on["gpu"].notes)
