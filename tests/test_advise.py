@@ -295,8 +295,9 @@ def test_best_toml_plans_the_advised_configuration_and_its_baseline(tmp_path, ca
 
 
 def test_a_cpu_run_projected_to_gpus_takes_their_default_sigma_and_says_so(tmp_path):
-    from bench.project import api as project
     from report_fixtures import H100_ENV
+
+    from bench.project import api as project
 
     # the same rows measured on CPU and on GPU: the base cell's σ = (p90 − p50) / z90 / p50 = 0.1 / 1.2816 =
     # 0.078027 (its p90 is 1.1 × p50); the GPU run keeps it, the CPU run takes the GPU default 0.02 on a GPU
@@ -309,5 +310,6 @@ def test_a_cpu_run_projected_to_gpus_takes_their_default_sigma_and_says_so(tmp_p
           for name, run in (("cpu", cpu), ("gpu", gpu))}
     straggler = {name: p.projection.iloc[0]["straggler_ms"] for name, p in on.items()}
     assert straggler["gpu"] / straggler["cpu"] == pytest.approx(0.1 / 1.2816 / 0.02, rel=1e-3)
-    assert any(n.startswith("CPU run on ib-ndr400: σ 0.02 and γ 0.29, the GPU defaults") for n in on["cpu"].notes)
+    said = "CPU run on ib-ndr400: σ 0.02 and γ 0.29, the GPU defaults"
+    assert any(n.startswith(said) for n in on["cpu"].notes)
     assert not any(n.startswith("CPU run on") for n in on["gpu"].notes)
