@@ -25,8 +25,8 @@ def counts_words(plan: Plan, todo: list) -> str:
     """'32 cells to run, 2 skipped' on a fresh run; a resumed one adds how many it has already done."""
     skipped = len(plan.cells) - len(plan.runnable)
     done = len(plan.runnable) - len(todo)
-    parts = [f"{len(todo)} cell{'' if len(todo) == 1 else 's'} to run"] + ([f"{done} done before"] if done else []) + (
-        [f"{skipped} skipped"] if skipped else [])
+    parts = [f"{len(todo)} cell{'' if len(todo) == 1 else 's'} to run"]
+    parts += ([f"{done} done before"] if done else []) + ([f"{skipped} skipped"] if skipped else [])
     return ", ".join(parts)
 
 
