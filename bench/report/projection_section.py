@@ -77,6 +77,11 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
     configs = configurations(results, None, None) if results is not None else []
     if efficiency_figure(projection, configs, out_dir / "plots" / "projection.png"):
         sec.image("plots/projection.png", "projected scaling efficiency, measured points on the curves")
+        sec.para("Strong scaling keeps the global batch, so each rank's share (and its compute) shrinks as "
+                 "ranks are added while its all-reduces do not: those curves fall toward 0 %, and each ends "
+                 "(×) at the largest world size its global batch divides among (at most one sample per "
+                 "rank); projection.csv gives the larger ones empty, with the reason. Weak scaling holds "
+                 "the per-rank batch and goes on.", "formula")
     table = efficiency_by_world_size(projection)
     write_csv(table, out_dir / "tables" / "projection_efficiency.csv")
     sec.para("Predicted efficiency per world size, from each configuration's smallest measured world size "
