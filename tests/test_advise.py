@@ -313,3 +313,30 @@ def test_a_cpu_run_projected_to_gpus_takes_their_default_sigma_and_says_so(tmp_p
     said = "CPU run on ib-ndr400: σ 0.02 and γ 0.29, the GPU defaults"
     assert any(n.startswith(said) for n in on["cpu"].notes)
     assert not any(n.startswith("CPU run on") for n in on["gpu"].notes)
+
+
+def test_best_toml_names_exactly_the_cells_of_any_configuration(tmp_path):
+    # every kind of cell id the matrix makes (engine options, no buckets, fsdp2's reshard word, accumulation,
+    # both batch rules) rewritten for the target: the config best.toml is expands to exactly its `cells`
+    import tomllib
+
+    from bench.advise import to_run
+    from bench.advise.answer import Target
+    from bench.config import load_config
+    from bench.matrix import expand
+
+    sweep = load_config("cpu-smoke", ["matrix.engine=torch,overlap,naive,fsdp2", "matrix.compile=none,inductor",
+                                      "matrix.static_graph=false,true", "matrix.comm_hook=none,powersgd",
+                                      "matrix.reshard_after_forward=true,false"])
+    cells = [c for c in expand(sweep) if c.world_size == 2 and not c.skip_reason]
+    base = next(c for c in cells if c.is_baseline and c.grad_accum == 1 and c.scaling == "strong")
+    assert len(cells) > 30
+    for cell in cells:
+        rows = [pd.Series(c.to_dict() | {"engine_options": c.engine_options}) for c in (cell, base)]
+        text = to_run.best_toml(rows, {"workload": {"model": "mlp", "model_size": "tiny"}},
+                                Target(16, "h100-nvlink"), "RUN")
+        (tmp_path / "best.toml").write_text(text)
+        planned = sorted(c.cell_id for c in expand(load_config(str(tmp_path / "best.toml"),
+                                                               ["run.device=cpu"])))
+        assert planned == sorted(tomllib.loads(text)["matrix"]["cells"]), cell.cell_id
+        assert any("-ws16-" in c and c.startswith(cell.engine) for c in planned), cell.cell_id

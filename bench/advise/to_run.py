@@ -78,6 +78,7 @@ def plans_for(rows: list[pd.Series], gpus: int) -> list[AtTarget]:
 def best_toml(rows: list[pd.Series], run_config: dict, target: Target, run_dir: str) -> str:
     """best.toml for `rows` (the advised configuration first, then its baseline or contender; results
     rows with their engine options), measured at the target (module docstring)."""
+    rows = list({r["cell_id"]: r for r in rows}.values())  # the advised configuration may be the baseline
     plans = plans_for(rows, target.gpus)
     sizes = world_sizes(target)
     cells = [p.cell_id(n) for p in plans for n in sizes if n == target.gpus or not p.switched]
