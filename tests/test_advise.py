@@ -325,9 +325,10 @@ def test_best_toml_names_exactly_the_cells_of_any_configuration(tmp_path):
     from bench.config import load_config
     from bench.matrix import expand
 
-    sweep = load_config("cpu-smoke", ["matrix.engine=torch,overlap,naive,fsdp2", "matrix.compile=none,inductor",
-                                      "matrix.static_graph=false,true", "matrix.comm_hook=none,powersgd",
-                                      "matrix.reshard_after_forward=true,false"])
+    options = ["matrix.engine=torch,overlap,naive,fsdp2", "matrix.compile=none,inductor",
+               "matrix.static_graph=false,true", "matrix.comm_hook=none,powersgd",
+               "matrix.reshard_after_forward=true,false"]
+    sweep = load_config("cpu-smoke", options)
     cells = [c for c in expand(sweep) if c.world_size == 2 and not c.skip_reason]
     base = next(c for c in cells if c.is_baseline and c.grad_accum == 1 and c.scaling == "strong")
     assert len(cells) > 30
