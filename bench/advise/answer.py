@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from bench import stats
+from bench.advise.choice import NAMED, wide
 
 # the projection's dominant loss (advise.api.dominant_loss: projection.csv's `dominant_term`, else its
 # `bottleneck`) → what the step loses at the target, after "the loss is"
@@ -129,7 +130,7 @@ def answer(advice: pd.DataFrame, keys: list[str], target: Target, other_recipes:
            run_dir: str, remeasure: str) -> str:
     """The answer (module docstring) from advice.csv's rows: `answer_role` says which rows it names."""
     role = advice["answer_role"].fillna("")
-    named = advice[role.isin(["use", "keep", "unclear", "best"])].iloc[0]
+    named = advice[role.isin(NAMED)].iloc[0]
     recipe, n = int(named["global_batch"]), int(named["world_size"])
     at = f"at global batch {recipe} ({n} rank{'s' if n > 1 else ''}, {named['precision']})"
     base = advice[advice["baseline"].astype(bool) & (advice["precision"] == named["precision"])]
@@ -153,12 +154,12 @@ def answer(advice: pd.DataFrame, keys: list[str], target: Target, other_recipes:
     elif what == "unclear":
         others = advice[advice["rank"].notna() & ~advice["baseline"].astype(bool)
                         & (advice["precision"] == named["precision"])]
-        wide = sum(1 for _, r in others.iterrows() if _wide(r))
+        unclear = sum(1 for _, r in others.iterrows() if wide(r))
         s = "No clear winner at this precision: "
         if len(contender):
             c = contender.iloc[0]
             s += (f"{at} the best, {setting_words(c, keys, named)}, is {speedup_words(c)} torch DDP's "
-                  f"defaults, and {wide} of {len(others)} configurations have no speedup interval or one "
+                  f"defaults, and {unclear} of {len(others)} configurations have no speedup interval or one "
                   f"wider than ±{stats.UNSTABLE_HALF_WIDTH_PCT:g} %")
         s += (f"; keep torch DDP's defaults ({setting_words(named, keys)}) until a re-measurement separates "
               f"them: `{remeasure}`; {projection_words(named, target, recipe)}.")
@@ -172,9 +173,3 @@ def answer(advice: pd.DataFrame, keys: list[str], target: Target, other_recipes:
               f"ranks: `python -m bench advise {run_dir} --global-batch B`.")
     return s
 
-
-def _wide(row: pd.Series) -> bool:
-    low, high = row["speedup_vs_baseline_ci95_low"], row["speedup_vs_baseline_ci95_high"]
-    if pd.isna(low) or pd.isna(high):
-        return True
-    return stats.half_width_pct(row["speedup_vs_baseline"], low, high) > stats.UNSTABLE_HALF_WIDTH_PCT

@@ -18,7 +18,7 @@ from bench import run_folder
 from bench.advise import to_run
 from bench.advise.answer import CPU_CAVEAT, Target, answer
 from bench.advise.baseline import SPEEDUP, parse_baseline, speedups
-from bench.advise.choice import answer_roles
+from bench.advise.choice import NAMED, answer_roles
 from bench.advise.rank import (
     MEASURED,
     UsageError,
@@ -260,7 +260,7 @@ def write_files(advice: Advice, results: pd.DataFrame, config: dict, run_dir: Pa
     advice.table.to_csv(out / run_folder.ADVICE_CSV, index=False)
     (out / run_folder.ADVICE_MD).write_text(advice_markdown(advice))
     table, cells = advice.table, results.set_index("cell_id")
-    named = table[table["answer_role"].isin(["use", "keep", "unclear", "best"])].iloc[0]
+    named = table[table["answer_role"].isin(NAMED)].iloc[0]
     beside = table[table["answer_role"].isin(["contender"])] if named["answer_role"] in ("keep", "unclear") \
         else table[table["baseline"].astype(bool) & (table["precision"] == named["precision"])]
     measured = [named] + ([beside.iloc[0]] if len(beside) else [])

@@ -164,7 +164,8 @@ def speedups(ranked: pd.DataFrame, results: pd.DataFrame, spec: dict,
             out.loc[i, ["baseline", "speedup_vs_baseline"]] = [True, 1.0]
             continue
         r, b = cells.loc[row["cell_id"]], cells.loc[base["cell_id"]]
-        if stepped_together(row, base, results, bucket_order):
+        paired = stepped_together(row, base, results, bucket_order)
+        if paired:
             ratio, low, high, p = (r["speed_vs_torch"], r["speed_vs_torch_ci95_low"],
                                    r["speed_vs_torch_ci95_high"], r.get("speed_vs_torch_p"))
         else:
@@ -175,8 +176,7 @@ def speedups(ranked: pd.DataFrame, results: pd.DataFrame, spec: dict,
             p = stats.unpaired_ratio_p(ratio, low, high)
         out.loc[i, ["speedup_vs_baseline", "speedup_vs_baseline_ci95_low", "speedup_vs_baseline_ci95_high",
                     "speedup_p", "speedup_paired"]] = [
-            float(ratio), _number(low), _number(high), _number(p),
-            stepped_together(row, base, results, bucket_order)]
+            float(ratio), _number(low), _number(high), _number(p), paired]
     out["verdict_vs_baseline"] = corrected_verdicts(out)
     for column in ("speedup_vs_baseline", "speedup_vs_baseline_ci95_low", "speedup_vs_baseline_ci95_high",
                    "speedup_p"):

@@ -22,7 +22,8 @@ import pandas as pd
 from bench import engines, stats
 
 ROLES = ("use", "tied", "keep", "unclear", "contender", "best")
-# words an engine_options value is made of (the cell id's option words), each a setting changed
+NAMED = ("use", "keep", "unclear", "best")  # the roles of the row the answer is about (one per answer)
+# the settings whose change from the baseline counts one each (and each engine option word: changes())
 CHANGE_KEYS = ("engine", "bucket_cap_mb", "comm_dtype", "grad_accum")
 
 SIMPLICITY = """fewest settings changed from the baseline (engine, bucket size, gradient dtype, accumulation
@@ -55,14 +56,13 @@ def simplicity(row: pd.Series, base: pd.Series) -> tuple:
             row["comm_dtype"] != "none", int(row["grad_accum"]), str(row["cell_id"]))
 
 
-def half_width_pct(row: pd.Series) -> float | None:
-    """Half the speedup interval in % of the speedup; None without an interval."""
-    return stats.half_width_pct(row["speedup_vs_baseline"], _or_none(row["speedup_vs_baseline_ci95_low"]),
-                                _or_none(row["speedup_vs_baseline_ci95_high"]))
-
-
-def _or_none(value):
-    return None if pd.isna(value) else float(value)
+def wide(row: pd.Series) -> bool:
+    """The row's speedup interval is missing or wider than ±UNSTABLE_HALF_WIDTH_PCT of the speedup: the
+    measurement cannot tell it from the baseline."""
+    low, high = row["speedup_vs_baseline_ci95_low"], row["speedup_vs_baseline_ci95_high"]
+    if pd.isna(low) or pd.isna(high):
+        return True
+    return stats.half_width_pct(row["speedup_vs_baseline"], low, high) > stats.UNSTABLE_HALF_WIDTH_PCT
 
 
 def answer_roles(table: pd.DataFrame) -> pd.Series:
@@ -88,9 +88,7 @@ def answer_roles(table: pd.DataFrame) -> pd.Series:
         roles[tied.index] = "tied"
         roles[chosen] = "use"
         return roles
-    widths = [half_width_pct(r) for _, r in others.iterrows()]
-    unclear = any(w is None or w > stats.UNSTABLE_HALF_WIDTH_PCT for w in widths)
-    roles[base.name] = "unclear" if unclear else "keep"
+    roles[base.name] = "unclear" if any(wide(r) for _, r in others.iterrows()) else "keep"
     if len(others):
         roles[others.index[0]] = "contender"
     return roles

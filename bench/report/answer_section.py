@@ -18,6 +18,7 @@ import pandas as pd
 from bench import run_folder
 from bench.advise import api as advise
 from bench.advise.answer import CPU_CAVEAT, setting_words
+from bench.advise.choice import NAMED
 from bench.advise.rank import choice_keys
 from bench.report import plots, tables
 from bench.report.render import Section, md_cell
@@ -29,7 +30,6 @@ STORY_PLOTS = (
     (("strong_scaling.png", "strong scaling"), ("weak_scaling.png", "weak scaling")),
     (("why_breakdown.png", "why: breakdown of a profiled step"), ("phases.png", "phase breakdown")),
 )
-NAMED = ("use", "keep", "unclear", "best")  # advice.csv answer_role of the row the answer is about
 SPEEDUP_PNG = "speedup.png"                 # beside the headline numbers (plots.speedup_plot)
 
 

@@ -22,6 +22,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 from bench import style as look  # noqa: E402
+from bench.advise.choice import NAMED  # noqa: E402
 from bench.engines import names as engine_names  # noqa: E402
 from bench.report import slices, tables  # noqa: E402
 from bench.schema import PRECISIONS  # noqa: E402
@@ -514,7 +515,7 @@ def speedup_plot(advice: pd.DataFrame, labels: dict[str, str], path: Path) -> Pa
     shaded and the row the answer names is drawn bold. `labels`: cell id → the row's words. None when no
     row has a speedup."""
     ranked = advice[advice["rank"].notna() & advice["speedup_vs_baseline"].notna()].sort_values("rank")
-    named = advice[advice["answer_role"].isin(["use", "keep", "unclear", "best"])]
+    named = advice[advice["answer_role"].isin(NAMED)]
     if ranked.empty or named.empty:
         return None
     precision = named.iloc[0]["precision"]
@@ -527,7 +528,7 @@ def speedup_plot(advice: pd.DataFrame, labels: dict[str, str], path: Path) -> Pa
         if r["tied_with_best"] or r["rank"] == 1:
             ax.axhspan(y - 0.45, y + 0.45, color=TIED_SHADE, lw=0, zorder=0)
         low, high = r["speedup_vs_baseline_ci95_low"], r["speedup_vs_baseline_ci95_high"]
-        bold = r["answer_role"] in ("use", "keep", "unclear", "best")
+        bold = r["answer_role"] in NAMED
         color = ENGINE_COLORS.get(r["engine"], SPARE_COLORS[0])
         if pd.notna(low) and pd.notna(high):
             ax.plot([low, high], [y, y], "-", color=color, lw=3 if bold else 1.6, zorder=2)
@@ -539,7 +540,7 @@ def speedup_plot(advice: pd.DataFrame, labels: dict[str, str], path: Path) -> Pa
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([labels.get(c, c) for c in rows["cell_id"].iloc[::-1]], fontsize=7.5)
     for tick, role in zip(ax.get_yticklabels(), rows["answer_role"].iloc[::-1]):
-        tick.set_fontweight("bold" if role in ("use", "keep", "unclear", "best") else "normal")
+        tick.set_fontweight("bold" if role in NAMED else "normal")
     ends = pd.concat([rows["speedup_vs_baseline"], rows["speedup_vs_baseline_ci95_low"],
                       rows["speedup_vs_baseline_ci95_high"]]).dropna()
     wide = ends.max() / ends.min() > WIDE_SPEEDUP_RANGE
