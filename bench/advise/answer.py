@@ -142,8 +142,8 @@ def answer(advice: pd.DataFrame, keys: list[str], target: Target, other_recipes:
              f"{projection_words(named, target, recipe)}.")
         tied = advice[role == "tied"]
         if len(tied):
-            s += (f" {len(tied)} other configuration{'s are' if len(tied) > 1 else ' is'} also faster than "
-                  f"the defaults and tied with it (answer_role `tied`); this is the simplest of them.")
+            s += (f" The simplest of {len(tied) + 1} tied configurations faster than the defaults "
+                  f"(advice.csv answer_role).")
     elif what == "keep":
         s = (f"Keep torch DDP's defaults ({setting_words(named, keys)}): nothing measured {at} is faster "
              f"beyond the noise")

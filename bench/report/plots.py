@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # noqa: E402
 
 from bench import style as look  # noqa: E402
 from bench.advise.choice import NAMED  # noqa: E402
@@ -507,6 +507,7 @@ def engines(df: pd.DataFrame, path: Path) -> Path | None:
 MAX_SPEEDUP_ROWS = 14
 TIED_SHADE = "#fde9b8"          # rows tied with the best (advice.csv tied_with_best), behind the bars
 WIDE_SPEEDUP_RANGE = 2.5        # largest / smallest value beyond which the speedup axis is logarithmic
+SPEEDUP_TICKS = (0.1, 0.25, 0.5, 0.67, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 8.0)  # its labelled ticks
 
 
 def speedup_plot(advice: pd.DataFrame, labels: dict[str, str], path: Path) -> Path | None:
@@ -544,8 +545,10 @@ def speedup_plot(advice: pd.DataFrame, labels: dict[str, str], path: Path) -> Pa
     ends = pd.concat([rows["speedup_vs_baseline"], rows["speedup_vs_baseline_ci95_low"],
                       rows["speedup_vs_baseline_ci95_high"]]).dropna()
     wide = ends.max() / ends.min() > WIDE_SPEEDUP_RANGE
-    if wide:  # a log axis, ticks at powers of 2: 0.5× and 2× sit as far from the baseline
-        ax.set_xscale("log", base=2)
+    if wide:  # a log axis: 0.5× and 2× sit as far from the baseline
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(FixedLocator([t for t in SPEEDUP_TICKS if ends.min() <= t <= ends.max()]
+                                                or [1.0]))
         ax.xaxis.set_minor_formatter(NullFormatter())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
     ax.set_ylim(-0.6, len(rows) - 0.4)

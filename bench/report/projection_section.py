@@ -77,16 +77,15 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
     configs = configurations(results, None, None) if results is not None else []
     if efficiency_figure(projection, configs, out_dir / "plots" / "projection.png"):
         sec.image("plots/projection.png", "projected scaling efficiency, measured points on the curves")
-        sec.para("Strong scaling keeps the global batch, so each rank's share (and its compute) shrinks as "
-                 "ranks are added while its all-reduces do not: those curves fall toward 0 %, and each ends "
-                 "(×) at the largest world size its global batch divides among (at most one sample per "
-                 "rank); projection.csv gives the larger ones empty, with the reason. Weak scaling holds "
-                 "the per-rank batch and goes on.", "formula")
     table = efficiency_by_world_size(projection)
     write_csv(table, out_dir / "tables" / "projection_efficiency.csv")
     sec.para("Predicted efficiency per world size, from each configuration's smallest measured world size "
              "and the chosen network (alpha-beta all-reduce model, buckets queued on one communication "
-             "stream as they become ready). Not a measurement.", "formula")
+             "stream as they become ready). Not a measurement. Strong scaling keeps the global batch, so "
+             "each rank's share (its compute) shrinks with more ranks while its all-reduces do not: those "
+             "curves fall toward 0 % and end (×) at the largest world size the global batch divides among; "
+             "beyond it projection.csv's rows are empty, with the reason. Weak scaling holds the per-rank "
+             "batch.", "formula")
     sec.table(table, "tables/projection_efficiency.csv")
     dominant = dominant_by_world_size(projection)
     if dominant is not None and len(dominant):
