@@ -70,7 +70,7 @@ def ends_early(projection: pd.DataFrame, config: Configuration, network: str, li
     batch does not divide among (their rows are empty with that reason)."""
     mine = projection[(projection["network"] == network) & (projection["cell_id"] == config.base["cell_id"])]
     beyond = mine[(mine["world_size"] > line["world_size"].max()) & mine["efficiency_pct"].isna()]
-    return bool(beyond["reason"].fillna("").str.contains("does not divide").any())
+    return bool(beyond["reason"].fillna("").astype(str).str.contains("does not divide").any())
 
 
 def efficiency_figure(projection: pd.DataFrame, configs: list[Configuration], path: Path) -> Path | None:
