@@ -86,9 +86,9 @@ def test_a_strong_line_that_ends_where_its_batch_stops_dividing_is_marked():
 
     base = pd.Series({"cell_id": "c", "scaling": "strong"})
     config = Configuration(base, pd.DataFrame([base]), None, None)
+    why = "global batch 8 per micro-step does not divide among 16 ranks"
     rows = pd.DataFrame({"network": "n", "cell_id": "c", "world_size": [1, 8, 16],
-                         "efficiency_pct": [100.0, 40.0, None],
-                         "reason": [None, None, "global batch 8 per micro-step does not divide among 16 ranks"]})
+                         "efficiency_pct": [100.0, 40.0, None], "reason": [None, None, why]})
     drawn = rows.dropna(subset=["efficiency_pct"])
     assert ends_early(rows, config, "n", drawn)
     assert not ends_early(rows.iloc[:2], config, "n", drawn)  # nothing beyond: the line just stops there
