@@ -341,3 +341,27 @@ def test_best_toml_names_exactly_the_cells_of_any_configuration(tmp_path):
                                                                ["run.device=cpu"])))
         assert planned == sorted(tomllib.loads(text)["matrix"]["cells"]), cell.cell_id
         assert any("-ws16-" in c and c.startswith(cell.engine) for c in planned), cell.cell_id
+
+
+def test_the_projections_interval_travels_into_the_sentence_when_projection_csv_has_one():
+    from bench.advise.answer import Target, projection_words
+    from bench.advise.api import with_projection
+
+    advice = pd.DataFrame([{"rank": 1, "cell_id": "c", "grad_accum": 1}])
+    projected = {"cell_id": "c", "nodes": 8, "per_rank_batch": 4, "global_batch": 256, "efficiency_pct": 81.0,
+                 "predicted_samples_per_s": 1000.0, "reason": "", "dominant_term": "exposed_comm",
+                 "bottleneck": "overlap-limited"}
+    target = Target(64, "h100-nvlink", 8, "ib-ndr400")
+    without = with_projection(advice, pd.DataFrame([projected])).iloc[0]
+    assert "expect 81 % efficiency (1,000 samples/s; per-GPU batch 4, the recipe kept)" in projection_words(
+        without, target, 256)
+    with_interval = with_projection(advice, pd.DataFrame([projected | {
+        "efficiency_pct_low": 72.0, "efficiency_pct_high": 88.0, "predicted_samples_per_s_low": 890.0,
+        "predicted_samples_per_s_high": 1090.0}])).iloc[0]
+    low, high = with_interval["projected_efficiency_low"], with_interval["projected_efficiency_high"]
+    assert (low, high) == (0.72, 0.88)
+    words = projection_words(with_interval, target, 256)
+    assert words.startswith("at 64 GPUs on h100-nvlink (8 nodes of 8, ib-ndr400 between) expect 81 % "
+                            "[72, 88] efficiency"), words
+    assert words.endswith("the loss is the exposed all-reduce of the last buckets (they become ready too "
+                          "late to hide)")
