@@ -5,7 +5,7 @@ the headline between tied choices).
 The answer speaks of one precision: rank 1's (the fastest measured; the other precisions' rows stay in
 advice.csv against their own baselines). At that precision:
 - some configurations are faster than the baseline beyond the noise (Holm-corrected): of the best-ranked of
-  them and those whose throughput interval overlaps it (`tied`), the simplest is `use` (`SIMPLICITY`);
+  them and those whose throughput interval overlaps it (`tied`), the simplest is `use` (`simplicity`);
 - none is, and every other configuration's speedup interval is within ±UNSTABLE_HALF_WIDTH_PCT: the
   baseline is `keep` (a user changes nothing without a reason), the best-ranked other one its `contender`;
 - none is, and some interval is wider (or missing): the baseline is `unclear` ("no clear winner at this
@@ -21,21 +21,20 @@ import pandas as pd
 
 from bench import engines, stats
 
-ROLES = ("use", "tied", "keep", "unclear", "contender", "best")
 NAMED = ("use", "keep", "unclear", "best")  # the roles of the row the answer is about (one per answer)
 # the settings whose change from the baseline counts one each (and each engine option word: changes())
 CHANGE_KEYS = ("engine", "bucket_cap_mb", "comm_dtype", "grad_accum")
 
-SIMPLICITY = """fewest settings changed from the baseline (engine, bucket size, gradient dtype, accumulation
-split, each engine option); then torch's own DDP before another engine, engines in the registry's order;
-fewer engine options; the bucket size nearer the baseline's (log scale); uncompressed gradients before
-compressed; less accumulation; last the cell id"""
+
+def options(row: pd.Series) -> list[str]:
+    """The row's engine option words (empty: plain)."""
+    value = row.get("engine_options")
+    return value.split() if isinstance(value, str) else []
 
 
 def changes(row: pd.Series, base: pd.Series) -> int:
-    """How many settings `row` changes from `base` (SIMPLICITY's first criterion)."""
-    n = sum(1 for k in CHANGE_KEYS if not _equal(row[k], base[k]))
-    return n + len(str(row.get("engine_options") or "").split())
+    """How many settings `row` changes from `base` (simplicity's first criterion)."""
+    return sum(1 for k in CHANGE_KEYS if not _equal(row[k], base[k])) + len(options(row))
 
 
 def _equal(a, b) -> bool:
@@ -45,14 +44,17 @@ def _equal(a, b) -> bool:
 
 
 def simplicity(row: pd.Series, base: pd.Series) -> tuple:
-    """The sort key of SIMPLICITY: smaller is simpler; a fixed order, no measured number in it."""
+    """The sort key of simplicity, smaller first; a fixed order with no measured number in it: fewest
+    settings changed from the baseline (engine, bucket size, gradient dtype, accumulation split, each engine
+    option); then torch's own DDP before another engine, engines in the registry's order; fewer engine
+    options; the bucket size nearer the baseline's (log scale); uncompressed gradients before compressed;
+    less accumulation; last the cell id."""
     order = engines.names()
     engine = order.index(row["engine"]) if row["engine"] in order else len(order)
     bucket = row["bucket_cap_mb"]
     distance = math.inf if pd.isna(bucket) or pd.isna(base["bucket_cap_mb"]) else abs(
         math.log(float(bucket) / float(base["bucket_cap_mb"])))
-    options = len(str(row.get("engine_options") or "").split())
-    return (changes(row, base), row["engine"] != "torch", engine, options, distance,
+    return (changes(row, base), row["engine"] != "torch", engine, len(options(row)), distance,
             row["comm_dtype"] != "none", int(row["grad_accum"]), str(row["cell_id"]))
 
 
