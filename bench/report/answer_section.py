@@ -93,10 +93,11 @@ def headline_numbers(results: pd.DataFrame, ranked: pd.DataFrame) -> pd.DataFram
                  f"{where} against 1 rank (T₁ at its median)"))
     step, exposed = cell["step_time_ms_p50"], tables.exposed_comms(cell.to_frame().T).iloc[0]
     share = exposed / step * 100
-    rows.append(("exposed communication (% of the step)",
-                 *_interval(share, cell.get("exposed_comm_ms_ci95_low", float("nan")) / step * 100,
-                            cell.get("exposed_comm_ms_ci95_high", float("nan")) / step * 100, ".1f", " %"),
-                 f"{where}: step − compute-only step"))
+    # one rank communicates nothing: step − compute-only is then the sync work no_sync skips
+    name, of = (("exposed communication (% of the step)", f"{where}: step − compute-only step") if n > 1 else
+                ("sync overhead (% of the step)", f"{where}: no communication; step − compute-only step"))
+    low, high = (cell.get(f"exposed_comm_ms_ci95_{e}", float("nan")) / step * 100 for e in ("low", "high"))
+    rows.append((name, *_interval(share, low, high, ".1f", " %"), of))
     return pd.DataFrame(rows, columns=["name", "value", "interval", "of"])
 
 
