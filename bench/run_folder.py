@@ -85,7 +85,9 @@ PHYSICS_NOTE = "physics of "
 # written by `bench advise RUN`, under ADVICE_DIR (its projection to the target in ADVICE_DIR/projection)
 ADVICE_DIR = "advice"
 ADVICE_MD = "advice.md"           # the short answer, the caveats, the ranking
-ADVICE_CSV = "advice.csv"         # one row per configuration at the largest measured world size, ranked
+ADVICE_CSV = "advice.csv"         # one row per configuration of the recipe, ranked, with its speedup
+BEST_TOML = "best.toml"           # a ddpbench config: the advised configuration, its baseline, at the target
+DDP_MD = "ddp.md"                 # the advised settings for the user's own script, and the launch lines
 
 
 class RunError(ValueError):

@@ -31,6 +31,7 @@ from bench.project.api import (
 from bench.project.collectives import ALGORITHMS
 from bench.project.inputs import InputError
 from bench.project.network import FABRICS, INTER_NODE
+from bench.project.spec import SpecError
 from bench.run_folder import RunError
 
 WORLD_SIZES_TEXT = ",".join(map(str, DEFAULT_WORLD_SIZES))
@@ -120,17 +121,29 @@ def main(args: argparse.Namespace) -> int:
 # what-if flags: (flag, type, help); each maps to the spec key of its name (--step-ms → step_ms)
 SPEC_FLAGS = (
     ("--model", str, "built-in workload NAME[:SIZE] (its layout is built on the meta device)"),
-    ("--params", int, "or a trainable parameter count (torch DDP's bucket layout)"),
+    ("--params", str, "or a trainable parameter count: 360M, 1.5B, 1e9 (torch DDP's bucket layout)"),
     ("--step-ms", float, "the 1-GPU step time T1 in ms"),
     ("--per-gpu-batch", int, "samples per GPU per micro-step"),
     ("--precision", str, "fp32, tf32, bf16 or fp16 (recorded; gradients are fp32 unless --comm-dtype)"),
     ("--comm-dtype", str, "none, fp16 or bf16 on the wire"),
-    ("--grad-accum", int, "micro-steps per all-reduce"),
-    ("--bucket-cap-mb", float, "DDP bucket cap (default 25)"),
+    ("--grad-accum", str, "micro-steps per all-reduce"),
+    ("--bucket-cap-mb", str, "DDP bucket cap (default 25)"),
     ("--step-cv", float, "per-rank step-time spread σ (default: the corpus fit)"),
     ("--interference", float, "compute slowdown per ms of overlapped all-reduce γ (default: the corpus fit)"),
     ("--host-ms", float, "host floor: the step cannot be shorter (default 0)"),
 )
+# flags that take a comma-separated list, compared in one call (spec.LIST_KEYS): each item's type
+LIST_FLAGS = {"--bucket-cap-mb": float, "--comm-dtype": str, "--grad-accum": int, "--precision": str}
+
+
+def _listed(flag: str, text: str):
+    """A LIST_FLAGS value: one item, or a list of them ('1,25,100'); SpecError naming the flag and value."""
+    kind = LIST_FLAGS[flag]
+    try:
+        items = [kind(x.strip()) for x in text.split(",")]
+    except ValueError:
+        raise SpecError(f"{flag}={text!r}: expected {kind.__name__} values, comma-separated") from None
+    return items if len(items) > 1 else items[0]
 
 
 def _dest(flag: str) -> str:
@@ -139,7 +152,11 @@ def _dest(flag: str) -> str:
 
 def spec_main(args: argparse.Namespace) -> int:
     """The what-if: projection.csv and notes.txt from a spec, nothing measured."""
-    from bench.project.spec import SpecError, read_spec
+    import pandas as pd
+
+    from bench import run_folder
+    from bench.project.api import Projection
+    from bench.project.spec import LIST_KEYS, read_spec, spec_grid
 
     try:
         if args.run_dir is not None:
@@ -154,7 +171,7 @@ def spec_main(args: argparse.Namespace) -> int:
         for flag, _, _ in SPEC_FLAGS:
             value = getattr(args, _dest(flag))
             if value is not None:
-                keys[_dest(flag)] = value
+                keys[_dest(flag)] = _listed(flag, value) if flag in LIST_FLAGS else value
         if args.model is not None:
             keys["model"], _, keys["size"] = args.model.partition(":")
         if args.network is not None:
@@ -166,9 +183,23 @@ def spec_main(args: argparse.Namespace) -> int:
         if args.nics_per_node is not None:
             keys.setdefault("nics_per_node", args.nics_per_node)
         keys.setdefault("algorithm", args.algorithm)
-        projection = what_if(keys, out=args.out)
+        grid = spec_grid(keys)
+        if len(grid) == 1:
+            projection = what_if(keys, out=args.out)
+            print("\n".join(projection.lines()))
+            return 0
+        made = [what_if(k, write=False) for k in grid]  # every combination checked before anything is written
     except (SpecError, UsageError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
         return 2
-    print("\n".join(projection.lines()))
+    compared = Projection(projection=pd.concat([m.projection for m in made], ignore_index=True),
+                          notes=[n for m in made for n in m.notes], configurations=len(made), what_if=True)
+    compared.write(args.out if args.out is not None else Path(run_folder.PROJECTION_DIR))
+    print(f"projection: {compared.out / run_folder.PROJECTION} ({len(made)} what-ifs: "
+          f"{' × '.join(k for k in LIST_KEYS if isinstance(keys.get(k), list))})")
+    for k, m in zip(grid, made):
+        m.out = compared.out
+        print("  " + ", ".join(f"{key} {k[key]:g}" if isinstance(k[key], float) else f"{key} {k[key]}"
+                               for key in LIST_KEYS if isinstance(keys.get(key), list)))
+        print("\n".join(m.lines()[1:]))
     return 0

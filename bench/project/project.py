@@ -439,6 +439,38 @@ def project(config: Configuration, network_name: str, network_at: NetworkAt, wor
     return rows
 
 
+def from_cell(config: Configuration, cell: pd.Series, n: int) -> Configuration:
+    """`config` re-based on one of its cells for a projection to n ranks (`bench advise`: the user's recipe
+    at the target): strong scaling from the cell's global micro-batch (per_rank_batch × world_size, the
+    recipe kept) where that divides among n ranks, else weak scaling from its per-rank batch (the per-GPU
+    micro-batch held, the global batch growing with n). The compute side is the configuration's own (it
+    scales with the per-rank batch); the rows' cell_id is the cell's, their scaling the rule used."""
+    micro, per_rank = int(cell["per_rank_batch"]) * int(cell["world_size"]), int(cell["per_rank_batch"])
+    keep = micro % n == 0
+    base = config.base.copy()
+    base["cell_id"], base["scaling"] = cell["cell_id"], "strong" if keep else "weak"
+    base["per_rank_batch"], base["world_size"] = (micro, 1) if keep else (per_rank, 1)
+    return replace(config, base=base)
+
+
+def cells_table(configs: list[Configuration], cells: pd.DataFrame, networks: dict[str, NetworkAt],
+                world_sizes: list[int], algorithm: str, anchored: tuple[str, ...] = ()) -> pd.DataFrame:
+    """projection.csv's rows for the given cells only, each from its own batch (from_cell) within its
+    configuration; a cell of no projected configuration (not ok) is left out. The networks named in
+    `anchored` are the run's own (projection_table)."""
+    by_key = {config_key(c.base): c for c in configs}
+    rows = []
+    for _, cell in cells.iterrows():
+        config = by_key.get(config_key(cell))
+        if config is None:
+            continue
+        for name, at in networks.items():
+            for n in world_sizes:
+                rows += project(from_cell(config, cell, n), name, at, [n], algorithm,
+                                anchored=name in anchored)
+    return _typed(pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS)))
+
+
 def _nodes(net: Network | None, n: int) -> int | None:
     """Nodes n ranks fill; empty for flat networks, whose ranks sit on no stated node layout."""
     if net is None:

@@ -169,9 +169,45 @@ def project_spec(**keys) -> pd.DataFrame:
     return projection_of(spec_from_keys(keys))
 
 
+# a count's suffixes, as model cards write parameter counts (360M, 1.5B, 7B)
+COUNT_SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+# the keys a what-if may give several values of, compared in one call (spec_grid): the DDP settings
+LIST_KEYS = ("bucket_cap_mb", "comm_dtype", "grad_accum", "precision")
+
+
+def parse_count(key: str, text) -> int:
+    """'360M', '1.5B', '1e9' or 250000 → an integer count; SpecError naming the key and the value."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    word = str(text).strip().replace("_", "")
+    scale = COUNT_SUFFIXES.get(word[-1:].lower(), 1) if word[-1:].isalpha() else 1
+    try:
+        value = float(word[:-1] if scale != 1 else word) * scale
+    except ValueError:
+        raise SpecError(f"{key}={text!r}: not a count (e.g. 360M, 1.5B, 1e9, 250000)") from None
+    if not math.isfinite(value) or value != int(value) or value < 1:
+        raise SpecError(f"{key}={text!r}: must be a whole number >= 1")
+    return int(value)
+
+
+def spec_grid(keys: dict) -> list[dict]:
+    """Every combination of the LIST_KEYS given as lists (a TOML list, or a comma-separated flag): one
+    what-if each, in the order the values were given (the first key varies slowest)."""
+    listed = [k for k in LIST_KEYS if isinstance(keys.get(k), (list, tuple))]
+    grid = [dict(keys)]
+    for key in listed:
+        values = list(keys[key])
+        if not values:
+            raise SpecError(f"{key}=[]: give at least one value")
+        grid = [g | {key: v} for g in grid for v in values]
+    return grid
+
+
 def spec_from_keys(keys: dict) -> Spec:
     """A Spec from a dict of its keys (a TOML file's, or project_spec's); SpecError names a bad one."""
     keys = dict(keys)
+    if isinstance(keys.get("params"), (str, float)):
+        keys["params"] = parse_count("params", keys["params"])
     known = {f.name for f in fields(Spec)}
     for key in keys:
         if key not in known:

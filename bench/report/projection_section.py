@@ -99,7 +99,11 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
     write_csv(table, out_dir / "tables" / "projection_efficiency.csv")
     sec.para("Predicted efficiency per world size, from each configuration's smallest measured world size "
              "and the chosen network (alpha-beta all-reduce model, buckets queued on one communication "
-             "stream as they become ready). Not a measurement.", "formula")
+             "stream as they become ready). Not a measurement. Strong scaling keeps the global batch, so "
+             "each rank's share (its compute) shrinks with more ranks while its all-reduces do not: those "
+             "curves fall toward 0 % and end (×) at the largest world size the global batch divides among; "
+             "beyond it projection.csv's rows are empty, with the reason. Weak scaling holds the per-rank "
+             "batch.", "formula")
     sec.table(table, "tables/projection_efficiency.csv")
     intervals = interval_by_world_size(projection)
     if intervals is not None and len(intervals):
