@@ -21,7 +21,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from bench import style as look  # noqa: E402
-from bench.engines import names as engine_names  # noqa: E402
+from bench.engines import loaded as engine_names  # noqa: E402
 from bench.report import slices, tables  # noqa: E402
 from bench.schema import PRECISIONS  # noqa: E402
 from bench.style import DPI, ENGINE_COLORS, PANEL, PRECISION_COLORS, SPARE_COLORS  # noqa: E402

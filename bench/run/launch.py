@@ -38,17 +38,24 @@ POLL_S = 0.05          # events-file poll period
 EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt)\b(?::.*)?$")
 
 
+# torchrun's own exception when a rank fails: its line names no cause (that is the rank's exception, printed
+# above it in the same log), so a rank's exception line is preferred to it
+TORCHRUN_EXCEPTIONS = ("ChildFailedError",)
+
+
 def tail(path: Path, lines: int = ERROR_TAIL_LINES) -> str:
-    """The log's last exception line first, then its last lines ('' when missing)."""
+    """The log's last exception line first (a rank's, rather than torchrun's ChildFailedError that follows
+    it), then its last lines ('' when missing)."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
     all_lines = text.strip().splitlines()
     exceptions = [line.strip() for line in all_lines if EXCEPTION_LINE.match(line.strip())]
+    causes = [e for e in exceptions if not any(n in e.split(":")[0] for n in TORCHRUN_EXCEPTIONS)]
     if lines != ERROR_TAIL_LINES:  # an explicit length: just the tail
         return "\n".join(all_lines[-lines:])
-    return error_text(exceptions[-1] if exceptions else None, all_lines)
+    return error_text((causes or exceptions or [None])[-1], all_lines)
 
 
 def launch_env(device: str, threads: int) -> dict[str, str]:

@@ -19,7 +19,6 @@ import os
 import socket
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import torch
@@ -29,11 +28,11 @@ from bench import run_folder
 from bench.config import BenchConfig, config_from_dict
 from bench.lifetime import die_with_parent, watch_launcher
 from bench.matrix import Cell
-from bench.schema import error_text
 from bench.worker import plan_mode, process
 from bench.worker.cell import release, run_group
 from bench.worker.events import Events
 from bench.worker.groups import plan_groups
+from bench.worker.guard import failure
 from bench.worker.profiling import profile_cell
 
 
@@ -177,8 +176,7 @@ def profile_and_emit(cell: Cell, config: BenchConfig, device: torch.device, run_
 
 def emit_error(events: Events, cell_ids: list[str], error: Exception, phase: str) -> None:
     """An "error" event: status oom or failed, the exception first, then the traceback's tail."""
-    status = "oom" if isinstance(error, torch.OutOfMemoryError) else "failed"
-    text = error_text(f"{type(error).__name__}: {error}", traceback.format_exc().strip().splitlines())
+    status, text = failure(error)
     events.emit(event="error", cell_ids=cell_ids, rank=dist.get_rank(), status=status, phase=phase,
                 error=text)
 
