@@ -12,6 +12,7 @@ stands for ("none"), so the rest of the report sees the runner's spelling only.
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,73 @@ ADVICE_CSV = "advice.csv"         # one row per configuration at the largest mea
 
 class RunError(ValueError):
     """A run folder that cannot be reported: missing files or rows that break the contract."""
+
+
+# ---- who writes where: no command rewrites what another wrote into a run folder ---------------------------
+# Inside a run folder a command writes only where it owns: `bench run` the folder itself (its files) and
+# LOGS, TRACES, EVENTS; `bench analyze` its tables at the top level (beside the run's files, under names of
+# its own); `bench project` PROJECTION_DIR; `bench advise` ADVICE_DIR (its projection to the target inside
+# it). OWNED names each entry's writer (a file's name too: no folder may take it). An --out may also be
+# a new folder inside the run under a name no command uses (`--out RUN/my-report`), or any folder outside.
+OWNED = {PROJECTION_DIR: "project", ADVICE_DIR: "advise",
+              **{name: "run" for name in (CONFIG, ENV, CELLS, RESULTS, SWEEP, LOCK, LOGS, EVENTS, PLAN,
+                                          SBATCH, TRACES)},
+              **{name: "analyze" for name in (TRACE_SUMMARY, BUCKET_TIMELINE, IDLE_BREAKDOWN, LAUNCH_STATS,
+                                              STRAGGLERS, KERNEL_CLASSES, WITNESSES)}}
+TOP_LEVEL_WRITERS = ("run", "analyze")
+OWN_DIR = {"project": PROJECTION_DIR, "advise": ADVICE_DIR}  # a command's default folder in a run
+
+
+class OutError(ValueError):
+    """An --out a command must not write into; the message names --out and its value (exit 2)."""
+
+
+def enclosing_run(path: Path) -> Path | None:
+    """The run folder `path` is (or is inside), else None: a folder holding cells.jsonl or results.csv, or
+    config.toml beside env.json (what `bench run` writes first)."""
+    for folder in (path, *path.parents):
+        if (folder / CELLS).is_file() or (folder / RESULTS).is_file() or (
+                (folder / CONFIG).is_file() and (folder / ENV).is_file()):
+            return folder
+    return None
+
+
+def out_problem(out: Path | str, command: str) -> str | None:
+    """Why `bench <command>` must not write into the folder `out` (None when it may): a file, or under
+    one; not writable; or a part of a run folder another command owns (OWNED, TOP_LEVEL_WRITERS).
+    Nothing is created."""
+    out = Path(out)
+    shown = f"--out={str(out)!r}"
+    for folder in (out, *out.parents):
+        if folder.exists() and not folder.is_dir():
+            return f"{shown}: {str(folder)!r} is a file, not a folder"
+    existing = next(f for f in (out, *out.parents, Path(".")) if f.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{shown}: {str(existing)!r} is not writable"
+    absolute = Path(os.path.abspath(out))
+    run = enclosing_run(absolute)
+    if run is None:
+        return None
+    inside = absolute.relative_to(run).parts
+    owner = OWNED.get(inside[0]) if inside else TOP_LEVEL_WRITERS[0]
+    if not inside and command in TOP_LEVEL_WRITERS or owner is None or owner == command:
+        return None
+    where = f"the run folder {str(run)!r} itself" if not inside else f"{str(run / inside[0])!r}"
+    whose = (" and ".join(f"`bench {c}`" for c in TOP_LEVEL_WRITERS) + " write" if not inside
+             else f"`bench {owner}` writes")
+    own = OWN_DIR.get(command)
+    instead = (f"leave --out out (it writes {str(run / own)!r}) or " if own else "") + \
+        "choose a new folder (inside the run, one no command writes, or outside it)"
+    return (f"{shown}: is {where}, which {whose}; `bench {command}` does not rewrite another "
+            f"command's files: {instead}")
+
+
+def check_out(out: Path | str, command: str) -> Path:
+    """`out` as a Path when `bench <command>` may write into it, else OutError (out_problem's reason)."""
+    problem = out_problem(out, command)
+    if problem:
+        raise OutError(problem)
+    return Path(out)
 
 
 @dataclass

@@ -70,6 +70,9 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET,
             raise UsageError(f"--network={target.network!r} is not a preset; choose from {list(NETWORKS)}")
     if memory_gb is not None and not memory_gb > 0:
         raise UsageError(f"--memory-gb={memory_gb:g}: must be > 0")
+    out = Path(out) if out is not None else run_dir / run_folder.ADVICE_DIR
+    if write:  # another command's folder (RUN itself: RUN/projection is bench project's), or a file
+        run_folder.check_out(out, "advise")
     try:
         loaded = load_run(run_dir)
     except RunError as exc:
@@ -83,7 +86,6 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET,
         low = table["peak_mem_mb"].min() / 1024
         raise UsageError(f"--memory-gb={memory_gb:g} is below every configuration's peak memory (the "
                          f"smallest is {low:.2f} GiB); nothing to recommend")
-    out = Path(out) if out is not None else run_dir / run_folder.ADVICE_DIR
     notes: list[str] = []
     if target is None:
         target = Target(why_not=f"`python -m bench advise {run_dir}` projects it to a target cluster")
@@ -108,14 +110,16 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET,
 
 def project_at(run_dir: Path, target: Target, out: Path,
                write: bool) -> tuple[pd.DataFrame | None, list[str], str]:
-    """The run projected to the target (bench.project.run into `out`): (projection rows, its notes, why
-    none)."""
+    """The run projected to the target (bench.project.run, written by advise itself into `out`, a folder
+    of its own): (projection rows, its notes, why none)."""
     gpus_per_node = 8 if target.gpus % 8 == 0 else target.gpus  # an NVLink node of 8 GPUs, or one node
     try:
         projection = project.run(run_dir, [target.network], [target.gpus], gpus_per_node=gpus_per_node,
-                                 out=out, write=write)
+                                 write=False)
     except (project.UsageError, InputError, RunError) as exc:
         return None, [], str(exc)
+    if write:
+        projection.write(out)
     return projection.projection, projection.notes + projection.physics, ""
 
 

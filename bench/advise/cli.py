@@ -15,7 +15,7 @@ from pathlib import Path
 from bench import run_folder
 from bench.advise.answer import Target
 from bench.advise.api import DEFAULT_NETWORK, DEFAULT_TARGET_GPUS, NETWORKS, UsageError, run
-from bench.run_folder import RunError
+from bench.run_folder import OutError, RunError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,8 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         advice = run(args.run_dir, Target(args.target_gpus, args.network), args.memory_gb, args.out)
-    except (UsageError, RunError) as exc:
+    except (UsageError, RunError, OutError) as exc:
         print(f"bench advise: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the folder cannot be written (read-only, full)
+        print(f"bench advise: --out={str(args.out)!r}: cannot write ({exc.strerror or exc})", file=sys.stderr)
         return 2
     print("\n".join(advice.lines()))
     return 0

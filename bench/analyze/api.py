@@ -105,8 +105,9 @@ def plan(path: Path, out: Path | None) -> tuple[list[TraceJob], list[str], Path]
             raise AnalyzeInputError(f"path {str(path)!r}: not a *.json or *.json.gz trace file")
         jobs, default_out = [TraceJob(path, path.name)], Path.cwd()
     out = out if out is not None else default_out
-    if out.exists() and not out.is_dir():
-        raise AnalyzeInputError(f"--out {str(out)!r} exists and is not a folder")
+    problem = run_folder.out_problem(out, "analyze")  # a file; another command's part of a run folder
+    if problem:
+        raise AnalyzeInputError(problem)
     return jobs, missing, out
 
 

@@ -3,7 +3,8 @@ networks, validates them on the world sizes it measured and writes RUN/projectio
 same from a spec with nothing measured (bench/project/spec.py). Both return a `Projection` (data only: the
 command, cli.py, prints it; `bench report` draws it). Bad input raises before anything is written:
 UsageError / SpecError naming the key and the value, InputError for unreadable inputs, RunError for a folder
-that is not a run.
+that is not a run, run_folder.OutError for an --out that is a file or another command's part of a run
+folder (run_folder.out_problem).
 """
 
 from __future__ import annotations
@@ -139,6 +140,9 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
     names, default the run's own probe; or a custom `bw_gbps` + `latency_us`), validate on the world sizes
     it measured, and (with `write`) write RUN/projection/ or `out`."""
     run_dir = Path(run_dir)
+    out = Path(out) if out is not None else run_dir / run_folder.PROJECTION_DIR
+    if write:  # refused before anything is read or written: another command's folder, a file
+        run_folder.check_out(out, "project")
     if algorithm not in ALGORITHMS:
         raise UsageError(f"--algorithm={algorithm!r} is not one of {list(ALGORITHMS)}")
     world_sizes = sorted(set(world_sizes))
@@ -170,7 +174,7 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
                             validation=validation_table(configs, measured, run.env.get("cpu_cores")),
                             fits=fits_table(fits), configurations=len(configs))
     if write:
-        projection.write(Path(out) if out is not None else run_dir / run_folder.PROJECTION_DIR)
+        projection.write(out)
     return projection
 
 
@@ -202,11 +206,14 @@ def what_if(keys: dict, out: Path | str | None = None, write: bool = True) -> Pr
     bad key or value."""
     from bench.project.spec import projection_of, spec_from_keys
 
+    out = Path(out) if out is not None else Path(run_folder.PROJECTION_DIR)
     spec = spec_from_keys(keys)
+    if write:
+        run_folder.check_out(out, "project")
     notes = [f"what-if from a spec (no run): T1 {spec.step_ms:g} ms, per-GPU batch {spec.per_gpu_batch}, "
              f"backward share {spec.backward_share:.3f}, σ {spec.step_cv:g}, γ {spec.interference:g}, host "
              f"{spec.host_ms:g} ms"]
     projection = Projection(projection=projection_of(spec), notes=notes, configurations=1, what_if=True)
     if write:
-        projection.write(Path(out) if out is not None else Path(run_folder.PROJECTION_DIR))
+        projection.write(out)
     return projection

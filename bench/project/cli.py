@@ -30,7 +30,7 @@ from bench.project.api import (
 from bench.project.collectives import ALGORITHMS
 from bench.project.inputs import InputError
 from bench.project.network import FABRICS, INTER_NODE
-from bench.run_folder import RunError
+from bench.run_folder import OutError, RunError
 
 WORLD_SIZES_TEXT = ",".join(map(str, DEFAULT_WORLD_SIZES))
 
@@ -102,8 +102,12 @@ def main(args: argparse.Namespace) -> int:
                          gpus_per_node=args.gpus_per_node, inter_network=args.inter_network,
                          algorithm=args.algorithm, bw_gbps=args.bw_gbps, latency_us=args.latency_us,
                          out=args.out)
-    except (UsageError, InputError, RunError) as exc:
+    except (UsageError, InputError, RunError, OutError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the folder cannot be written (read-only, full)
+        print(f"bench project: --out={str(args.out)!r}: cannot write ({exc.strerror or exc})",
+              file=sys.stderr)
         return 2
     print("\n".join(projection.lines()))
     return 0
@@ -155,8 +159,12 @@ def spec_main(args: argparse.Namespace) -> int:
         keys.setdefault("inter_network", args.inter_network)
         keys.setdefault("algorithm", args.algorithm)
         projection = what_if(keys, out=args.out)
-    except (SpecError, UsageError) as exc:
+    except (SpecError, UsageError, OutError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the folder cannot be written (read-only, full)
+        print(f"bench project: --out={str(args.out)!r}: cannot write ({exc.strerror or exc})",
+              file=sys.stderr)
         return 2
     print("\n".join(projection.lines()))
     return 0

@@ -9,11 +9,13 @@ from __future__ import annotations
 import html
 import math
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from bench.run_folder import RunError, out_problem
 from bench.schema import CONFIG_KEYS, STRING_COLUMNS
 
 EMPTY = "—"
@@ -253,6 +255,36 @@ class Section:
         self.html.append(html_text)
         self.md.append(md_text)
         return self
+
+
+# What a page (bench report, bench compare) writes into its folder: write_page's three files and the folders
+# of its tables, figures and trace comparisons.
+PAGE_FILES = ("index.html", "report.md", "summary.md")
+PAGE_FOLDERS = ("tables", "plots", "traces")
+
+
+def page_folder(out_dir: Path, command: str) -> Path:
+    """`out_dir` made ready for a new page: created when missing; an earlier page there (nothing but a page's
+    entries, index.html among them) removed first, so the new page never mixes with the old one's figures
+    and tables. RunError, with nothing touched, when it holds anything else (a user's files, another
+    command's output) or is another command's part of a run folder (run_folder.out_problem)."""
+    problem = out_problem(out_dir, command)
+    if problem:
+        raise RunError(problem)
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        entries = sorted(p.name for p in out_dir.iterdir())
+        foreign = [n for n in entries if n not in PAGE_FILES + PAGE_FOLDERS]
+        if foreign or PAGE_FILES[0] not in entries:
+            raise RunError(f"--out={str(out_dir)!r} holds {(foreign or entries)[:3]}, not a page `bench "
+                           f"{command}` wrote: choose a new or empty folder (the page would mix with them)")
+        for name in entries:
+            path = out_dir / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
 
 
 def write_page(out_dir: Path, title: str, subtitle: str, sections: list[Section],
