@@ -14,6 +14,7 @@ import pandas as pd
 from bench import run_folder
 from bench.advise.answer import CPU_CAVEAT, Target, sentence
 from bench.advise.rank import largest_world_size, rank_configurations, swept_keys
+from bench.config import MAX_WORLD_SIZE
 from bench.project import api as project
 from bench.project.inputs import InputError
 from bench.project.network import FABRICS
@@ -64,8 +65,8 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET,
     run with nothing to rank."""
     run_dir = Path(run_dir)
     if target is not None:
-        if target.gpus is None or target.gpus < 1:
-            raise UsageError(f"--target-gpus={target.gpus}: must be >= 1")
+        if target.gpus is None or not 1 <= target.gpus <= MAX_WORLD_SIZE:
+            raise UsageError(f"--target-gpus={target.gpus}: must lie in [1, {MAX_WORLD_SIZE}]")
         if target.network not in NETWORKS:
             raise UsageError(f"--network={target.network!r} is not a preset; choose from {list(NETWORKS)}")
     if memory_gb is not None and not memory_gb > 0:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import run_folder
+from bench.config import MAX_WORLD_SIZE
 from bench.project.collectives import ALGORITHMS
 from bench.project.evidence import read_evidence
 from bench.project.inputs import read_sweep, read_timeline
@@ -109,8 +110,8 @@ def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node:
             return {"custom": custom_network(bw_gbps, latency_us)}
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    if gpus_per_node < 1:
-        raise UsageError(f"--gpus-per-node={gpus_per_node} must be >= 1")
+    if not 1 <= gpus_per_node <= MAX_WORLD_SIZE:
+        raise UsageError(f"--gpus-per-node={gpus_per_node} must lie in [1, {MAX_WORLD_SIZE}]")
     if inter_network not in INTER_NODE:
         raise UsageError(f"--inter-network={inter_network!r} is not one of {list(INTER_NODE)}")
     out = {}
@@ -146,6 +147,9 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
     if algorithm not in ALGORITHMS:
         raise UsageError(f"--algorithm={algorithm!r} is not one of {list(ALGORITHMS)}")
     world_sizes = sorted(set(world_sizes))
+    if not world_sizes or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WORLD_SIZE
+                              for n in world_sizes):
+        raise UsageError(f"--world-sizes={world_sizes}: must be integers in [1, {MAX_WORLD_SIZE}]")
     presets = networks_for(networks, world_sizes, gpus_per_node, inter_network, bw_gbps, latency_us)
     try:
         run = load_run(run_dir)

@@ -18,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from bench.config import MAX_WORLD_SIZE
 from bench.project.api import (
     DEFAULT_GPUS_PER_NODE,
     DEFAULT_INTER_NETWORK,
@@ -84,8 +85,8 @@ def parse_world_sizes(text: str) -> list[int]:
     except ValueError:
         raise UsageError(f"--world-sizes={text!r}: expected positive integers like 1,2,4 or a range like "
                          f"8,16,...,1024") from None
-    if any(n < 1 for n in sizes):
-        raise UsageError(f"--world-sizes={text!r}: world sizes must be >= 1")
+    if any(n < 1 or n > MAX_WORLD_SIZE for n in sizes):
+        raise UsageError(f"--world-sizes={text!r}: world sizes must lie in [1, {MAX_WORLD_SIZE}]")
     return sorted(set(sizes))
 
 
