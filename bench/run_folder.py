@@ -269,6 +269,12 @@ def normalise(df: pd.DataFrame, source: str) -> pd.DataFrame:
                 raise RunError(
                     f"{source}: column {col!r} holds non-numbers {sorted(set(df.loc[bad, col]))[:3]}"
                 )
+            infinite = values.abs() == float("inf")  # the writer never writes one: an edited or foreign file
+            if infinite.any():
+                cells = list(df.loc[infinite, "cell_id"])[:3] if "cell_id" in df else []
+                raise RunError(f"{source}: column {col!r} holds {values[infinite].iloc[0]} in "
+                               f"{int(infinite.sum())} rows (e.g. {cells}); a value not measured is empty, "
+                               "never inf")
             df[col] = values.astype(float)
     unknown = sorted(set(df["status"]) - set(STATUSES))
     if unknown:
