@@ -6,6 +6,7 @@ files, or calls `run(..., target=None, write=False)` when the run has none.
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,8 +158,9 @@ def advice_markdown(advice: Advice) -> str:
     """advice.md: the answer first, then the caveats and the ranking (every column is in advice.csv)."""
     shown = ["rank", "tied_with_best", *advice.keys, "samples_per_s", "samples_per_s_ci95_low",
              "samples_per_s_ci95_high", "projected_efficiency", "dominant_loss", "why"]
-    lines = ["# Advice", "", advice.answer, ""]
-    lines += [f"> {c}" for c in advice.caveats] + ([""] if advice.caveats else [])
+    # text from the run (a user model's size, its errors) is shown, never rendered: <, >, & escaped
+    lines = ["# Advice", "", html.escape(advice.answer, quote=False), ""]
+    lines += [f"> {html.escape(c, quote=False)}" for c in advice.caveats] + ([""] if advice.caveats else [])
     lines += ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     for _, r in advice.table.iterrows():
         lines.append("| " + " | ".join(_cell(r[c]) for c in shown) + " |")
@@ -170,4 +172,4 @@ def _cell(value) -> str:
         return "—"
     if isinstance(value, float):
         return f"{value:,.3g}" if abs(value) < 10 else f"{value:,.0f}"
-    return str(value).replace("|", "\\|")
+    return html.escape(str(value), quote=False).replace("|", "\\|").replace("\n", " ")

@@ -17,7 +17,7 @@ from bench import run_folder, stats
 from bench.advise import api as advise
 from bench.advise.answer import CPU_CAVEAT
 from bench.report import tables
-from bench.report.render import Section, md_cell
+from bench.report.render import Section, md_cell, md_text
 from bench.run_folder import Run
 
 # The two figures of the first screen, by file name under plots/ (drawn by their own sections): how it
@@ -106,7 +106,7 @@ def answer_section(run: Run, out_dir: Path) -> Section:
     sec = Section("The answer", "answer")
     text, ranked = advice(run)
     if text:
-        sec.raw(f'<p class="answer" id="advice">{html.escape(text)}</p>', f"**{text}**\n")
+        sec.raw(f'<p class="answer" id="advice">{html.escape(text)}</p>', f"**{md_text(text)}**\n")
     else:
         sec.para("No configuration finished with status ok: there is nothing to recommend.", "warn")
     if run.device == "cpu":
@@ -118,7 +118,7 @@ def answer_section(run: Run, out_dir: Path) -> Section:
             f'{html.escape(r["value"])}</div><div>{html.escape(r["interval"])}</div><div class="lbl">'
             f'{html.escape(r["of"])}</div></div>' for _, r in numbers.iterrows())
         sec.raw(f'<div class="cards" id="headline">{cards}</div>',
-                "\n".join(f"- {r['name']}: **{r['value']}** ({r['interval']}; {r['of']})"
+                "\n".join(md_text(f"- {r['name']}: **{r['value']}** ({r['interval']}; {r['of']})")
                           for _, r in numbers.iterrows()) + "\n")
     _failed(sec, run.results)
     sec.raw('<p>The ranking: <a href="tables/advice.csv">tables/advice.csv</a>. How to read every number: '
