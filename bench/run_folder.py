@@ -122,9 +122,10 @@ def enclosing_run(path: Path) -> Path | None:
     return None
 
 
-def out_problem(out: Path | str, command: str) -> str | None:
+def out_problem(out: Path | str, command: str, source: Path | str | None = None) -> str | None:
     """Why `bench <command>` must not write into the folder `out` (None when it may): a file, or under
-    one; not writable; or a part of a run folder another command owns (OWNED, TOP_LEVEL_WRITERS).
+    one; not writable; or a part of a run folder that another command owns (OWNED, TOP_LEVEL_WRITERS), or
+    that this command owns for another run than `source`, the run it reads (None: no run, a what-if).
     Nothing is created."""
     out = Path(out)
     shown = f"--out={str(out)!r}"
@@ -140,21 +141,29 @@ def out_problem(out: Path | str, command: str) -> str | None:
         return None
     inside = absolute.relative_to(run).parts
     owner = OWNED.get(inside[0]) if inside else TOP_LEVEL_WRITERS[0]
-    if not inside and command in TOP_LEVEL_WRITERS or owner is None or owner == command:
+    if owner is None:  # a new folder of the user's inside the run
+        return None
+    mine = command in TOP_LEVEL_WRITERS if not inside else owner == command
+    same_run = source is not None and Path(os.path.abspath(source)) == run
+    if mine and same_run:
         return None
     where = f"the run folder {str(run)!r} itself" if not inside else f"{str(run / inside[0])!r}"
     whose = (" and ".join(f"`bench {c}`" for c in TOP_LEVEL_WRITERS) + " write" if not inside
              else f"`bench {owner}` writes")
+    what = "another command's files"
+    if mine:  # this command's part, of another run (or of a run, for a what-if)
+        whose += f" for that run, not for {'a what-if' if source is None else repr(str(source))}"
+        what = "another run's files"
     own = OWN_DIR.get(command)
-    instead = (f"leave --out out (it writes {str(run / own)!r}) or " if own else "") + \
+    instead = (f"leave --out out (it writes {str(Path(source) / own)!r}) or " if own and source else "") + \
         "choose a new folder (inside the run, one no command writes, or outside it)"
-    return (f"{shown}: is {where}, which {whose}; `bench {command}` does not rewrite another "
-            f"command's files: {instead}")
+    return f"{shown}: is {where}, which {whose}; `bench {command}` does not rewrite {what}: {instead}"
 
 
-def check_out(out: Path | str, command: str) -> Path:
-    """`out` as a Path when `bench <command>` may write into it, else OutError (out_problem's reason)."""
-    problem = out_problem(out, command)
+def check_out(out: Path | str, command: str, source: Path | str | None = None) -> Path:
+    """`out` as a Path when `bench <command>` reading `source` may write into it, else OutError
+    (out_problem's reason)."""
+    problem = out_problem(out, command, source)
     if problem:
         raise OutError(problem)
     return Path(out)

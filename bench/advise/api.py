@@ -74,7 +74,7 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET,
         raise UsageError(f"--memory-gb={memory_gb:g}: must be > 0")
     out = Path(out) if out is not None else run_dir / run_folder.ADVICE_DIR
     if write:  # another command's folder (RUN itself: RUN/projection is bench project's), or a file
-        run_folder.check_out(out, "advise")
+        run_folder.check_out(out, "advise", run_dir)
     try:
         loaded = load_run(run_dir)
     except RunError as exc:

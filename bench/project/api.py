@@ -143,7 +143,7 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / run_folder.PROJECTION_DIR
     if write:  # refused before anything is read or written: another command's folder, a file
-        run_folder.check_out(out, "project")
+        run_folder.check_out(out, "project", run_dir)
     if algorithm not in ALGORITHMS:
         raise UsageError(f"--algorithm={algorithm!r} is not one of {list(ALGORITHMS)}")
     world_sizes = sorted(set(world_sizes))
