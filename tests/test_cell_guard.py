@@ -8,12 +8,14 @@ reading of a launch that died outside every cell."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
 import torch
 import torch.distributed as dist
-from test_runner import read_csv, run_bench
+from test_runner import REPO, read_csv, run_bench
 
 from bench import engines
 from bench.config import load_config
@@ -27,27 +29,35 @@ TESTS = os.path.dirname(__file__)
 MODELS = os.path.join(TESTS, "faulty_models.py")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_failing_plug_in_engine_leaves_its_neighbours_rows_alone_at_world_sizes_1_and_2(tmp_path,
-                                                                                          monkeypatch):
-    monkeypatch.setenv(engines.PLUGIN_VARIABLE, "faulty_plugins")
+def test_plug_in_engines_end_to_end_and_a_failing_one_leaves_its_neighbours_rows_alone(tmp_path, monkeypatch):
+    # One variable, three plug-in engines: the launcher and every rank read the same registry. plainsync
+    # (tests/engine_plugin.py) has no buckets: its cells collapse the bucket axis (`bna`), join the group at
+    # torch's default bucket and are compared with torch side by side. boom raises in `wrap`, boomlate after
+    # its timed rounds (tests/faulty_plugins.py): each fails alone, at world sizes 1 and 2, and torch's,
+    # naive's and plainsync's rows stay theirs.
+    monkeypatch.setenv(engines.PLUGIN_VARIABLE, "engine_plugin,faulty_plugins")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
     out = tmp_path / "run"
-    proc = run_bench(out, "matrix.engine=torch,boom,naive,boomlate", "matrix.grad_accum=1",
+    names = ("torch", "boom", "naive", "boomlate", "plainsync")
+    proc = run_bench(out, f"matrix.engine={','.join(names)}", "matrix.grad_accum=1",
                      "matrix.scaling=strong", "profile.enabled=false", "run.compute_only_steps=0",
                      "run.phase_steps=1", "run.probe_iters=1", timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, rows = read_csv(out)
     by = {(r["engine"], r["world_size"]): r for r in rows}
-    assert sorted(by) == sorted((e, ws) for e in ("torch", "boom", "naive", "boomlate") for ws in ("1", "2"))
+    assert sorted(by) == sorted((e, ws) for e in names for ws in ("1", "2"))
     for ws in ("1", "2"):
-        for healthy in ("torch", "naive"):
+        for healthy in ("torch", "naive", "plainsync"):
             row = by[(healthy, ws)]
             assert row["status"] == "ok" and row["error"] == "", row["error"]
             assert float(row["samples_per_s"]) > 0
-        # naive stayed in torch's group (paired with it round by round), beside the engine that stepped
-        # through the timed rounds and failed after them
-        assert by[("naive", ws)]["speed_vs_torch"] and by[("naive", ws)]["interleaved"] == "true"
+        # paired with torch round by round, beside an engine that stepped through the timed rounds and
+        # failed after them
+        for paired in ("naive", "plainsync"):
+            assert by[(paired, ws)]["speed_vs_torch"] and by[(paired, ws)]["interleaved"] == "true"
+        assert "-bna-" in by[("plainsync", ws)]["cell_id"]
         boom, late = by[("boom", ws)], by[("boomlate", ws)]
         assert boom["status"] == "failed" and boom["error"].splitlines()[0] == "RuntimeError: boom-in-wrap"
         assert late["status"] == "failed"
@@ -55,6 +65,13 @@ def test_a_failing_plug_in_engine_leaves_its_neighbours_rows_alone_at_world_size
         assert boom["samples_per_s"] == late["samples_per_s"] == ""
     # one launch per world size: no cell was relaunched to get there
     assert len(list((out / "logs").glob("launch-*.cmd"))) == 2
+    # The report and the projection read the recorded facts and layouts: no torch in their processes.
+    for command in (["report", str(out)], ["project", str(out)]):
+        code = ("import sys; from bench.__main__ import main; rc = main(sys.argv[1:]); "
+                "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)")
+        proc = subprocess.run([sys.executable, "-c", code, *command], capture_output=True, text=True,
+                              cwd=REPO, timeout=240)
+        assert proc.returncode == 0, (command, proc.stderr[-3000:])
 
 
 @pytest.fixture
