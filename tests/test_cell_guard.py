@@ -41,9 +41,10 @@ def test_plug_in_engines_end_to_end_and_a_failing_one_leaves_its_neighbours_rows
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
     out = tmp_path / "run"
     names = ("torch", "boom", "naive", "boomlate", "plainsync")
+    # profiled at world size 2: the failed cells are skipped, so naive's pass after them still runs
     proc = run_bench(out, f"matrix.engine={','.join(names)}", "matrix.grad_accum=1",
-                     "matrix.scaling=strong", "profile.enabled=false", "run.compute_only_steps=0",
-                     "run.phase_steps=1", "run.probe_iters=1", timeout=280)
+                     "matrix.scaling=strong", "profile.cells=boom*-ws2-*,naive-*-ws2-*",
+                     "run.compute_only_steps=0", "run.phase_steps=1", "run.probe_iters=1", timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, rows = read_csv(out)
     by = {(r["engine"], r["world_size"]): r for r in rows}
@@ -65,6 +66,8 @@ def test_plug_in_engines_end_to_end_and_a_failing_one_leaves_its_neighbours_rows
         assert boom["samples_per_s"] == late["samples_per_s"] == ""
     # one launch per world size: no cell was relaunched to get there
     assert len(list((out / "logs").glob("launch-*.cmd"))) == 2
+    assert by[("naive", "2")]["trace_dir"] and list((out / by[("naive", "2")]["trace_dir"]).glob("*.json*"))
+    assert not by[("boom", "2")]["trace_dir"] and not (out / "traces" / by[("boom", "2")]["cell_id"]).exists()
     # The report and the projection read the recorded facts and layouts: no torch in their processes.
     for command in (["report", str(out)], ["project", str(out)]):
         code = ("import sys; from bench.__main__ import main; rc = main(sys.argv[1:]); "

@@ -5,12 +5,13 @@ cells of the group go on and keep their rows.
 Every rank must keep the same trainers, or their collectives pair up wrongly. So a phase runs each trainer's
 part under its cell's guard (`with guard.cell(cell_id)`: the exception is kept, not raised) and ends with
 `agree`, one all_gather_object of what failed on which rank, after which every rank drops the same cells
-(`survivors`). A cell that failed on any rank fails on all, with the first rank's error.
+(`each` returns those left). A cell that failed on any rank fails on all, with the lowest rank's error.
 
-What this cannot rescue: a failure on some ranks only, in the middle of a collective the other ranks have
-entered. Those wait in it until the process group's timeout, and the launcher's watchdog records the
-group `timeout` (as before there were guards). A deterministic failure (a bug, a refusal, a NaN from the
-first step) happens on every rank at the same point, and is what the guards are for.
+What this cannot rescue: a failure of the process group itself (`dist.DistError`, re-raised: the group's
+"error" event ends the launch as before), and a failure on some ranks only, in the middle of a collective
+the other ranks have entered: those wait in it until the process group's timeout, and the launcher's
+watchdog records the group `timeout`. A deterministic failure (a bug, a refusal, a NaN from the first
+step) happens on every rank at the same point, and is what the guards are for.
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ class Guard:
             return
         try:
             yield True
-        except Exception as e:  # noqa: BLE001 - any failure of one cell's trainer is that cell's, recorded
+        except dist.DistError:  # the process group failed (a peer gone, a timeout): no cell's own fault, and
+            raise               # nothing after it can pair up; the group's "error" event says so
+        except Exception as e:  # noqa: BLE001 - any other failure of one cell's trainer is that cell's
             self.local[cell_id] = failure(e)
 
     def fail(self, cell_id: str, status: str, error: str) -> None:
