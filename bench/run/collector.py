@@ -73,8 +73,11 @@ def events_of(path: Path) -> list[dict]:
     """The events of one workers' file; ConfigError naming the file for a line that is not an event."""
     events = EventReader(path).read()
     for ev in events:
-        if not isinstance(ev, dict) or not isinstance(ev.get("event"), str) or (
-                ev["event"] in ("finish", "traced") and not isinstance(ev.get("cell_id"), str)):
+        kind = ev.get("event") if isinstance(ev, dict) else None
+        needs = {"finish": {"cell_id": str, "status": str, "row": dict, "t": (int, float)},
+                 "traced": {"cell_id": str, "trace_dir": str},
+                 "error": {"cell_ids": list, "status": str, "error": str, "t": (int, float)}}.get(kind, {})
+        if not isinstance(kind, str) or any(not isinstance(ev.get(k), t) for k, t in needs.items()):
             raise ConfigError(f"{path}: {json.dumps(ev)[:120]} is not an event of bench.worker")
     return events
 
