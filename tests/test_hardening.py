@@ -317,7 +317,10 @@ def test_report_md_shows_html_from_the_run_as_text(tmp_path):
     rows = [row("torch", 1, 10.0), row("torch", 2, 6.0)]
     for r in rows:
         r["model_size"] = injected
-    index = build_report(write_run(tmp_path / "run", rows), tmp_path / "report")
+    run = write_run(tmp_path / "run", rows)
+    config = (run / "config.toml").read_text()
+    (run / "config.toml").write_text(config.replace('description = "', f'description = "{injected} ', 1))
+    index = build_report(run, tmp_path / "report")
     for name in ("report.md", "summary.md", "index.html"):
         text = (index.parent / name).read_text()
         assert injected not in text and ("&lt;script&gt;" in text or name == "summary.md"), name
