@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 
 from bench import engines
-from bench.config import BenchConfig, MatrixConfig
+from bench.config import BenchConfig, ConfigError, MatrixConfig
 from bench.schema import COMM_DTYPES, DEFAULT_BUCKET_MB, ENGINE_OPTIONS
 from bench.workloads import model_label
 
@@ -165,8 +165,13 @@ def skip_reason(config: BenchConfig, engine: str, ws: int, precision: str, comm:
     """Why a cell cannot run here ("" when it can): the skip rules of the module docstring."""
     if comm != "none" and ws == 1:
         return f"comm_dtype={comm} at world_size=1: nothing is communicated (same as comm_dtype=none)"
-    if engines.get(engine).skip_reason(comm, config.run.device):
-        return engines.get(engine).skip_reason(comm, config.run.device)
+    try:  # a plug-in engine's own code, run here in the launcher: its failure is a config error
+        own = engines.get(engine).skip_reason(comm, config.run.device)
+    except Exception as e:  # noqa: BLE001 - whatever it raises, named with the engine
+        raise ConfigError(f"matrix.engine={engine!r}: its skip_reason({comm!r}, {config.run.device!r}) "
+                          f"raised {type(e).__name__}: {e}") from None
+    if own:
+        return str(own)
     if precision == "bf16" and config.run.device == "cuda" and not bf16_supported:
         return "precision=bf16: this GPU does not support bf16"
     if config.run.device == "cuda" and gpu_count is not None and ws > gpu_count:

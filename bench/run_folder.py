@@ -12,6 +12,7 @@ stands for ("none"), so the rest of the report sees the runner's spelling only.
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,82 @@ DDP_MD = "ddp.md"                 # the advised settings for the user's own scri
 
 class RunError(ValueError):
     """A run folder that cannot be reported: missing files or rows that break the contract."""
+
+
+# ---- who writes where: no command rewrites what another wrote into a run folder ---------------------------
+# Inside a run folder a command writes only where it owns: `bench run` the folder itself (its files) and
+# LOGS, TRACES, EVENTS; `bench analyze` its tables at the top level (beside the run's files, under names of
+# its own); `bench project` PROJECTION_DIR; `bench advise` ADVICE_DIR (its projection to the target inside
+# it). OWNED names each entry's writer (a file's name too: no folder may take it). An --out may also be
+# a new folder inside the run under a name no command uses (`--out RUN/my-report`), or any folder outside.
+OWNED = {PROJECTION_DIR: "project", ADVICE_DIR: "advise",
+              **{name: "run" for name in (CONFIG, ENV, CELLS, RESULTS, SWEEP, LOCK, LOGS, EVENTS, PLAN,
+                                          SBATCH, TRACES)},
+              **{name: "analyze" for name in (TRACE_SUMMARY, BUCKET_TIMELINE, IDLE_BREAKDOWN, LAUNCH_STATS,
+                                              STRAGGLERS, KERNEL_CLASSES, WITNESSES)}}
+TOP_LEVEL_WRITERS = ("run", "analyze")
+OWN_DIR = {"project": PROJECTION_DIR, "advise": ADVICE_DIR}  # a command's default folder in a run
+
+
+class OutError(ValueError):
+    """An --out a command must not write into; the message names --out and its value (exit 2)."""
+
+
+def enclosing_run(path: Path) -> Path | None:
+    """The run folder `path` is (or is inside), else None: a folder holding cells.jsonl or results.csv, or
+    config.toml beside env.json (what `bench run` writes first)."""
+    for folder in (path, *path.parents):
+        if (folder / CELLS).is_file() or (folder / RESULTS).is_file() or (
+                (folder / CONFIG).is_file() and (folder / ENV).is_file()):
+            return folder
+    return None
+
+
+def out_problem(out: Path | str, command: str, source: Path | str | None = None) -> str | None:
+    """Why `bench <command>` must not write into the folder `out` (None when it may): a file, or under
+    one; not writable; or a part of a run folder that another command owns (OWNED, TOP_LEVEL_WRITERS), or
+    that this command owns for another run than `source`, the run it reads (None: no run, a what-if).
+    Nothing is created."""
+    out = Path(out)
+    shown = f"--out={str(out)!r}"
+    for folder in (out, *out.parents):
+        if folder.exists() and not folder.is_dir():
+            return f"{shown}: {str(folder)!r} is a file, not a folder"
+    existing = next(f for f in (out, *out.parents, Path(".")) if f.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{shown}: {str(existing)!r} is not writable"
+    absolute = Path(os.path.abspath(out))
+    run = enclosing_run(absolute)
+    if run is None:
+        return None
+    inside = absolute.relative_to(run).parts
+    owner = OWNED.get(inside[0]) if inside else TOP_LEVEL_WRITERS[0]
+    if owner is None:  # a new folder of the user's inside the run
+        return None
+    mine = command in TOP_LEVEL_WRITERS if not inside else owner == command
+    same_run = source is not None and Path(os.path.abspath(source)) == run
+    if mine and same_run:
+        return None
+    where = f"the run folder {str(run)!r} itself" if not inside else f"{str(run / inside[0])!r}"
+    whose = (" and ".join(f"`bench {c}`" for c in TOP_LEVEL_WRITERS) + " write" if not inside
+             else f"`bench {owner}` writes")
+    what = "another command's files"
+    if mine:  # this command's part, of another run (or of a run, for a what-if)
+        whose += f" for that run, not for {'a what-if' if source is None else repr(str(source))}"
+        what = "another run's files"
+    own = OWN_DIR.get(command)
+    instead = (f"leave --out out (it writes {str(Path(source) / own)!r}) or " if own and source else "") + \
+        "choose a new folder (inside the run, one no command writes, or outside it)"
+    return f"{shown}: is {where}, which {whose}; `bench {command}` does not rewrite {what}: {instead}"
+
+
+def check_out(out: Path | str, command: str, source: Path | str | None = None) -> Path:
+    """`out` as a Path when `bench <command>` reading `source` may write into it, else OutError
+    (out_problem's reason)."""
+    problem = out_problem(out, command, source)
+    if problem:
+        raise OutError(problem)
+    return Path(out)
 
 
 @dataclass
@@ -203,6 +280,12 @@ def normalise(df: pd.DataFrame, source: str) -> pd.DataFrame:
                 raise RunError(
                     f"{source}: column {col!r} holds non-numbers {sorted(set(df.loc[bad, col]))[:3]}"
                 )
+            infinite = values.abs() == float("inf")  # the writer never writes one: an edited or foreign file
+            if infinite.any():
+                cells = list(df.loc[infinite, "cell_id"])[:3] if "cell_id" in df else []
+                raise RunError(f"{source}: column {col!r} holds {values[infinite].iloc[0]} in "
+                               f"{int(infinite.sum())} rows (e.g. {cells}); a value not measured is empty, "
+                               "never inf")
             df[col] = values.astype(float)
     unknown = sorted(set(df["status"]) - set(STATUSES))
     if unknown:

@@ -111,11 +111,14 @@ TRACE_GLOB = "*.pt.trace.json*"  # the profiler's trace files under traces/<cell
 
 def error_text(headline: str | None, lines: list[str]) -> str:
     """A row's `error`: the exception's type and message first (a tensor dump or torchrun's "Root Cause"
-    box can fill a tail), then the last ERROR_TAIL_LINES lines; each line at most 300 characters."""
-    tail = [line[:300] for line in lines[-ERROR_TAIL_LINES:]]
-    if headline and (not tail or tail[-1] != headline[:300]):
-        return "\n".join([headline[:300], "…", *tail])
-    return "\n".join(tail)
+    box can fill a tail), then the last ERROR_TAIL_LINES lines before it (a traceback's tail, without the
+    exception line it ends with); each line at most 300 characters."""
+    if not headline:
+        return "\n".join(line[:300] for line in lines[-ERROR_TAIL_LINES:])
+    head = headline.splitlines()[0][:300] if headline.strip() else headline[:300]
+    if lines and lines[-1][:300] == head:
+        lines = lines[:-1]
+    return "\n".join([head, "…", *(line[:300] for line in lines[-ERROR_TAIL_LINES:])])
 
 
 def backend_for(device: str) -> str:

@@ -5,7 +5,7 @@ it is drawn, hidden communication orange, compute blue).
 
 from __future__ import annotations
 
-from bench.engines import names as engine_names
+from bench.engines import loaded as engine_names
 from bench.schema import PRECISIONS
 
 DPI = 110

@@ -14,9 +14,9 @@ INTEGRATION = {
     "test_worker.py", "test_ddp_parity.py", "test_ddp_features.py", "test_ddp_lifetime.py", "test_sync.py",
     "test_probe.py", "test_groups.py", "test_analyze_real.py", "test_trace_compare.py",
 }
-# a sweep (two engines, world sizes 1 and 2) through torchrun, then analyze, project and report: every stage
-EDIT_LOOP_E2E = ("tests/test_engines.py::"
-                 "test_a_plug_in_engine_runs_end_to_end_and_the_later_stages_import_no_torch")
+# a sweep through torchrun (every engine, world sizes 1 and 2, accumulation and compression): the result
+# row's whole contract, from a real launch
+EDIT_LOOP_E2E = "tests/test_runner.py::test_sweep_world_sizes_1_and_2"
 
 
 def pytest_collection_modifyitems(config, items):

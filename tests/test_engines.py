@@ -1,5 +1,6 @@
-"""The engine registry: every engine's facts from its own module, a plug-in engine through the whole run,
-and the stages after the run (report, projection) without torch."""
+"""The engine registry: every engine's facts from its own module, and the stages after the run. A plug-in
+engine through the whole run, with the report and projection after it without torch, is
+tests/test_cell_guard.py's end-to-end test (beside plug-ins that fail)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from test_runner import REPO, read_csv, run_bench
+from test_runner import REPO
 
 from bench import engines
 
@@ -37,31 +38,6 @@ def test_bench_imports_no_torch_to_read_engine_facts():
             "assert 'torch' not in sys.modules, 'torch imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_a_plug_in_engine_runs_end_to_end_and_the_later_stages_import_no_torch(tmp_path, monkeypatch):
-    # One module and one variable: the launcher and every rank read the same registry. Without buckets,
-    # its cells collapse the bucket axis (`bna`) and join the group at torch's default bucket; it is
-    # compared with torch side by side.
-    monkeypatch.setenv(engines.PLUGIN_VARIABLE, "engine_plugin")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
-    out = tmp_path / "run"
-    proc = run_bench(out, "matrix.engine=torch,plainsync", "matrix.world_size=2", "matrix.grad_accum=1",
-                     "matrix.scaling=strong", "profile.enabled=false", timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    _, rows = read_csv(out)
-    mine = [r for r in rows if r["engine"] == "plainsync"]
-    assert mine and all(r["status"] == "ok" and "-bna-" in r["cell_id"] for r in mine)
-    assert all(r["speed_vs_torch"] and r["interleaved"] == "true" for r in mine)
-    # The report and the projection read the recorded facts and layouts: no torch in their processes.
-    for command in (["report", str(out)], ["project", str(out)]):
-        code = ("import sys; from bench.__main__ import main; rc = main(sys.argv[1:]); "
-                "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)")
-        proc = subprocess.run([sys.executable, "-c", code, *command], capture_output=True, text=True,
-                              cwd=REPO, timeout=240)
-        assert proc.returncode == 0, (command, proc.stderr[-3000:])
 
 
 def test_after_a_run_analyze_project_and_report_are_called_as_functions(tmp_path, capsys):

@@ -70,7 +70,9 @@ def test_plain_srun_one_task_per_rank_gives_the_same_rows(slurm, tmp_path):  # n
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_bench_slurm_submit_follows_the_job_and_collects(slurm, tmp_path):  # noqa: F811
-    out = tmp_path / "run"
+    # a folder name sbatch's directives and the shell must both take literally: a space, a command
+    # substitution, a quote and a '#' (bench.run.slurm.directive; shlex.quote in the script's commands)
+    out = tmp_path / 'run $(id) "q" #1'
     done = run([sys.executable, "-m", "bench", "slurm", "--config", "cpu-smoke", *SETS, "--nodes", "1",
                 "--ranks-per-node", "2", "--time", "00:05:00", "--partition", "debug", "--out", str(out),
                 "--submit"], slurm | ENV)

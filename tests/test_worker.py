@@ -17,6 +17,7 @@ from bench.matrix import expand
 from bench.schema import RESULT_COLUMNS
 from bench.worker import process
 from bench.worker.cell import compute_only_rounds, run_group, steps_needed
+from bench.worker.guard import Guard
 from bench.worker.profiling import profile_cell
 from bench.worker.trainer import Instrument, Precision, Trainer, build_on
 from bench.workloads import get_workload
@@ -138,7 +139,7 @@ def test_compute_only_window_replays_the_timed_batches(tmp_path, one_rank_group)
         trainer.step()
     timed = trainer.schedule[1:3]
     first_compute_only = trainer.cursor
-    (samples,) = compute_only_rounds([trainer], timed, 3)
+    (samples,) = compute_only_rounds([trainer], timed, 3, Guard()).values()
     assert len(samples) == 3 and min(samples) > 0
     replayed = trainer.schedule[first_compute_only:first_compute_only + 3]
     expected = [timed[i % len(timed)] for i in range(3)]

@@ -8,6 +8,7 @@ the run has none.
 
 from __future__ import annotations
 
+import html
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from bench.advise.rank import (
     largest_world_size,
     rank_recipe,
 )
+from bench.config import MAX_WORLD_SIZE
 from bench.project import api as project
 from bench.project.inputs import InputError
 from bench.project.network import FABRICS, INTER_NODE, preset_network
@@ -88,8 +90,8 @@ class Advice:
 
 def check_target(target: Target) -> None:
     """UsageError naming the flag and its value for a target bench project cannot take."""
-    if target.gpus is None or target.gpus < 1:
-        raise UsageError(f"--target-gpus={target.gpus}: must be >= 1")
+    if target.gpus is None or not 1 <= target.gpus <= MAX_WORLD_SIZE:
+        raise UsageError(f"--target-gpus={target.gpus}: must lie in [1, {MAX_WORLD_SIZE}]")
     if target.network not in NETWORKS:
         raise UsageError(f"--network={target.network!r} is not a preset; choose from {list(NETWORKS)}")
     if target.gpus_per_node < 1:
@@ -118,6 +120,9 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET, memory_gb: 
     if memory_gb is not None and not memory_gb > 0:
         raise UsageError(f"--memory-gb={memory_gb:g}: must be > 0")
     spec = parse_baseline(baseline)
+    if write:  # another command's folder (RUN itself: RUN/projection is bench project's), or a file
+        run_folder.check_out(Path(out) if out is not None else run_dir / run_folder.ADVICE_DIR, "advise",
+                             run_dir)
     try:
         loaded = load_run(run_dir)
     except RunError as exc:
@@ -177,9 +182,11 @@ def project_at(run_dir: Path, target: Target, cells: list[str], out: Path,
     into `out`): (projection rows, the projection's notes, why none)."""
     try:
         projection = project.run(run_dir, [target.network], [target.gpus], gpus_per_node=target.gpus_per_node,
-                                 inter_network=target.inter_network, cells=cells, out=out, write=write)
+                                 inter_network=target.inter_network, cells=cells, write=False)
     except (project.UsageError, InputError, RunError) as exc:
         return None, [], str(exc)
+    if write:  # advise's own folder (advice/projection): written here, not by bench project's --out rule
+        projection.write(out)
     return projection.projection, projection.notes + projection.physics, ""
 
 
@@ -286,8 +293,9 @@ def advice_markdown(advice: Advice) -> str:
              "speedup_vs_baseline", "speedup_vs_baseline_ci95_low", "speedup_vs_baseline_ci95_high",
              "verdict_vs_baseline", "speedup_paired", "projected_efficiency", "dominant_loss"]
     ranked, left = advice.table[advice.table["rank"].notna()], advice.left_out
-    lines = ["# Advice", "", advice.answer, ""]
-    lines += [f"> {c}" for c in advice.caveats] + ([""] if advice.caveats else [])
+    # text from the run (a user model's size, its errors) is shown, never rendered: <, >, & escaped
+    lines = ["# Advice", "", html.escape(advice.answer, quote=False), ""]
+    lines += [f"> {html.escape(c, quote=False)}" for c in advice.caveats] + ([""] if advice.caveats else [])
     lines += [f"## Global batch {advice.recipe} at {advice.world_size} ranks: {len(ranked)} configurations",
               "", _table(ranked, shown), ""]
     if len(left):
@@ -312,4 +320,4 @@ def _cell(value) -> str:
         return "—"
     if isinstance(value, float):
         return f"{value:,.3g}" if abs(value) < 10 else f"{value:,.0f}"
-    return str(value).replace("|", "\\|")
+    return html.escape(str(value), quote=False).replace("|", "\\|").replace("\n", " ")

@@ -21,7 +21,7 @@ from bench.advise.api import DEFAULT_NETWORK, DEFAULT_TARGET_GPUS, NETWORKS, Usa
 from bench.advise.baseline import BASELINE_KEYS
 from bench.project.api import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NETWORK
 from bench.project.network import INTER_NODE
-from bench.run_folder import RunError
+from bench.run_folder import OutError, RunError
 
 TARGET_HELP = ("the cluster the advice is projected to. An NVLink preset (h100-nvlink, a100-nvlink, "
                "b200-nvlink, v100-dgx*) is the fabric inside nodes of --gpus-per-node GPUs, with "
@@ -62,8 +62,11 @@ def main(args: argparse.Namespace) -> int:
     try:
         advice = run(args.run_dir, target, args.memory_gb, args.out, global_batch=args.global_batch,
                      baseline=args.baseline)
-    except (UsageError, RunError) as exc:
+    except (UsageError, RunError, OutError) as exc:
         print(f"bench advise: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the folder cannot be written (read-only, full)
+        print(f"bench advise: --out={str(args.out)!r}: cannot write ({exc.strerror or exc})", file=sys.stderr)
         return 2
     print("\n".join(advice.lines()))
     return 0

@@ -105,8 +105,10 @@ def plan(path: Path, out: Path | None) -> tuple[list[TraceJob], list[str], Path]
             raise AnalyzeInputError(f"path {str(path)!r}: not a *.json or *.json.gz trace file")
         jobs, default_out = [TraceJob(path, path.name)], Path.cwd()
     out = out if out is not None else default_out
-    if out.exists() and not out.is_dir():
-        raise AnalyzeInputError(f"--out {str(out)!r} exists and is not a folder")
+    # a file; another command's part of a run folder, or analyze's own of another run than PATH
+    problem = run_folder.out_problem(out, "analyze", path)
+    if problem:
+        raise AnalyzeInputError(problem)
     return jobs, missing, out
 
 

@@ -3,7 +3,8 @@ networks, validates them on the world sizes it measured and writes RUN/projectio
 same from a spec with nothing measured (bench/project/spec.py). Both return a `Projection` (data only: the
 command, cli.py, prints it; `bench report` draws it). Bad input raises before anything is written:
 UsageError / SpecError naming the key and the value, InputError for unreadable inputs, RunError for a folder
-that is not a run.
+that is not a run, run_folder.OutError for an --out that is a file or another command's part of a run
+folder (run_folder.out_problem).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import run_folder
+from bench.config import MAX_WORLD_SIZE
 from bench.project.collectives import ALGORITHMS
 from bench.project.evidence import read_evidence
 from bench.project.inputs import read_sweep, read_timeline
@@ -57,11 +59,21 @@ class Projection:
     configurations: int = 0
     out: Path | None = None
     what_if: bool = False     # from a spec, nothing measured
+    # a what-if over lists of settings: (the settings of one combination, its projection), in order
+    compared: list[tuple[dict, Projection]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         """What `bench project` prints once the files are written."""
         out, rows = self.out, self.projection
         predicted = rows["predicted_step_ms"].notna().sum()
+        if self.compared:
+            lines = [f"projection: {out / run_folder.PROJECTION} ({len(self.compared)} what-ifs: "
+                     f"{' × '.join(self.compared[0][0])})"]
+            for settings, part in self.compared:
+                lines.append("  " + ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                                              for k, v in settings.items()))
+                lines += part.lines()[1:]
+            return lines
         if self.what_if:
             lines = [f"projection: {out / run_folder.PROJECTION} ({predicted} of {len(rows)} rows predicted; "
                      f"what-if, nothing measured)"]
@@ -115,8 +127,8 @@ def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node:
             return {"custom": custom_network(bw_gbps, latency_us)}
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    if gpus_per_node < 1:
-        raise UsageError(f"--gpus-per-node={gpus_per_node} must be >= 1")
+    if not 1 <= gpus_per_node <= MAX_WORLD_SIZE:
+        raise UsageError(f"--gpus-per-node={gpus_per_node} must lie in [1, {MAX_WORLD_SIZE}]")
     if inter_network not in INTER_NODE:
         raise UsageError(f"--inter-network={inter_network!r} is not one of {list(INTER_NODE)}")
     if nics_per_node is not None and nics_per_node < 1:
@@ -157,9 +169,15 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
     (physics.py): its own step-time spread and gloo's interference describe a loaded host, not GPUs (a
     2-core CPU's σ, 6-8× the GPU corpus's, made the slowest rank the loss at 32 GPUs); a note says so."""
     run_dir = Path(run_dir)
+    out = Path(out) if out is not None else run_dir / run_folder.PROJECTION_DIR
+    if write:  # refused before anything is read or written: another command's folder, a file
+        run_folder.check_out(out, "project", run_dir)
     if algorithm not in ALGORITHMS:
         raise UsageError(f"--algorithm={algorithm!r} is not one of {list(ALGORITHMS)}")
     world_sizes = sorted(set(world_sizes))
+    if not world_sizes or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WORLD_SIZE
+                              for n in world_sizes):
+        raise UsageError(f"--world-sizes={world_sizes}: must be integers in [1, {MAX_WORLD_SIZE}]")
     presets = networks_for(networks, world_sizes, gpus_per_node, inter_network, bw_gbps, latency_us,
                            nics_per_node)
     if measured_on is not None and (measured_on == MEASURED or measured_on not in presets):
@@ -212,7 +230,7 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
                             validation=validation_table(configs, measured, run.env.get("cpu_cores")),
                             fits=fits_table(fits), configurations=len(configs))
     if write:
-        projection.write(Path(out) if out is not None else run_dir / run_folder.PROJECTION_DIR)
+        projection.write(out)
     return projection
 
 
@@ -257,15 +275,36 @@ def _layout(run_dir: Path, workload_table: dict):
 
 def what_if(keys: dict, out: Path | str | None = None, write: bool = True) -> Projection:
     """The projection of a spec (bench/project/spec.py keys: params or model, step_ms, per_gpu_batch,
-    network, world_sizes, ...), nothing measured; written to `out` (default ./projection). SpecError names a
-    bad key or value."""
+    network, world_sizes, ...), nothing measured; written to `out` (default ./projection). A key of
+    spec.LIST_KEYS given as a list compares its values in one call: one what-if per combination
+    (spec.spec_grid), every one checked before anything is written, their rows in one projection.csv.
+    SpecError names a bad key or value."""
+    from bench.project.spec import LIST_KEYS, spec_grid
+
+    out = Path(out) if out is not None else Path(run_folder.PROJECTION_DIR)
+    grid = spec_grid(keys)
+    made = [_what_if_one(k) for k in grid]
+    if len(made) == 1:
+        projection = made[0]
+    else:
+        listed = [k for k in LIST_KEYS if isinstance(keys.get(k), (list, tuple))]
+        compared = [({k: g[k] for k in listed}, m) for g, m in zip(grid, made)]
+        projection = Projection(projection=pd.concat([m.projection for m in made], ignore_index=True),
+                                notes=[n for m in made for n in m.notes], configurations=len(made),
+                                what_if=True, compared=compared)
+    if write:
+        run_folder.check_out(out, "project")
+        projection.write(out)
+        for _, m in projection.compared:
+            m.out = out
+    return projection
+
+
+def _what_if_one(keys: dict) -> Projection:
     from bench.project.spec import projection_of, spec_from_keys
 
     spec = spec_from_keys(keys)
     notes = [f"what-if from a spec (no run): T1 {spec.step_ms:g} ms, per-GPU batch {spec.per_gpu_batch}, "
              f"backward share {spec.backward_share:.3f}, σ {spec.step_cv:g}, γ {spec.interference:g}, host "
              f"{spec.host_ms:g} ms"]
-    projection = Projection(projection=projection_of(spec), notes=notes, configurations=1, what_if=True)
-    if write:
-        projection.write(Path(out) if out is not None else Path(run_folder.PROJECTION_DIR))
-    return projection
+    return Projection(projection=projection_of(spec), notes=notes, configurations=1, what_if=True)

@@ -19,6 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from bench.config import MAX_WORLD_SIZE
 from bench.project.api import (
     DEFAULT_GPUS_PER_NODE,
     DEFAULT_INTER_NETWORK,
@@ -32,7 +33,7 @@ from bench.project.collectives import ALGORITHMS
 from bench.project.inputs import InputError
 from bench.project.network import FABRICS, INTER_NODE
 from bench.project.spec import SpecError
-from bench.run_folder import RunError
+from bench.run_folder import OutError, RunError
 
 WORLD_SIZES_TEXT = ",".join(map(str, DEFAULT_WORLD_SIZES))
 
@@ -92,8 +93,8 @@ def parse_world_sizes(text: str) -> list[int]:
     except ValueError:
         raise UsageError(f"--world-sizes={text!r}: expected positive integers like 1,2,4 or a range like "
                          f"8,16,...,1024") from None
-    if any(n < 1 for n in sizes):
-        raise UsageError(f"--world-sizes={text!r}: world sizes must be >= 1")
+    if any(n < 1 or n > MAX_WORLD_SIZE for n in sizes):
+        raise UsageError(f"--world-sizes={text!r}: world sizes must lie in [1, {MAX_WORLD_SIZE}]")
     return sorted(set(sizes))
 
 
@@ -111,8 +112,12 @@ def main(args: argparse.Namespace) -> int:
                          nics_per_node=args.nics_per_node, algorithm=args.algorithm,
                          bw_gbps=args.bw_gbps, latency_us=args.latency_us,
                          out=args.out, measured_on=args.measured_on)
-    except (UsageError, InputError, RunError) as exc:
+    except (UsageError, InputError, RunError, OutError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the folder cannot be written (read-only, full)
+        print(f"bench project: --out={str(args.out)!r}: cannot write ({exc.strerror or exc})",
+              file=sys.stderr)
         return 2
     print("\n".join(projection.lines()))
     return 0
@@ -152,11 +157,8 @@ def _dest(flag: str) -> str:
 
 def spec_main(args: argparse.Namespace) -> int:
     """The what-if: projection.csv and notes.txt from a spec, nothing measured."""
-    import pandas as pd
 
-    from bench import run_folder
-    from bench.project.api import Projection
-    from bench.project.spec import LIST_KEYS, read_spec, spec_grid
+    from bench.project.spec import read_spec
 
     try:
         if args.run_dir is not None:
@@ -183,23 +185,13 @@ def spec_main(args: argparse.Namespace) -> int:
         if args.nics_per_node is not None:
             keys.setdefault("nics_per_node", args.nics_per_node)
         keys.setdefault("algorithm", args.algorithm)
-        grid = spec_grid(keys)
-        if len(grid) == 1:
-            projection = what_if(keys, out=args.out)
-            print("\n".join(projection.lines()))
-            return 0
-        made = [what_if(k, write=False) for k in grid]  # every combination checked before anything is written
-    except (SpecError, UsageError) as exc:
+        projection = what_if(keys, out=args.out)
+    except (SpecError, UsageError, OutError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
         return 2
-    compared = Projection(projection=pd.concat([m.projection for m in made], ignore_index=True),
-                          notes=[n for m in made for n in m.notes], configurations=len(made), what_if=True)
-    compared.write(args.out if args.out is not None else Path(run_folder.PROJECTION_DIR))
-    print(f"projection: {compared.out / run_folder.PROJECTION} ({len(made)} what-ifs: "
-          f"{' × '.join(k for k in LIST_KEYS if isinstance(keys.get(k), list))})")
-    for k, m in zip(grid, made):
-        m.out = compared.out
-        print("  " + ", ".join(f"{key} {k[key]:g}" if isinstance(k[key], float) else f"{key} {k[key]}"
-                               for key in LIST_KEYS if isinstance(keys.get(key), list)))
-        print("\n".join(m.lines()[1:]))
+    except OSError as exc:  # the folder cannot be written (read-only, full)
+        print(f"bench project: --out={str(args.out)!r}: cannot write ({exc.strerror or exc})",
+              file=sys.stderr)
+        return 2
+    print("\n".join(projection.lines()))
     return 0

@@ -294,10 +294,10 @@ def preset_network(name: str, gpus_per_node: int = 8, inter_name: str | Fabric =
 
 def custom_network(bw_gbps: float, latency_us: float) -> Network:
     """--bw-gbps/--latency-us: a flat network, busbw `bw_gbps` at every size, `latency_us` per ring step."""
-    if not bw_gbps > 0:
-        raise ValueError(f"--bw-gbps={bw_gbps} must be > 0")
-    if not latency_us >= 0:
-        raise ValueError(f"--latency-us={latency_us} must be >= 0")
+    if not 0 < bw_gbps < math.inf:
+        raise ValueError(f"--bw-gbps={bw_gbps} must be > 0 and finite")
+    if not 0 <= latency_us < math.inf:
+        raise ValueError(f"--latency-us={latency_us} must be >= 0 and finite")
     fabric = flat_fabric("custom", bw_gbps, latency_us,
                          f"--bw-gbps {bw_gbps:g} --latency-us {latency_us:g} (latency per ring step)")
     return Network("custom", fabric, fabric, gpus_per_node=1)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import engines
+from bench.config import MAX_BATCH, MAX_BUCKET_MB, MAX_SECONDS, MAX_STEPS, MAX_WORLD_SIZE
 from bench.project.collectives import ALGORITHMS
 from bench.project.network import FABRICS, INTER_NODE, preset_network
 from bench.project.physics import DEFAULT_INTERFERENCE, DEFAULT_STEP_CV, Physics
@@ -34,6 +35,16 @@ DEFAULT_BACKWARD_SHARE = 2 / 3
 FIRST_BUCKET_BYTES = 2**20
 DEFAULT_WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 FP32_GRAD_BYTES = 4  # parameters are fp32 (AMP autocasts the math), so DDP reduces fp32 gradients
+# Bounds that catch a typo before it becomes a projection of nothing (the run config's MAX_* are reused).
+# A step shorter than 1 µs is below one kernel launch (a few µs on a GPU); longer than a week is no step.
+MIN_STEP_MS = 1e-3
+MAX_MS = MAX_SECONDS * 1e3
+# 1e15 parameters: a thousand times the largest published dense models (~1e12)
+MAX_PARAMS = 10**15
+# σ (a spread in units of the step) and γ (ms of slowdown per ms overlapped): measured 0.02 and 0.155-0.425
+# (bench/project/physics.py); ten is far beyond either
+MAX_PHYSICS = 10.0
+REQUIRED = ("step_ms", "per_gpu_batch")  # the keys without a default
 
 
 class SpecError(ValueError):
@@ -71,11 +82,15 @@ class Spec:
         def bad(key: str, why: str):
             raise SpecError(f"{key}={getattr(self, key)!r}: {why}")
 
-        if not _positive(self.step_ms):
-            bad("step_ms", "must be a number > 0 (the 1-GPU step time in ms)")
-        for key in ("per_gpu_batch", "grad_accum", "gpus_per_node"):
-            if not (isinstance(getattr(self, key), int) and getattr(self, key) >= 1):
-                bad(key, "must be an integer >= 1")
+        for key in ("model", "size", "precision", "comm_dtype", "network", "inter_network", "algorithm"):
+            if not isinstance(getattr(self, key), str):  # a list, a number: never a name
+                bad(key, "must be a string")
+        if not _positive(self.step_ms) or not MIN_STEP_MS <= self.step_ms <= MAX_MS:
+            bad("step_ms", f"must be a number of ms in [{MIN_STEP_MS:g}, {MAX_MS:g}] (the 1-GPU step time)")
+        for key, most in (("per_gpu_batch", MAX_BATCH), ("grad_accum", MAX_STEPS),
+                          ("gpus_per_node", MAX_WORLD_SIZE)):
+            if not (_count(getattr(self, key)) and getattr(self, key) <= most):
+                bad(key, f"must be an integer in [1, {most}]")
         if self.precision not in PRECISIONS:
             bad("precision", f"is not one of {list(PRECISIONS)}")
         if self.comm_dtype not in WIRE_DTYPES:
@@ -95,25 +110,28 @@ class Spec:
             bad("sharding", "needs params or a model (its parameters are sharded, not bucketed)")
         if self.algorithm not in ALGORITHMS:
             bad("algorithm", f"is not one of {list(ALGORITHMS)}")
-        if not _positive(self.bucket_cap_mb):
-            bad("bucket_cap_mb", "must be a number > 0")
-        if not (isinstance(self.backward_share, (int, float)) and 0 < self.backward_share <= 1):
+        if not _positive(self.bucket_cap_mb) or self.bucket_cap_mb > MAX_BUCKET_MB:
+            bad("bucket_cap_mb", f"must be a number in (0, {MAX_BUCKET_MB:g}]")
+        if not (_number(self.backward_share) and 0 < self.backward_share <= 1):
             bad("backward_share", "must lie in (0, 1]")
-        for key in ("step_cv", "interference", "host_ms"):
+        for key, most in (("step_cv", MAX_PHYSICS), ("interference", MAX_PHYSICS), ("host_ms", MAX_MS)):
             value = getattr(self, key)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                bad(key, "must be a number >= 0")
-        if not self.world_sizes or any(not isinstance(n, int) or n < 1 for n in self.world_sizes):
-            bad("world_sizes", "must be integers >= 1")
-        given = [k for k in ("model", "params", "bucket_sizes") if getattr(self, k)]
+            if not (_number(value) and 0 <= value <= most):
+                bad(key, f"must be a number in [0, {most:g}]")
+        if not isinstance(self.world_sizes, tuple) or not self.world_sizes or any(
+                not (_count(n) and n <= MAX_WORLD_SIZE) for n in self.world_sizes):
+            bad("world_sizes", f"must be a list of integers in [1, {MAX_WORLD_SIZE}]")
+        given = [k for k in ("model", "params", "bucket_sizes") if getattr(self, k) not in (None, "", ())]
         if len(given) != 1:
             raise SpecError(f"model={self.model!r} params={self.params!r} "
                             f"bucket_sizes={self.bucket_sizes!r}: give exactly one of model (a workload), "
                             f"params (a count) or bucket_sizes")
-        if self.params is not None and not (isinstance(self.params, int) and self.params >= 1):
-            bad("params", "must be an integer >= 1")
-        if self.bucket_sizes is not None and any(not isinstance(s, int) or s < 1 for s in self.bucket_sizes):
-            bad("bucket_sizes", "must be positive integers (bytes on the wire)")
+        if self.params is not None and not (_count(self.params) and self.params <= MAX_PARAMS):
+            bad("params", f"must be an integer in [1, {MAX_PARAMS:.0e}] (trainable parameters)")
+        if self.bucket_sizes is not None and (not isinstance(self.bucket_sizes, tuple) or any(
+                not (_count(b) and b <= MAX_BUCKET_MB * 2**20) for b in self.bucket_sizes)):
+            bad("bucket_sizes", "must be a list of positive integers (bytes on the wire, each at most "
+                f"{MAX_BUCKET_MB:g} MiB)")
         net = preset_network(self.network, self.gpus_per_node, self.inter_network, self.nics_per_node)
         for n in self.world_sizes:
             try:
@@ -122,9 +140,18 @@ class Spec:
                 bad("world_sizes", f"{n} is not a multiple of gpus_per_node={self.gpus_per_node}")
 
 
+def _number(value) -> bool:
+    """A finite int or float (a TOML `true` is a bool, not a number)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value) -> bool:
+    """An integer >= 1 (not a bool: `params = true` is no count)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def _positive(value) -> bool:
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return number and math.isfinite(value) and value > 0
+    return _number(value) and value > 0
 
 
 def ddp_buckets(params: int, grad_bytes: int = FP32_GRAD_BYTES,
@@ -185,9 +212,9 @@ def parse_count(key: str, text) -> int:
         value = float(word[:-1] if scale != 1 else word) * scale
     except ValueError:
         raise SpecError(f"{key}={text!r}: not a count (e.g. 360M, 1.5B, 1e9, 250000)") from None
-    if not math.isfinite(value) or value != int(value) or value < 1:
-        raise SpecError(f"{key}={text!r}: must be a whole number >= 1")
-    return int(value)
+    if not math.isfinite(value) or value != int(value):
+        raise SpecError(f"{key}={text!r}: must be a whole number")
+    return int(value)  # its range is the Spec's to check (params=0 is named as such)
 
 
 def spec_grid(keys: dict) -> list[dict]:
@@ -205,6 +232,8 @@ def spec_grid(keys: dict) -> list[dict]:
 
 def spec_from_keys(keys: dict) -> Spec:
     """A Spec from a dict of its keys (a TOML file's, or project_spec's); SpecError names a bad one."""
+    if not isinstance(keys, dict):
+        raise SpecError(f"spec={keys!r}: expected a table of spec keys")
     keys = dict(keys)
     if isinstance(keys.get("params"), (str, float)):
         keys["params"] = parse_count("params", keys["params"])
@@ -212,13 +241,14 @@ def spec_from_keys(keys: dict) -> Spec:
     for key in keys:
         if key not in known:
             raise SpecError(f"{key}={keys[key]!r}: not a spec key; known: {sorted(known)}")
+    missing = [k for k in REQUIRED if k not in keys]
+    if missing:
+        raise SpecError(f"{missing[0]}: missing (a spec needs {' and '.join(REQUIRED)}: the 1-GPU step time "
+                        "in ms and the samples per GPU per micro-step)")
     for key in ("world_sizes", "bucket_sizes"):
         if isinstance(keys.get(key), list):
             keys[key] = tuple(keys[key])
-    try:
-        return Spec(**keys)
-    except TypeError as exc:
-        raise SpecError(str(exc)) from None
+    return Spec(**keys)
 
 
 def spec_sharding(spec: Spec) -> tuple[Sharding, tuple[int, ...]] | None:
@@ -264,7 +294,12 @@ def projection_of(spec: Spec) -> pd.DataFrame:
 def read_spec(path: Path) -> dict:
     """The TOML file's keys (top level, or a [spec] table)."""
     try:
-        data = tomllib.loads(Path(path).read_text())
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise SpecError(f"--spec={str(path)!r}: {exc}") from None
-    return data.get("spec", data)
+    except UnicodeDecodeError:
+        raise SpecError(f"--spec={str(path)!r}: not a UTF-8 text file (a TOML file of spec keys)") from None
+    spec = data.get("spec", data)
+    if not isinstance(spec, dict):
+        raise SpecError(f"--spec={str(path)!r}: spec={spec!r} is not a table of spec keys")
+    return spec

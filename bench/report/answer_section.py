@@ -21,7 +21,7 @@ from bench.advise.answer import CPU_CAVEAT, setting_words
 from bench.advise.choice import NAMED
 from bench.advise.rank import choice_keys
 from bench.report import plots, tables
-from bench.report.render import Section, md_cell
+from bench.report.render import Section, md_cell, md_text
 from bench.run_folder import Run
 
 # The two figures of the first screen, by file name under plots/ (drawn by their own sections): how it
@@ -129,7 +129,7 @@ def answer_section(run: Run, out_dir: Path) -> Section:
     sec = Section("The answer", "answer")
     text, ranked = advice(run)
     if text:
-        sec.raw(f'<p class="answer" id="advice">{html.escape(text)}</p>', f"**{text}**\n")
+        sec.raw(f'<p class="answer" id="advice">{html.escape(text)}</p>', f"**{md_text(text)}**\n")
     else:
         sec.para("No configuration finished with status ok: there is nothing to recommend.", "warn")
     if run.device == "cpu":
@@ -144,7 +144,7 @@ def answer_section(run: Run, out_dir: Path) -> Section:
         image = (f'<p><a href="plots/{figure}"><img src="plots/{figure}" alt="speedup over torch DDP\'s '
                  f'defaults"></a></p>') if figure else ""
         sec.raw(f'<div class="verdict"><div class="cards" id="headline">{cards}</div>{image}</div>',
-                "\n".join(f"- {r['name']}: **{r['value']}** ({r['interval']}; {r['of']})"
+                "\n".join(md_text(f"- {r['name']}: **{r['value']}** ({r['interval']}; {r['of']})")
                           for _, r in numbers.iterrows()) + "\n"
                 + (f"\n![speedup over torch DDP's defaults](plots/{figure})\n" if figure else ""))
     _failed(sec, run.results)

@@ -14,14 +14,13 @@ import sys
 from pathlib import Path
 
 
-def unusable_out(out: Path | None) -> str | None:
-    """Why --out cannot be an output folder (a file, or under one), or None."""
-    if out is None:
-        return None
-    for folder in (out, *out.parents):
-        if folder.exists() and not folder.is_dir():
-            return f"--out={str(out)!r}: {str(folder)!r} is a file, not a folder"
-    return None
+def unusable_out(out: Path | None, command: str) -> str | None:
+    """Why --out cannot be the page's folder (a file, or under one; another command's part of a run
+    folder: bench.run_folder.out_problem), or None. A folder holding other files is refused when the page
+    is written (render.page_folder), after its inputs are read."""
+    from bench.run_folder import out_problem
+
+    return None if out is None else out_problem(out, command)
 
 
 def report_add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +33,7 @@ def report_main(args: argparse.Namespace) -> int:
     from bench.report.run_page import write_run_page
     from bench.run_folder import RunError
 
-    problem = unusable_out(args.out)
+    problem = unusable_out(args.out, "report")
     if problem:
         print(f"bench report: {problem}", file=sys.stderr)
         return 2
@@ -74,7 +73,7 @@ def compare_main(args: argparse.Namespace) -> int:
     from bench.report.compare_page import write_compare_page
     from bench.run_folder import RunError
 
-    problem = unusable_out(args.out)
+    problem = unusable_out(args.out, "compare")
     if problem:
         print(f"bench compare: {problem}", file=sys.stderr)
         return 2

@@ -14,7 +14,7 @@ import pandas as pd
 from bench.analyze import diff as analyze_diff
 from bench.report import compare, plots, slices, tables
 from bench.report.environment import gpu_summary
-from bench.report.render import Section, write_csv, write_page
+from bench.report.render import Section, page_folder, write_csv, write_page
 from bench.run_folder import Run, RunError, load_run
 from bench.schema import CONFIG_KEYS
 
@@ -38,7 +38,7 @@ def write_compare_page(
     if unmatched:
         raise RunError(unmatched)
     labels = compare.run_labels(runs)
-    out_dir = out_dir or default_out_dir(runs)
+    out_dir = page_folder(out_dir or default_out_dir(runs), "compare")
     (out_dir / "tables").mkdir(parents=True, exist_ok=True)
     (out_dir / "plots").mkdir(parents=True, exist_ok=True)
 

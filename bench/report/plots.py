@@ -24,7 +24,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # noqa
 from bench import style as look  # noqa: E402
 from bench.advise.choice import NAMED  # noqa: E402
 from bench.engines import get as engine_facts  # noqa: E402
-from bench.engines import names as engine_names  # noqa: E402
+from bench.engines import loaded as engine_names  # noqa: E402
 from bench.report import slices, tables  # noqa: E402
 from bench.schema import PRECISIONS  # noqa: E402
 from bench.style import DPI, ENGINE_COLORS, PANEL, PRECISION_COLORS, SPARE_COLORS  # noqa: E402

@@ -9,11 +9,13 @@ from __future__ import annotations
 import html
 import math
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from bench.run_folder import RunError, out_problem
 from bench.schema import CONFIG_KEYS, STRING_COLUMNS
 
 EMPTY = "—"
@@ -158,10 +160,16 @@ def collapsed(df: pd.DataFrame, links: dict[str, str] | None, csv_rel: str | Non
     return f"<details><summary>{line}: show the table{csv}</summary>{body}</details>"
 
 
+def md_text(text: str) -> str:
+    """Prose for Markdown (report.md, summary.md) from data a user wrote (a model size, a description, an
+    error): raw HTML shown as text, not rendered (`<`, `>`, `&` escaped), as index.html shows it."""
+    return html.escape(str(text), quote=False)
+
+
 def md_cell(text: str) -> str:
-    """A table cell's text for Markdown: raw HTML from error messages shown as text, not rendered (`<`, `>`,
-    `&` escaped), `|` escaped so the row keeps its columns, line breaks as <br>."""
-    return html.escape(text, quote=False).replace("|", "\\|").replace("\n", "<br>")
+    """A table cell's text for Markdown: md_text, `|` escaped so the row keeps its columns, line breaks as
+    <br>."""
+    return md_text(text).replace("|", "\\|").replace("\n", "<br>")
 
 
 def md_table(df: pd.DataFrame) -> str:
@@ -195,17 +203,17 @@ class Section:
                 self.html[-1] = self.html[-1].removesuffix("</details>") + inner
             else:
                 self.html.append(FORMULAS + inner)
-            self.md.append(text + "\n")
+            self.md.append(md_text(text) + "\n")
             return self
         self.html.append(f"<p{attr}>{html.escape(text)}</p>")
-        self.md.append(("> " if cls in ("warn", "note") else "") + text + "\n")
+        self.md.append(("> " if cls in ("warn", "note") else "") + md_text(text) + "\n")
         return self
 
     def bullets(self, items: list[str], cls: str = "") -> Section:
         if items:
             lis = "".join(f"<li>{html.escape(s)}</li>" for s in items)
             self.html.append(f'<ul class="{cls}">{lis}</ul>')
-            self.md.append("\n".join(f"- {s}" for s in items) + "\n")
+            self.md.append("\n".join(f"- {md_text(s)}" for s in items) + "\n")
         return self
 
     def table(
@@ -233,7 +241,7 @@ class Section:
         if constant:
             same = " · ".join(f"{c} {fmt(df[c].iloc[0], c)}" for c in constant)
             self.html.append(f'<p class="same">Every row: {html.escape(same)}</p>')
-            self.md.append(f"Every row: {same}\n")
+            self.md.append(f"Every row: {md_text(same)}\n")
             df = df.drop(columns=constant)
         self.html.append(collapsed(df, links, csv_rel, summary, cell_rows))
         self.md.append(md_table(df))
@@ -243,7 +251,7 @@ class Section:
         self.html.append(
             f'<p><a href="{html.escape(rel)}"><img src="{html.escape(rel)}" alt="{html.escape(alt)}"></a></p>'
         )
-        self.md.append(f"![{alt}]({rel})\n")
+        self.md.append(f"![{md_text(alt)}]({rel})\n")
         return self
 
     def code(self, text: str) -> Section:
@@ -255,6 +263,36 @@ class Section:
         self.html.append(html_text)
         self.md.append(md_text)
         return self
+
+
+# What a page (bench report, bench compare) writes into its folder: write_page's three files and the folders
+# of its tables, figures and trace comparisons.
+PAGE_FILES = ("index.html", "report.md", "summary.md")
+PAGE_FOLDERS = ("tables", "plots", "traces")
+
+
+def page_folder(out_dir: Path, command: str) -> Path:
+    """`out_dir` made ready for a new page: created when missing; an earlier page there (nothing but a page's
+    entries, index.html among them) removed first, so the new page never mixes with the old one's figures
+    and tables. RunError, with nothing touched, when it holds anything else (a user's files, another
+    command's output) or is another command's part of a run folder (run_folder.out_problem)."""
+    problem = out_problem(out_dir, command)
+    if problem:
+        raise RunError(problem)
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        entries = sorted(p.name for p in out_dir.iterdir())
+        foreign = [n for n in entries if n not in PAGE_FILES + PAGE_FOLDERS]
+        if foreign or PAGE_FILES[0] not in entries:
+            raise RunError(f"--out={str(out_dir)!r} holds {(foreign or entries)[:3]}, not a page `bench "
+                           f"{command}` wrote: choose a new or empty folder (the page would mix with them)")
+        for name in entries:
+            path = out_dir / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
 
 
 def write_page(out_dir: Path, title: str, subtitle: str, sections: list[Section],
@@ -284,9 +322,9 @@ def write_page(out_dir: Path, title: str, subtitle: str, sections: list[Section]
 
 
 def markdown(title: str, subtitle: str, sections: list[Section]) -> str:
-    md = [f"# {title}\n", f"{subtitle}\n"]
+    md = [f"# {md_text(title)}\n", f"{md_text(subtitle)}\n"]
     for s in sections:
-        md.append(f"## {s.title}\n")
+        md.append(f"## {md_text(s.title)}\n")
         md.extend(s.md)
     return "\n".join(md)
 

@@ -17,7 +17,7 @@ from bench.report import findings, memory, plots, tables, traces
 from bench.report.answer_section import answer_section
 from bench.report.environment import environment_table
 from bench.report.projection_section import projection_section
-from bench.report.render import Section, write_csv, write_page
+from bench.report.render import Section, page_folder, write_csv, write_page
 from bench.report.why_section import why_section
 from bench.run_folder import Run, load_run
 from bench.schema import DEFAULT_BUCKET_MB
@@ -31,7 +31,7 @@ def default_out_dir(run_dir: Path) -> Path:
 def write_run_page(run_dir: Path, out_dir: Path | None = None) -> Path:
     """Render the report of `run_dir` into `out_dir` (default reports/<run-id>); returns index.html."""
     run = load_run(run_dir)
-    out_dir = Path(out_dir) if out_dir is not None else default_out_dir(run.path)
+    out_dir = page_folder(Path(out_dir) if out_dir is not None else default_out_dir(run.path), "report")
     (out_dir / "plots").mkdir(parents=True, exist_ok=True)
     df = run.results
     scaling_tables = {

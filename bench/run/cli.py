@@ -17,6 +17,7 @@ interrupted. `slurm`'s: bench/run/slurm.py.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -131,6 +132,7 @@ def slurm_main(args: argparse.Namespace) -> int:
           + ", ".join(f"world size {w} on {n} node(s) x {r}" for w, n, r in written.steps) + ")")
     print(f"sbatch script: {written.script}")
     if not args.submit:
-        print(f"submit it: sbatch {written.script}    then: python -m bench run --collect {written.run_dir}")
+        print(f"submit it: sbatch {shlex.quote(str(written.script))}    then: python -m bench run --collect "
+              f"{shlex.quote(str(written.run_dir))}")
         return 0
     return slurm.submit_and_follow(written.script, written.run_dir, written.cells)

@@ -4,6 +4,7 @@ from its workers' events files, and env.json merged from its nodes' fingerprints
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,20 +34,56 @@ def collect(run_dir: Path) -> Collected:
     if missing:  # checked before the lock file is made: a wrong folder is left as it was
         raise ConfigError(f"--collect={str(run_dir)!r}: no {' or '.join(missing)} there; --collect takes a "
                           "folder written by --plan-only")
+    by_id = plan_cells(run_dir)  # a broken plan is refused before the lock file is made
     try:
         lock = lock_run_dir(run_dir)
         try:
-            return _collect(run_dir)
+            return _collect(run_dir, by_id)
         finally:
             lock.close()
     except (OSError, ValueError) as e:  # ConfigError (the lock) included
         raise ConfigError(f"--collect={str(run_dir)!r}: {e}") from None
 
 
-def _collect(run_dir: Path) -> Collected:
+def plan_cells(run_dir: Path) -> dict[str, Cell]:
+    """plan.json's cells by id; ConfigError naming plan.json and what is wrong (not JSON, no cell list, a
+    cell without one of the fields every cell has)."""
+    path = run_dir / run_folder.PLAN
+    try:
+        plan = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path}: not a readable plan ({e})") from None
+    cells = plan.get("cells") if isinstance(plan, dict) else None
+    if not isinstance(cells, list):
+        raise ConfigError(f"{path}: cells={str(cells)[:80]!r}: expected the list of the plan's cells")
+    required = [f.name for f in dataclasses.fields(Cell)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    by_id = {}
+    for i, c in enumerate(cells):
+        missing = [k for k in ("cell_id", *required) if k not in c] if isinstance(c, dict) else ["(a table)"]
+        if missing:
+            name = c.get("cell_id", f"#{i}") if isinstance(c, dict) else f"#{i}"
+            raise ConfigError(f"{path}: cell {name} lacks {', '.join(missing)} (every planned cell has "
+                              f"{', '.join(required)}); re-plan it with --plan-only")
+        by_id[c["cell_id"]] = Cell.from_dict(c)
+    return by_id
+
+
+def events_of(path: Path) -> list[dict]:
+    """The events of one workers' file; ConfigError naming the file for a line that is not an event."""
+    events = EventReader(path).read()
+    for ev in events:
+        kind = ev.get("event") if isinstance(ev, dict) else None
+        needs = {"finish": {"cell_id": str, "status": str, "row": dict, "t": (int, float)},
+                 "traced": {"cell_id": str, "trace_dir": str},
+                 "error": {"cell_ids": list, "status": str, "error": str, "t": (int, float)}}.get(kind, {})
+        if not isinstance(kind, str) or any(not isinstance(ev.get(k), t) for k, t in needs.items()):
+            raise ConfigError(f"{path}: {json.dumps(ev)[:120]} is not an event of bench.worker")
+    return events
+
+
+def _collect(run_dir: Path, by_id: dict[str, Cell]) -> Collected:
     config = config_from_dict(read_tables(run_dir / run_folder.CONFIG))
-    plan = json.loads((run_dir / run_folder.PLAN).read_text())
-    by_id = {c["cell_id"]: Cell.from_dict(c) for c in plan["cells"]}
     done = {r["cell_id"] for r in results.read_records(run_dir)}
     # per cell, its finish event, else the earliest error event of a rank that failed itself (a `peer` event
     # only says that another rank's group failed; a later error is usually a peer's timeout in a collective
@@ -54,7 +91,7 @@ def _collect(run_dir: Path) -> Collected:
     outcomes: dict[str, dict] = {}
     traces: dict[str, str] = {}
     for path in sorted((run_dir / run_folder.EVENTS).glob("*.jsonl")):
-        for ev in EventReader(path).read():
+        for ev in events_of(path):
             ids = ev.get("cell_ids") or [ev.get("cell_id")]
             if ev["event"] == "finish":
                 outcomes[ev["cell_id"]] = ev

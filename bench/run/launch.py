@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -31,6 +32,13 @@ from bench.schema import ERROR_TAIL_LINES, error_text
 from bench.worker.events import EventReader
 
 POLL_S = 0.05          # events-file poll period
+# A launch's stdout and stderr are kept whole up to LOG_HEAD_BYTES each, then only their last LOG_TAIL_BYTES:
+# a model that prints every step must not fill the disk (4 cells of one wrote 38 MB of logs), and the end of
+# a log (the exception that stopped a launch, which `tail` reads) is always kept. 4 MiB holds a launch's
+# start-up, warnings and NCCL INFO lines (NCCL_DEBUG without a file: about 100 lines per rank) many times.
+LOG_HEAD_BYTES = 4 * 2**20
+LOG_TAIL_BYTES = 2**20
+LOG_DRAIN_S = 10.0     # how long a finished launch's logs may take to receive the end of their pipes
 
 
 # A Python exception's line in a log: "ValueError: ...", "torch.OutOfMemoryError: ..." (torchrun's
@@ -38,17 +46,24 @@ POLL_S = 0.05          # events-file poll period
 EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt)\b(?::.*)?$")
 
 
+# torchrun's own exception when a rank fails: its line names no cause (that is the rank's exception, printed
+# above it in the same log), so a rank's exception line is preferred to it
+TORCHRUN_EXCEPTIONS = ("ChildFailedError",)
+
+
 def tail(path: Path, lines: int = ERROR_TAIL_LINES) -> str:
-    """The log's last exception line first, then its last lines ('' when missing)."""
+    """The log's last exception line first (a rank's, rather than torchrun's ChildFailedError that follows
+    it), then its last lines ('' when missing)."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
     all_lines = text.strip().splitlines()
     exceptions = [line.strip() for line in all_lines if EXCEPTION_LINE.match(line.strip())]
+    causes = [e for e in exceptions if not any(n in e.split(":")[0] for n in TORCHRUN_EXCEPTIONS)]
     if lines != ERROR_TAIL_LINES:  # an explicit length: just the tail
         return "\n".join(all_lines[-lines:])
-    return error_text(exceptions[-1] if exceptions else None, all_lines)
+    return error_text((causes or exceptions or [None])[-1], all_lines)
 
 
 def launch_env(device: str, threads: int) -> dict[str, str]:
@@ -57,6 +72,53 @@ def launch_env(device: str, threads: int) -> dict[str, str]:
     if device == "cpu":
         env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback: no dependence on the machine's network setup
     return env
+
+
+class CappedLog(threading.Thread):
+    """Copies a launch's pipe into its log file: the first LOG_HEAD_BYTES as they come (a reader of the log
+    sees them live), then only the last LOG_TAIL_BYTES, written at the end after a line saying how much was
+    left out. The pipe is drained to its end whatever the file does (a full disk), so the launch never
+    blocks on its output. Used as a context: leaving it waits (at most LOG_DRAIN_S) for the pipe's end."""
+
+    def __init__(self, pipe, path: Path):
+        super().__init__(daemon=True, name=f"log {path.name}")
+        self.pipe, self.path = pipe, path
+        self.start()
+
+    def run(self) -> None:
+        head, tail, dropped = 0, bytearray(), 0
+        with open(self.path, "wb") as f:
+            for chunk in iter(lambda: self.pipe.read1(1 << 16), b""):
+                keep = chunk[:max(0, LOG_HEAD_BYTES - head)]
+                head += len(keep)
+                tail += chunk[len(keep):]
+                if len(tail) > LOG_TAIL_BYTES:
+                    dropped += len(tail) - LOG_TAIL_BYTES
+                    del tail[:-LOG_TAIL_BYTES]
+                if keep:
+                    _write(f, keep)
+            if dropped:
+                _write(f, f"\n[bench: {dropped} bytes of this output left out here (LOG_HEAD_BYTES="
+                          f"{LOG_HEAD_BYTES}, LOG_TAIL_BYTES={LOG_TAIL_BYTES}, bench/run/launch.py); its "
+                          f"last {LOG_TAIL_BYTES} bytes follow]\n".encode())
+            _write(f, bytes(tail))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        # the pipe ends when the launch's last process does (they have been stopped by now); a process that
+        # somehow still holds it costs the log's end, never the launcher's progress
+        self.join(timeout=LOG_DRAIN_S)
+
+
+def _write(f, data: bytes) -> None:
+    """Write and flush; a failed write (disk full, read-only) loses only log text, never the launch."""
+    try:
+        f.write(data)
+        f.flush()
+    except OSError:
+        pass
 
 
 @dataclass
@@ -141,11 +203,13 @@ class Launch:
         env = (os.environ | launch_env(r.device, r.threads_for(self.ws)) | self.nccl_vars
                | {"PYTHONUNBUFFERED": "1"})
         (self.logs / run_folder.launch_file(self.k, "cmd")).write_text(" ".join(cmd) + "\n")
-        with open(self.logs / run_folder.launch_file(self.k, "out"), "w") as out, \
-                open(self.logs / run_folder.launch_file(self.k, "err"), "w") as err:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True,
-                                    preexec_fn=die_with_parent)  # a SIGKILLed launcher takes torchrun along
-            (self.logs / run_folder.launch_file(self.k, "pid")).write_text(f"{proc.pid}\n")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                start_new_session=True,
+                                preexec_fn=die_with_parent)  # a SIGKILLed launcher takes torchrun along
+        logs = [CappedLog(pipe, self.logs / run_folder.launch_file(self.k, part))
+                for pipe, part in ((proc.stdout, "out"), (proc.stderr, "err"))]
+        (self.logs / run_folder.launch_file(self.k, "pid")).write_text(f"{proc.pid}\n")
+        with logs[0], logs[1]:  # on leaving, each log holds all its pipe gave (the processes are gone)
             try:
                 while proc.poll() is None:
                     self.follow_events()
@@ -158,8 +222,8 @@ class Launch:
                 kill_groups(proc, self.worker_pgids)
                 self.follow_events(outcomes_only=True)  # keep the cells that finished before the stop
                 raise
-        # Workers may outlive a torchrun that died abnormally: make sure none is left.
-        kill_groups(proc, self.worker_pgids)
+            # Workers may outlive a torchrun that died abnormally: make sure none is left.
+            kill_groups(proc, self.worker_pgids)
         if self.config.run.device == "cuda":
             nccl_log.record_launch(self.sweep.run_dir, self.k, self.ws, self.nccl_files(), self.nccl_vars)
         return self.after_exit(proc.returncode)

@@ -7,6 +7,7 @@ only when a report is asked for.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ STEPS = ("analyze", "project", "advise")
 
 def commands(run_dir: Path) -> str:
     """The command lines that do what `after_run` does, for a run without --report."""
-    return " && ".join(f"python -m bench {name} {run_dir}" for name in (*STEPS, "report"))
+    return " && ".join(f"python -m bench {name} {shlex.quote(str(run_dir))}" for name in (*STEPS, "report"))
 
 
 def _analyze(run_dir: Path) -> list[str]:

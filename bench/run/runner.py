@@ -4,6 +4,7 @@ the totals at the end; or, for the user's own torchrun or srun, the plan file in
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
 import time
@@ -90,5 +91,5 @@ def write_plan_only(folder: RunFolder, plan: Plan, quiet: bool = False) -> Path:
           "On every node, per world size N = nodes × GPUs per node:")
     print(f"  torchrun --nnodes $NNODES --nproc-per-node $GPUS --rdzv-backend c10d "
           f"--rdzv-endpoint $HEAD:29500 -m bench.worker --plan {path}")
-    print(f"then: python -m bench run --collect {folder.path}")
+    print(f"then: python -m bench run --collect {shlex.quote(str(folder.path))}")
     return path

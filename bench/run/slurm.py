@@ -48,6 +48,7 @@ RDZV_BASE_PORT = 29500    # torchrun's default; the script adds SLURM_JOB_ID % R
 RDZV_PORT_SPREAD = 1000   # so that two jobs whose first nodes are the same machine use different ports
 TIME = re.compile(r"^(?:\d+-)?\d{1,3}:[0-5]\d:[0-5]\d$")   # [D-]HH:MM:SS
 NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")                   # a partition or account: one word, no quoting
+PLAIN = re.compile(r"^[A-Za-z0-9_./%+=:,@-]+$")            # an #SBATCH value that needs no quotes
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,24 @@ def launch_steps(world_sizes: list[int], nodes: int, per_node: int) -> list[tupl
                               f"--nodes={nodes} × {per_node} per node")
         else:
             steps.append((ws, ws // per_node, per_node))
+    used = max(n for _, n, _ in steps)
+    if nodes > used:  # the job would hold nodes no step runs on, for its whole time limit
+        raise ConfigError(f"--nodes={nodes}: the plan's steps use at most {used} node(s) (matrix.world_size="
+                          f"{sorted(set(world_sizes))} at {per_node} rank(s) per node); ask for --nodes "
+                          f"{used}")
     return steps
+
+
+def directive(value: str) -> str:
+    """A value as an #SBATCH line carries it: sbatch reads directives itself, not through a shell (Slurm's
+    src/sbatch/opt.c get_argument: whitespace ends an argument, quotes group, a backslash escapes the next
+    character, an unquoted '#' starts a comment), so anything beyond plain path characters is put in double
+    quotes with '"' and '\\' escaped. A newline cannot be carried: ConfigError."""
+    if "\n" in value or "\r" in value:
+        raise ConfigError(f"{value!r}: a path with a line break cannot go into an #SBATCH line")
+    if PLAIN.match(value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def sbatch_script(run_dir: Path, steps: list[tuple[int, int, int]], job: Job, gpus_per_node: int | None,
@@ -101,16 +119,19 @@ def sbatch_script(run_dir: Path, steps: list[tuple[int, int, int]], job: Job, gp
     """README's sbatch script, filled in: one `srun torchrun` step per world size, then --collect."""
     run = run_dir.resolve()
     py, plan_file = shlex.quote(sys.executable), shlex.quote(str(run / run_folder.PLAN))
-    directives = [f"--job-name=ddpbench-{run.name}"[:64], f"--nodes={job.nodes}", "--ntasks-per-node=1",
-                  f"--time={job.time}", f"--output={run / run_folder.LOGS / run_folder.SLURM_OUTPUT}",
-                  f"--chdir={Path.cwd()}"]
+    directives = [f"--job-name={directive(f'ddpbench-{run.name}'[:64])}", f"--nodes={job.nodes}",
+                  "--ntasks-per-node=1", f"--time={job.time}",
+                  f"--output={directive(str(run / run_folder.LOGS / run_folder.SLURM_OUTPUT))}",
+                  f"--chdir={directive(str(Path.cwd()))}"]
     # GPUs: one rank each; CPU ranks: a core each for the one task that torchrun starts them from
     directives.append(f"--gpus-per-node={gpus_per_node}" if gpus_per_node
                       else f"--cpus-per-task={ranks_per_node}")
     directives += [f"--partition={job.partition}"] * bool(job.partition)
     directives += [f"--account={job.account}"] * bool(job.account)
+    # a comment: a line break in an argument would end it and start a command line
+    written_by = shlex.join(command).replace("\n", "\\n").replace("\r", "\\r")
     lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in directives),
-             f"# written by: {shlex.join(command)}",
+             f"# written by: {written_by}",
              "# A torchrun per world size (a launch runs the plan's cells of its WORLD_SIZE), then collect.",
              "# Re-running this script skips the cells that finished (plan mode: bench/worker/plan_mode.py).",
              'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
@@ -144,6 +165,9 @@ def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None =
     """The run folder of a SLURM job (`bench run --plan-only`'s: folder, env.json, skipped cells, plan.json)
     and its filled-in sbatch script; ConfigError naming the key and the value, before anything is created."""
     job.check(submit)
+    for path in (out, Path.cwd()):  # the script's #SBATCH lines name both: refused before anything is made
+        if path is not None:
+            directive(str(path))
     if resume and out is None:
         raise ConfigError("--resume: needs --out DIR (the run folder to continue)")
     gpus = job.gpus_per_node
@@ -191,7 +215,8 @@ def submit_and_follow(script: Path, run_dir: Path, n_cells: int) -> int:
         state = follow(job, run_dir, n_cells)
     except KeyboardInterrupt:
         print(f"\ninterrupted: job {job} keeps running; scancel {job} stops it; "
-              f"python -m bench run --collect {run_dir} collects what finished", file=sys.stderr)
+              f"python -m bench run --collect {shlex.quote(str(run_dir))} collects what finished",
+              file=sys.stderr)
         return EXIT_INTERRUPTED
     try:
         collect(run_dir)
@@ -207,8 +232,8 @@ def submit_and_follow(script: Path, run_dir: Path, n_cells: int) -> int:
         print(f"warning: --collect {run_dir} failed: {collected}", file=sys.stderr)
     code = END_STATES.get(state, EXIT_FAILED)
     if code:
-        print(f"continue it: python -m bench slurm --resume --out {run_dir} --submit (with the same "
-              "--config, --set and --nodes)", file=sys.stderr)
+        print(f"continue it: python -m bench slurm --resume --out {shlex.quote(str(run_dir))} --submit (with "
+              "the same --config, --set and --nodes)", file=sys.stderr)
     return code
 
 

@@ -26,6 +26,7 @@ from bench import metrics, stats
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell
 from bench.worker import measure, parity
+from bench.worker.guard import Guard, check_losses, failure
 from bench.worker.measure import Stopwatch
 from bench.worker.trainer import PhaseClock, Trainer, sync_device
 
@@ -52,68 +53,91 @@ def steps_needed(config: BenchConfig) -> int:
 
 def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank: int, world_size: int,
               progress=lambda phase: None) -> list[tuple[str, str | None, dict]]:
-    """Collective. Every phase of the group's cells → per cell (status "ok" | "diverged", error, measured
-    part of the row). `progress(phase)` is called between phases (the launcher's watchdog hears it)."""
+    """Collective. Every phase of the group's cells → per cell (status, error, measured part of the row):
+    "ok" | "diverged" with its row, or — for a cell whose trainer raised, whose loss is not finite or that
+    torch refused to compile — its own status and error with nothing measured, while the other cells go on
+    (bench/worker/guard.py). `progress(phase)` is called between phases (the launcher's watchdog hears it)."""
     r = config.run
-    all_cells, dropped = cells, {}
-    trainers = [Trainer(c, config, device, rank, world_size, steps_needed(config)) for c in cells]
+    guard = Guard()
+    n_steps = steps_needed(config)
+    _, built = guard.each(cells, lambda c: Trainer(c, config, device, rank, world_size, n_steps),
+                          cell_of=lambda c: c)
+    trainers = list(built.values())
+    del built
     clock = Stopwatch()
     with clock:
-        compile_s = warm_up(trainers, r.warmup_steps, device, dropped)
+        compile_s = warm_up(trainers, r.warmup_steps, device, guard)
         sync_device(device)
-    trainers = [t for t in trainers if t.cell.cell_id not in dropped]
-    cells = [t.cell for t in trainers]
+    trainers, _ = guard.each(trainers, lambda t: check_losses(t.losses))
     if not trainers:
-        return [(*dropped[c.cell_id], {}) for c in all_cells]
+        return [guard.outcome(c.cell_id) for c in cells]
     progress("timed")
     first_timed = trainers[0].cursor
-    skipped_before = [skipped_steps(t) for t in trainers]  # syncs, outside the timed window
-    reference = next((i for i, c in enumerate(cells) if c.is_baseline), None)
+    trainers, skipped_before = guard.each(trainers, skipped_steps)  # syncs, outside the timed window
+    reference = next((i for i, t in enumerate(trainers) if t.cell.is_baseline), None)
     with clock:
-        per_rank, stopped_by = adaptive_rounds([t.step for t in trainers], config, device, reference,
+        per_rank, stopped_by = adaptive_rounds([guard.step(t) for t in trainers], config, device, reference,
                                                progress)
-    skipped_timed = [None if b is None else skipped_steps(t) - b for t, b in zip(trainers, skipped_before)]
+    timed = {t.cell.cell_id: ranks for t, ranks in zip(trainers, per_rank)}
+    trainers, _ = guard.each(trainers, lambda t: check_losses(t.losses))
+    if not trainers:
+        return [guard.outcome(c.cell_id) for c in cells]
+    side_by_side = len(per_rank)  # the trainers stepped round-robin in the timed rounds
     timed_steps = trainers[0].schedule[first_timed:trainers[0].cursor]  # the same batches for every engine
     progress("checks")
-    rows = []
-    for trainer, ranks in zip(trainers, per_rank):
+
+    def checks(trainer: Trainer) -> dict:
         with clock:
             phases = [phase_pass(trainer) for _ in range(r.phase_steps)]
-        rows.append(timed_values(ranks, trainer.cell.global_batch) | phase_values(phases) | {
+        return (timed_values(timed[trainer.cell.cell_id], trainer.cell.global_batch)
+                | phase_values(phases) | {
             "final_loss": measure.mean_over_ranks(float(trainer.last_loss.float()), device),
             "compile_s": compile_s.get(trainer.cell.cell_id)} | trainer.precision.flags
             | trainer.engine.state_bytes_per_rank(trainer.param_bytes, world_size, trainer.cell))
-    for row, trainer in zip(rows, trainers):  # every trainer has stepped as often: the gates compare them
+
+    trainers, rows = guard.each(trainers, checks)
+    trainers, _ = guard.each(trainers, lambda t: check_losses(t.losses))  # apart: no collective after it
+
+    def gates(trainer: Trainer) -> dict:  # every trainer has stepped as often: the gates compare them
         params = trainer.engine.full_parameters(trainer.model)
-        row["identical"] = measure.params_identical(params, device)
+        out = {"identical": measure.params_identical(params, device)}
         if parity.needs_reference(trainer.cell):
             with clock:
-                row |= parity.gate(trainer, reference_for(trainer, trainers, config, rank, world_size),
+                out |= parity.gate(trainer, reference_for(trainer, trainers, config, rank, world_size),
                                    trainer.cursor)
+        return out
+
+    trainers, gated = guard.each(trainers, gates)
     progress("compute-only")
     with clock:  # no_sync from here on: ranks' parameters drift apart, which the check above has seen
-        compute_only = compute_only_rounds(trainers, timed_steps, r.compute_only_steps)
-    for row, trainer, samples in zip(rows, trainers, compute_only):
+        compute_only = compute_only_rounds(trainers, timed_steps, r.compute_only_steps, guard)
+
+    def probes(trainer: Trainer) -> dict:
+        row, cell_id = rows[trainer.cell.cell_id], trainer.cell.cell_id
         tokens, flops = measure.work_per_step(trainer, timed_steps)
-        row |= exposed_values(row["step_times_ms"], samples) | work_values(trainer, row, tokens, flops)
-        row |= probe_values(measure.allreduce_probe(trainer, r.probe_iters), world_size)
-        # the layout the engine used, as it reports it (cells.jsonl): what `bench project` reads
-        row["bucket_sizes_bytes"] = trainer.engine.bucket_sizes_bytes(trainer.model,
-                                                                      trainer.cell.wrap_bucket_mb)
-    for row, trainer, timed in zip(rows, trainers, skipped_timed):
-        row |= {"loss_scale": trainer.precision.loss_scale(), "skipped_steps": skipped_steps(trainer),
-                "skipped_timed_steps": timed}
-    del trainers, trainer
+        before, now = skipped_before[cell_id], skipped_steps(trainer)
+        return (gated[cell_id] | exposed_values(row["step_times_ms"], compute_only[cell_id])
+                | work_values(trainer, row, tokens, flops)
+                | probe_values(measure.allreduce_probe(trainer, r.probe_iters), world_size)
+                # the layout the engine used, as it reports it (cells.jsonl): what `bench project` reads
+                | {"bucket_sizes_bytes": trainer.engine.bucket_sizes_bytes(trainer.model,
+                                                                            trainer.cell.wrap_bucket_mb),
+                   "loss_scale": trainer.precision.loss_scale(), "skipped_steps": now,
+                   "skipped_timed_steps": None if before is None else now - before})
+
+    trainers, probed = guard.each(trainers, probes)
+    measured = [t.cell for t in trainers]
+    trainers = []  # the trainers go before the memory pass measures a cell alone
     release(device)
     progress("memory")
-    for row, cell in zip(rows, cells):
-        row |= solo_peak_memory(cell, config, device, rank, world_size)
-        row["steps_wall_s"] = clock.seconds / len(cells)
-        row["interleaved"] = len(cells) > 1
-        row["stopped_by"] = stopped_by
-    add_speed_vs_torch(cells, rows)
-    outcomes = dict(zip([c.cell_id for c in cells], (outcome(row, c) for row, c in zip(rows, cells))))
-    return [outcomes.get(c.cell_id) or (*dropped[c.cell_id], {}) for c in all_cells]
+    measured, memory = guard.each(measured, lambda c: solo_peak_memory(c, config, device, rank, world_size),
+                                  cell_of=lambda c: c)
+    rows = [rows[c.cell_id] | probed[c.cell_id] | memory[c.cell_id]
+            | {"steps_wall_s": clock.seconds / side_by_side, "interleaved": side_by_side > 1,
+               "stopped_by": stopped_by} for c in measured]
+    add_speed_vs_torch(measured, rows)
+    outcomes = {c.cell_id: outcome(row, c) for row, c in zip(rows, measured)}
+    return [outcomes.get(c.cell_id) or guard.outcome(c.cell_id) for c in cells]
 
 
 def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, reference: int | None,
@@ -173,14 +197,14 @@ def outcome(row: dict, cell: Cell) -> tuple[str, str | None, dict]:
     return "ok", None, row
 
 
-def warm_up(trainers: list[Trainer], n: int, device: torch.device,
-            dropped: dict[str, tuple[str, str]]) -> dict:
+def warm_up(trainers: list[Trainer], n: int, device: torch.device, guard: Guard) -> dict:
     """Collective. n rounds of every trainer's step, then more (at most MAX_RECOMPILE_STEPS) while a
     compiled trainer still compiled in the last round. Returns per compiled cell the seconds of its
     warm-up steps that compiled (compile_s): 0 when every graph it runs was compiled earlier in the
     process for an identical model (dynamo guards on code, shapes and dtypes, not on the module object, so
-    a second trainer of the same model reuses the first one's graphs). A compiled cell torch refuses
-    (KNOWN_COMPILE_REFUSALS) leaves the group, into `dropped` (cell id → status "skipped", reason)."""
+    a second trainer of the same model reuses the first one's graphs). A step that raises fails its cell
+    (`guard`: the others step on); a compiled cell torch refuses (KNOWN_COMPILE_REFUSALS) is `skipped`
+    with torch's reason. The ranks agree on both after every round."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
@@ -190,18 +214,19 @@ def warm_up(trainers: list[Trainer], n: int, device: torch.device,
         recompiled = False
         for trainer in trainers:
             cell = trainer.cell
-            if cell.cell_id in dropped:
+            if cell.cell_id in guard.local:  # failed here, or on a rank that said so at the last agree
                 continue
             if trainer not in compiled:
-                trainer.step()
+                guard.step(trainer)()
                 continue
             graphs, t0 = counters["stats"]["unique_graphs"], time.perf_counter()
             try:
                 trainer.step()
-            except Exception as e:  # noqa: BLE001 - only a known refusal is a skip; the rest re-raised
+            except Exception as e:  # noqa: BLE001 - a known refusal is a skip; any other failure the cell's
                 if not any(text in str(e) for text in KNOWN_COMPILE_REFUSALS):
-                    raise
-                dropped[cell.cell_id] = ("skipped", f"compile={cell.compile}: {type(e).__name__}: " + next(
+                    guard.fail(cell.cell_id, *failure(e))
+                    continue
+                guard.fail(cell.cell_id, "skipped", f"compile={cell.compile}: {type(e).__name__}: " + next(
                     line for line in str(e).splitlines() if any(t in line for t in KNOWN_COMPILE_REFUSALS)))
                 # dynamo remembers the failed frame (DDP's forward) and would run it eagerly for every
                 # later cell of this process: start afresh (the group's other compiled cells recompile)
@@ -212,10 +237,11 @@ def warm_up(trainers: list[Trainer], n: int, device: torch.device,
             if counters["stats"]["unique_graphs"] != graphs:
                 compile_s[cell.cell_id] = compile_s.get(cell.cell_id, 0.0) + time.perf_counter() - t0
                 recompiled = True
+        guard.agree()
         if round_ + 1 >= n and not measure.max_over_ranks(float(recompiled), device):
             break
     for trainer in compiled:  # compiled, but every graph it runs was compiled before in this process
-        if trainer.cell.cell_id not in dropped:
+        if trainer.cell.cell_id not in guard.failed:
             compile_s.setdefault(trainer.cell.cell_id, 0.0)
     return compile_s
 
@@ -260,25 +286,30 @@ def phase_pass(trainer: Trainer) -> dict[str, float | None]:
             "optimizer": clock.ms["opt_step"]}
 
 
-def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int) -> list[list[float]]:
+def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int,
+                        guard: Guard) -> dict[str, list[float]]:
     """Collective. n rounds of steps under no_sync() (no gradient communication), the trainers side by
     side, replaying the timed window's batches: with variable-length data (MRPC-like) other batches have
     other padded widths, so their compute would differ and exposed communication could go negative.
-    Returns per trainer its per-round step times (max over ranks); empty lists when n is 0."""
-    if not n:
-        return [[] for _ in trainers]
+    Returns per cell id its per-round step times (max over ranks); empty lists when n is 0. A step that
+    raises fails its cell (`guard`; the ranks agree on it before this returns)."""
+    if not n or not trainers:
+        return {t.cell.cell_id: [] for t in trainers}
     replay = [timed_steps[i % len(timed_steps)] for i in range(n)]
     for trainer in trainers:
         trainer.schedule[trainer.cursor:trainer.cursor + n] = replay
 
     def without_sync(trainer):
         def step():
-            with trainer.engine.no_sync(trainer.model):
-                trainer.step()
+            with guard.cell(trainer.cell.cell_id) as live:
+                if live:
+                    with trainer.engine.no_sync(trainer.model):
+                        trainer.step()
         return step
 
     rounds = measure.timed_rounds([without_sync(t) for t in trainers], n, trainers[0].device)
-    return [metrics.step_times_over_ranks(ranks) for ranks in rounds]
+    guard.agree()
+    return {t.cell.cell_id: metrics.step_times_over_ranks(ranks) for t, ranks in zip(trainers, rounds)}
 
 
 def solo_peak_memory(cell: Cell, config: BenchConfig, device: torch.device, rank: int,

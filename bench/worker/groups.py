@@ -104,12 +104,18 @@ def side_by_side_need_bytes(n_trainers: int, n_params: int, device_type: str) ->
 
 def fit_side_by_side(group: list[Cell], config: BenchConfig, free: int | None, device_type: str) -> bool:
     """True when the group's trainers fit in the share of `free` bytes they may take (estimated from the
-    parameter count, built on the meta device: nothing is allocated)."""
+    parameter count, built on the meta device: nothing is allocated). False when the model cannot be built
+    there (a user model that raises, or needs real tensors): its cells then run one at a time, each built
+    under its own guard, so the model's own error reaches each row (bench/worker/guard.py) instead of
+    ending the launch here, outside every cell."""
     if len(group) < 2:
         return True
     cell = group[0]
-    with torch.device("meta"):
-        model = get_workload(cell.model, cell.model_size, config.workload.options()).build_model()
+    try:
+        with torch.device("meta"):
+            model = get_workload(cell.model, cell.model_size, config.workload.options()).build_model()
+    except Exception:  # noqa: BLE001 - any failure: no estimate; the cells' own builds say why
+        return False
     n_params = sum(p.numel() for p in model.parameters())
     need = side_by_side_need_bytes(len(group), n_params, device_type)
     return free is not None and need <= SIDE_BY_SIDE_SHARE * free

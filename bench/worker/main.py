@@ -19,7 +19,6 @@ import os
 import socket
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import torch
@@ -29,11 +28,11 @@ from bench import run_folder
 from bench.config import BenchConfig, config_from_dict
 from bench.lifetime import die_with_parent, watch_launcher
 from bench.matrix import Cell
-from bench.schema import error_text
 from bench.worker import plan_mode, process
 from bench.worker.cell import release, run_group
 from bench.worker.events import Events
 from bench.worker.groups import plan_groups
+from bench.worker.guard import failure
 from bench.worker.profiling import profile_cell
 
 
@@ -81,16 +80,24 @@ def main(argv: list[str] | None = None) -> int:
             to_profile = [c for c in to_profile if c.cell_id not in traced]
         # Collective: every rank plans from the smallest free memory over the ranks, so all build the
         # same trainers and their collectives pair up.
+        left: set[str] = set()  # cells that failed alone (bench/worker/guard.py): none is profiled
         for i, group in enumerate(plan_groups(cells, config, device)):
             if not process.launcher_alive(plan.get("launcher_pid"), device):
                 print("bench.worker: the launcher is gone; stopping", file=sys.stderr)
                 return 1
             if not plan_run:
-                run_and_emit(group, config, device, events, facts)
-            elif not run_agreeing(f"ws{ws}-group{i}", group, config, device, events, facts):
+                run_and_emit(group, config, device, events, facts, left)
+            elif not run_agreeing(f"ws{ws}-group{i}", group, config, device, events, facts, left):
                 return 1
         for cell in to_profile:
-            profile_and_emit(cell, config, device, run_dir, events)
+            if cell.cell_id in left:  # its row says why; its profiled pass would fail the same way
+                continue
+            try:
+                profile_and_emit(cell, config, device, run_dir, events)
+            except dist.DistError:  # the process group is broken: nothing after this can pair up
+                raise
+            except Exception:  # noqa: BLE001 - its "error" event says why; it costs this cell's traces only
+                release(device)
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -98,17 +105,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_and_emit(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
-                 facts: dict) -> None:
-    """Run one group of cells on this rank and write its events; a failure is re-raised after its "error"
-    event."""
+                 facts: dict, left: set[str]) -> None:
+    """Run one group of cells on this rank and write its events, adding to `left` the cells that failed
+    alone; a failure of the whole group is re-raised after its "error" event."""
     t_group = time.perf_counter()
     outcomes = measure_group(group, config, device, events)
     emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group)
+    left |= failed_alone(group, outcomes)
     release(device)
 
 
+def failed_alone(group: list[Cell], outcomes: list) -> set[str]:
+    """The cells of a group that left it with a failure of their own (not ok, not diverged)."""
+    return {c.cell_id for c, (status, _, _) in zip(group, outcomes) if status not in ("ok", "diverged")}
+
+
 def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
-                 facts: dict) -> bool:
+                 facts: dict, left: set[str]) -> bool:
     """Plan mode: run one group; a failure on any rank is recorded on every rank (the failing rank's own
     "error" event says why; the others' say `peer`) and the run goes on. False when the ranks could not
     agree (plan_mode.group_failed): the process group is unusable and this rank must stop."""
@@ -126,6 +139,7 @@ def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch
                     error="the group failed on another rank (its error event says why)")
     elif not failed:
         emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group)
+        left |= failed_alone(group, outcomes)
     release(device)
     return True
 
@@ -161,7 +175,7 @@ def emit_finish(group: list[Cell], outcomes: list, events: Events, facts: dict, 
 def profile_and_emit(cell: Cell, config: BenchConfig, device: torch.device, run_dir: Path,
                      events: Events) -> None:
     """The cell's profiled pass (its row is already recorded); a failure is re-raised after its "error"
-    event."""
+    event (the caller goes on with the next cell's pass unless the process group itself failed)."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     if rank == 0:
         events.emit(event="profile", cell_id=cell.cell_id)
@@ -177,8 +191,7 @@ def profile_and_emit(cell: Cell, config: BenchConfig, device: torch.device, run_
 
 def emit_error(events: Events, cell_ids: list[str], error: Exception, phase: str) -> None:
     """An "error" event: status oom or failed, the exception first, then the traceback's tail."""
-    status = "oom" if isinstance(error, torch.OutOfMemoryError) else "failed"
-    text = error_text(f"{type(error).__name__}: {error}", traceback.format_exc().strip().splitlines())
+    status, text = failure(error)
     events.emit(event="error", cell_ids=cell_ids, rank=dist.get_rank(), status=status, phase=phase,
                 error=text)
 
