@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
 import pandas as pd
 import pytest
 from analyze_fixtures import COMM_STREAM, GPU_META, STREAM, write_trace
 from hta_views_fixtures import gpu_bound_events, host_bound_events, idle_events, two_rank_events
 
-from bench.analyze import cli
+from bench.analyze import cli, waits
 from bench.analyze.columns import IDLE_BREAKDOWN_COLUMNS, LAUNCH_STATS_COLUMNS, STRAGGLER_COLUMNS
 from bench.analyze.stragglers import persistent_stragglers, straggler_rows
 from bench.analyze.summary import TraceJob, analyse_tables, analyse_trace_tables
@@ -81,7 +82,7 @@ def test_host_bound_step_is_flagged_and_gpu_bound_is_not(tmp_path):
     assert gpu["launch_delay_us_max"] == 3 + 8 * 9
 
 
-def test_stragglers_align_ranks_on_the_last_allreduce_end(tmp_path):
+def test_stragglers_align_ranks_on_the_collective_ends(tmp_path):
     folder = tmp_path / "job"
     # rank 1's clock is 1.7e9 µs ahead: raw timestamps would make it "last" in every step
     paths = [write_trace(folder / "rank0.json", two_rank_events(0), GPU_META | {"distributedInfo": {}}),
@@ -90,7 +91,7 @@ def test_stragglers_align_ranks_on_the_last_allreduce_end(tmp_path):
     assert errors == []
     s = frames["stragglers.csv"].set_index("step")
     assert list(frames["stragglers.csv"].columns) == list(STRAGGLER_COLUMNS)
-    # step 1: rank 0 joins the last all-reduce 35 µs before its end, rank 1 15 µs before: rank 1, by 20 µs
+    # step 1: the last all-reduce ends at 90 on both; rank 0 starts it at 55, rank 1 at 75: rank 1, by 20 µs
     assert s.loc["1", "straggler_rank"] == 1 and s.loc["1", "late_by_ms"] == pytest.approx(0.020)
     # step 2: rank 0 at −20, rank 1 at −28; step 3: −40 and −10
     assert s.loc["2", "straggler_rank"] == 0 and s.loc["2", "late_by_ms"] == pytest.approx(0.008)
@@ -107,24 +108,36 @@ def test_stragglers_align_ranks_on_the_last_allreduce_end(tmp_path):
     assert not persistent_stragglers(one).iloc[0]["persistent"]
 
 
+def instances(starts_ms: list[float], end_ms: float, **kw) -> pd.DataFrame:
+    """One all-reduce on ranks 0..n-1 of one host (a shared clock), from starts_ms to end_ms."""
+    n = len(starts_ms)
+    return pd.DataFrame({"cell_id": "c", "trace_file": [f"t/rank{r}.json" for r in range(n)],
+                         "rank": range(n),
+                         "host": "h", "step": "1", "collective": "allreduce", "process_group": None,
+                         "seq": None, "bytes": None, "ordinal": 0, "barrier": False,
+                         "start_us": [1e3 * s for s in starts_ms], "end_us": 1e3 * end_ms,
+                         "hidden": [np.empty((0, 2))] * n} | kw)
+
+
 def test_straggler_is_late_by_its_margin_over_the_next_rank():
-    # three ranks join the last all-reduce (ending at 50) at 10, 30 and 45 ms: rank 2 is last, 15 ms after
+    # three ranks join an all-reduce (ending at 50) at 10, 30 and 45 ms: rank 2 is last, 15 ms after
     # rank 1 (what the job waited for it alone); the spread is 35 ms
-    timeline = pd.DataFrame({"cell_id": "c", "trace_file": [f"t/rank{r}.json" for r in range(3)],
-                             "rank": [0, 1, 2], "step": "1", "bucket": 0,
-                             "comm_start_ms": [10.0, 30.0, 45.0], "comm_end_ms": 50.0})
-    row = straggler_rows(timeline).iloc[0]
+    row = straggler_rows(waits.align(instances([10.0, 30.0, 45.0], 50.0))).iloc[0]
     assert (row["straggler_rank"], row["late_by_ms"], row["spread_ms"], row["ranks"]) == (2, 15, 35, 3)
 
 
-def test_stragglers_need_the_same_buckets_on_every_rank(tmp_path):
+def test_a_collective_missing_on_a_rank_is_not_matched(tmp_path):
+    # rank 1's trace lost step 1's second all-reduce (its launch and kernel): rank 0's has no partner, so
+    # its wait is unknown and step 1 names no straggler (the first all-reduce starts at 30 on both ranks)
     folder = tmp_path / "job"
-    short = [e for e in two_rank_events(1) if not (e["ts"] == 20 and e["name"] == "c10d::allreduce_")]
+    short = [e for e in two_rank_events(1) if not (e["ts"] in (51, 75) and e["name"] != "c10d::allreduce_")]
     paths = [write_trace(folder / "rank0.json", two_rank_events(0)),
              write_trace(folder / "rank1.json", short)]
     frames, _ = analyse_tables(TraceJob(p, f"job/{p.name}") for p in paths)
+    w = frames["collective_wait.csv"].set_index(["rank", "step", "ordinal"])
+    assert pd.isna(w.loc[(0, "1", 1), "wait_ms"]) and w.loc[(0, "1", 1), "ranks"] == 1
     s = frames["stragglers.csv"].set_index("step")
-    assert pd.isna(s.loc["1", "straggler_rank"])          # rank 1 shows one bucket in step 1, rank 0 two
+    assert pd.isna(s.loc["1", "straggler_rank"])
     assert s.loc["2", "straggler_rank"] == 0
 
 

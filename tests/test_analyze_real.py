@@ -123,7 +123,8 @@ def test_straggler_matches_holistic_trace_analysis_on_the_two_rank_job():
     folder = DATA / "hta" / "sampled-2rank"
     frames, _ = analyse_tables(TraceJob(p, p.name) for p in find_trace_files(folder))
     ours = persistent_stragglers(frames["stragglers.csv"]).iloc[0]
-    # ours: rank 1 joins the last gradient all-reduce 30.0 and 22.3 ms after rank 0 in steps 551 and 552
+    # ours: the collectives aligned across the two ranks (tests/test_analyze_waits.py): rank 1 held the
+    # others longest in steps 551 and 552
     assert (ours["straggler_rank"], ours["steps_last"], ours["steps"]) == (1, 2, 2) and ours["persistent"]
     ta = hta.TraceAnalysis(trace_dir=str(folder), include_last_profiler_step=True)
     assert ta.get_potential_stragglers(num_candidates=1) == [ours["straggler_rank"]]

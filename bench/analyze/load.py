@@ -29,7 +29,10 @@ ARG_CORRELATION = "correlation"
 ARG_BLOCKS_PER_SM = "blocks per SM"
 ARG_OCCUPANCY = "est. achieved occupancy %"
 # Events whose args describe a collective's message (see classify.COLLECTIVE_ARGS_EVENT / HOST_COLLECTIVE).
-COMM_ARG_KEYS = ("Collective name", "dtype", "In msg nelems", "Group size", "Input Dims", "Input type")
+# Current torch also puts record_param_comms' args on the NCCL kernel itself; `Process Group Name` and `Seq`
+# identify the collective across ranks (bench/analyze/collectives.py).
+COMM_ARG_KEYS = ("Collective name", "dtype", "In msg nelems", "Out msg nelems", "Group size", "Input Dims",
+                 "Input type", "Process Group Name", "Seq")
 
 
 class TraceError(Exception):
@@ -286,6 +289,8 @@ class _Columns:
             if lowered == "kernel":
                 self.bps[row] = _num(args.get(ARG_BLOCKS_PER_SM))
                 self.occ[row] = _num(args.get(ARG_OCCUPANCY))
+                if C.COLLECTIVE_NAME_ARG in args:
+                    self.comm_args[row] = {k: args[k] for k in COMM_ARG_KEYS if k in args}
             return
         hit = self.comm_name.get(nid)
         if hit is None:

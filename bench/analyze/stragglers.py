@@ -1,10 +1,6 @@
-"""Stragglers from the traces (docs/design.md, "bench analyze", stragglers.csv), from bucket_timeline rows.
-
-Ranks' clocks are never compared raw. Within a step every rank runs the same last gradient all-reduce, and
-an all-reduce ends on every rank at the same moment (within its last hop's latency): that end is the
-common reference. Each rank's `join_ms` = its part of that all-reduce began − it ended (≤ 0; on GPU the
-NCCL kernel's start, when the rank's stream had finished the backward work before it; on CPU gloo's
-worker event). The rank that joined last is the one whose backward finished last: the others waited for it.
+"""Stragglers from the aligned collectives (docs/design.md, "bench analyze", stragglers.csv): per step, the
+rank the others waited for (bench/analyze/waits.py aligns each collective across the ranks' traces and puts
+them on one clock; raw clocks are never compared).
 """
 
 from __future__ import annotations
@@ -12,37 +8,45 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from bench.analyze import intervals as iv
 from bench.analyze.columns import STRAGGLER_COLUMNS
+from bench.analyze.waits import US_PER_MS
 
 
-def _group(timeline: pd.DataFrame) -> pd.Series:
-    """The job a trace file belongs to: its cell, else (outside a run) its folder."""
-    folder = timeline["trace_file"].astype(str).str.rsplit("/", n=1).str[0].where(
-        timeline["trace_file"].astype(str).str.contains("/"), ".")
-    return timeline["cell_id"].where(timeline["cell_id"].notna(), folder).astype(str)
+def _union(pieces: list[tuple[float, float]]) -> np.ndarray:
+    starts, ends = np.array(pieces, dtype=float).reshape(-1, 2).T
+    return iv.union(starts, ends)
 
 
-def straggler_rows(timeline: pd.DataFrame) -> pd.DataFrame:
-    """stragglers.csv: one row per (cell, step) seen by at least two ranks with the same number of buckets."""
-    if timeline.empty:
+def straggler_rows(aligned: pd.DataFrame) -> pd.DataFrame:
+    """stragglers.csv: per (job, step), the rank the others waited for (STRAGGLER_COLUMNS).
+
+    For each matched collective other than a barrier: its last rank and the moment the next-latest rank
+    started (the job waited for the last one alone from then on). held_r = |∪ of [next-latest start,
+    last start] over the collectives where r was last|; the straggler is the rank with the largest held time,
+    late_by_ms = that time, spread_ms = |∪ [earliest start, last start]| over the step's collectives.
+    """
+    if aligned.empty:
         return pd.DataFrame(columns=list(STRAGGLER_COLUMNS))
-    t = timeline.assign(group=_group(timeline), n=1)
-    t = t[t["rank"].notna() & (t["step"].astype(str) != "")]
-    per = t.groupby(["group", "step", "rank"], sort=True).agg(
-        cell_id=("cell_id", "first"), buckets=("n", "sum"), last=("bucket", "max"))
-    last = t.merge(per.reset_index()[["group", "step", "rank", "last", "buckets"]],
-                   on=["group", "step", "rank"])
-    last = last[last["bucket"] == last["last"]]
-    last = last.assign(join_ms=last["comm_start_ms"] - last["comm_end_ms"])
+    aligned = aligned.assign(step=aligned["step"].astype(str))
+    work = aligned[~aligned["barrier"].astype(bool) & (aligned["ranks"] >= 2)]
+    work = work.assign(t=work["start_us"] - work["offset_us"])
+    by_step = dict(iter(work.groupby(["job", "step"], sort=False)))
     rows = []
-    for (group, step), g in last.groupby(["group", "step"], sort=True):  # one iteration per step, not event
-        ok = len(g) >= 2 and g["buckets"].nunique() == 1 and g["join_ms"].notna().all()
-        row = {"cell_id": g["cell_id"].iloc[0], "job": group, "step": step, "ranks": len(g)}
-        if ok:
-            order = g.sort_values("join_ms", ascending=False)
-            joins = order["join_ms"].to_numpy()
-            row.update(straggler_rank=int(order["rank"].iloc[0]), late_by_ms=float(joins[0] - joins[1]),
-                       spread_ms=float(joins[0] - joins[-1]))
+    for (job, step), g in aligned.groupby(["job", "step"], sort=True):
+        row = {"cell_id": g["cell_id"].iloc[0], "job": job, "step": step, "ranks": g["rank"].nunique()}
+        held: dict[int, list] = {}
+        spread = []
+        for _, k in by_step.get((job, step), work.iloc[:0]).groupby("key"):
+            k = k.sort_values("t")
+            starts = k["t"].to_numpy()
+            held.setdefault(int(k["rank"].iloc[-1]), []).append((starts[-2], starts[-1]))
+            spread.append((starts[0], starts[-1]))
+        lengths = {r: iv.length(_union(pieces)) for r, pieces in held.items()}
+        if lengths and max(lengths.values()) > 0:
+            rank = max(lengths, key=lambda r: (lengths[r], -r))
+            row.update(straggler_rank=rank, late_by_ms=lengths[rank] / US_PER_MS,
+                       spread_ms=iv.length(_union(spread)) / US_PER_MS)
         rows.append(row)
     out = pd.DataFrame(rows, columns=list(STRAGGLER_COLUMNS))
     out["straggler_rank"] = out["straggler_rank"].astype("Int64")
