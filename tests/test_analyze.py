@@ -296,7 +296,7 @@ def test_a_bad_file_gives_one_error_and_the_others_are_analysed(tmp_path):
 
 
 def run_cli(path, out=None) -> int:
-    return cli.main(argparse.Namespace(path=path, out=out))
+    return cli.main(argparse.Namespace(path=path, out=out, workers=None))
 
 
 def test_cli_folder_of_traces(tmp_path, capsys):

@@ -145,7 +145,7 @@ def test_cli_writes_the_new_tables(tmp_path):
     folder = tmp_path / "job"
     write_trace(folder / "rank0.json", two_rank_events(0))
     write_trace(folder / "rank1.json", two_rank_events(1))
-    assert cli.main(argparse.Namespace(path=folder, out=tmp_path / "out")) == 0
+    assert cli.main(argparse.Namespace(path=folder, out=tmp_path / "out", workers=None)) == 0
     for name, columns in (("idle_breakdown.csv", IDLE_BREAKDOWN_COLUMNS),
                           ("launch_stats.csv", LAUNCH_STATS_COLUMNS), ("stragglers.csv", STRAGGLER_COLUMNS)):
         assert tuple(pd.read_csv(tmp_path / "out" / name).columns) == columns
@@ -164,7 +164,7 @@ def test_run_folder_views_in_the_why_section(tmp_path):
                             "step_time_ms_p50": 1.0, "step_time_ms_p90": 1.1,
                             "slowest_rank": [1, None], "rank_skew_ms_p50": [0.02, None]})
     results.to_csv(run / "results.csv", index=False)
-    assert cli.main(argparse.Namespace(path=run, out=None)) == 0
+    assert cli.main(argparse.Namespace(path=run, out=None, workers=None)) == 0
     launch = hta_tables.launch_table(pd.read_csv(run / "launch_stats.csv", dtype={"cell_id": str}))
     c2 = launch.set_index("cell_id").loc["c2"]
     assert (c2["launch_bound_steps"], c2["steps"], c2["launches"]) == (1, 1, 10)

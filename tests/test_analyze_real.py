@@ -143,7 +143,7 @@ def test_real_cpu_only_trace():
 def test_run_folder_bucket_timeline_matches_the_engines_buckets(tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(DATA / "ddpbench-cpu-run", run)
-    assert cli.main(argparse.Namespace(path=run, out=None)) == 0
+    assert cli.main(argparse.Namespace(path=run, out=None, workers=None)) == 0
     results = pd.read_csv(run / "results.csv")
     summary = pd.read_csv(run / "trace_summary.csv")
     timeline = pd.read_csv(run / "bucket_timeline.csv")
@@ -183,6 +183,6 @@ def test_run_folder_cell_without_traces_is_reported(tmp_path, capsys):
     shutil.copytree(DATA / "ddpbench-cpu-run", run)
     naive = pd.read_csv(run / "results.csv").query("engine == 'naive'")["trace_dir"].iloc[0]
     shutil.rmtree(run / naive)
-    assert cli.main(argparse.Namespace(path=run, out=None)) == 1
+    assert cli.main(argparse.Namespace(path=run, out=None, workers=None)) == 1
     assert "naive" in capsys.readouterr().err
     assert len(pd.read_csv(run / "trace_summary.csv")) == 4 * 3   # the other two cells still analysed

@@ -41,16 +41,20 @@ def test_witnesses_subtract_the_world_size_1_sync_overhead_and_compare_intervals
         cell("W4", 2, 4, 10.0, 9.5, 10.5), cell("W5", 2, 10, 10.0, 9.5, 10.5),
     ])
     s = summary([
-        step_row("W1", 0, "1", exposed_comm_excl_barrier_ms=0.03),
-        step_row("W1", 0, "all", exposed_comm_excl_barrier_ms=99.0),   # the whole-window row is not a step
-        *[step_row("W2", r, st, exposed_comm_excl_barrier_ms=v)
-          for (r, st), v in zip([(0, "1"), (0, "2"), (1, "1"), (1, "2")], [7.0, 11.0, 8.0, 9.0])],
-        step_row("W3", 0, "1", exposed_comm_excl_barrier_ms=5.0),
-        step_row("W3", 1, "1", exposed_comm_excl_barrier_ms=5.2),
-        step_row("N2", 0, "1", exposed_comm_excl_barrier_ms=1.0),
-        step_row("W4", 0, "1", exposed_comm_excl_barrier_ms=8.8),
-        step_row("W4", 1, "1", exposed_comm_excl_barrier_ms=12),
-        step_row("W5", 0, "1", exposed_comm_excl_barrier_ms=0.0),
+        step_row("W1", 0, "1", exposed_transfer_ms=0.03),
+        step_row("W1", 0, "all", exposed_transfer_ms=99.0),   # the whole-window row is not a step
+        # the trace's witness is exposed transfer: exposed communication (barriers out) less exposed waiting
+        # for the last rank, which the timers cannot see (their compute-only window is the slowest rank's)
+        *[step_row("W2", r, st, exposed_transfer_ms=v, exposed_wait_ms=wt,
+                   exposed_comm_excl_barrier_ms=v + wt)
+          for (r, st), v, wt in zip([(0, "1"), (0, "2"), (1, "1"), (1, "2")], [7.0, 11.0, 8.0, 9.0],
+                                    [4.0, 6.0, 0.0, 0.0])],
+        step_row("W3", 0, "1", exposed_transfer_ms=5.0),
+        step_row("W3", 1, "1", exposed_transfer_ms=5.2),
+        step_row("N2", 0, "1", exposed_transfer_ms=1.0),
+        step_row("W4", 0, "1", exposed_transfer_ms=8.8),
+        step_row("W4", 1, "1", exposed_transfer_ms=12),
+        step_row("W5", 0, "1", exposed_transfer_ms=0.0),
     ])
     w = tables.witnesses(s, results)
     assert list(w.columns) == list(WITNESS_COLUMNS)
@@ -65,9 +69,11 @@ def test_witnesses_subtract_the_world_size_1_sync_overhead_and_compare_intervals
     assert w.loc["W2", "sync_overhead_from"] == "W1" and w.loc["W2", "step_minus_compute_only_ms"] == 10.0
     assert (w.loc["W2", "timer_exposed_comm_ms"], w.loc["W2", "timer_exposed_comm_ms_low"],
             w.loc["W2", "timer_exposed_comm_ms_high"]) == (8.0, 6.5, 10.5)
-    # trace: median 8.5 of the four profiled steps, range [7, 11]: overlaps [6.5, 10.5]
+    # trace: median 8.5 of the four profiled steps, range [7, 11]: overlaps [6.5, 10.5]; the waits (median 2
+    # of 4, 6, 0, 0) beside it, not in it
     assert (w.loc["W2", "trace_exposed_comm_ms"], w.loc["W2", "trace_exposed_comm_ms_low"],
             w.loc["W2", "trace_exposed_comm_ms_high"]) == (8.5, 7.0, 11.0)
+    assert w.loc["W2", "trace_exposed_wait_ms"] == 2.0 and w.loc["W2", "trace_steps"] == 4
     assert not w.loc["W2", "disagree"]
     # W3: no world-size-1 cell at batch 8: the nearest (4, not 16); timer 8 in [7, 9]; trace [5, 5.2] below
     assert w.loc["W3", "sync_overhead_from"] == "W1 (per-rank batch 4, none at 8)"

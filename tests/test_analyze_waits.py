@@ -199,3 +199,28 @@ def test_straggler_fault_is_the_wait_of_the_others(tmp_path):
     results = pd.read_csv(out / "results.csv")
     assert st["straggler_rank"].tolist() == [1, 1, 1] and results["slowest_rank"].tolist() == [1]
     assert results["rank_skew_ms_p50"].iloc[0] == pytest.approx(slow_ms, rel=0.3)
+
+
+def test_why_section_says_how_much_waits_and_for_whom(tmp_path):
+    # the hand-built two-rank job: per step and rank the exposed communication (no compute here) is the
+    # wait plus the transfer; rank 0 waited 20 and 30 µs in steps 1 and 3, rank 1 8 µs in step 2
+    from bench.report.why_section import why_section
+
+    folder = tmp_path / "run" / "traces" / "c"
+    paths = [write_trace(folder / "rank0.json", two_rank_events(0), GPU_META | {"distributedInfo": {}}),
+             write_trace(folder / "rank1.json", two_rank_events(1), {"distributedInfo": {}}, shift=1.7e9)]
+    frames, _ = analyse_tables(TraceJob(p, f"traces/c/{p.name}", "c") for p in paths)
+    for name in ("trace_summary.csv", "stragglers.csv", "rank_timeline.csv"):
+        frames[name].to_csv(tmp_path / "run" / name, index=False)
+    results = pd.DataFrame([{"cell_id": "c", "engine": "overlap", "world_size": 2, "slowest_rank": 1}])
+    (tmp_path / "report" / "plots").mkdir(parents=True)  # as the report's page does before its sections
+    sec = why_section(tmp_path / "run", results, tmp_path / "report")
+    text = "".join(sec.md)
+    # six rows (2 ranks × 3 steps), each 10 + 15 µs of transfer; waits 20 + 8 + 30 µs in all
+    table = pd.read_csv(tmp_path / "report" / "tables" / "why_waits.csv").iloc[0]
+    assert table["exposed_wait_ms"] == pytest.approx((0.020 + 0.008 + 0.030) / 6)
+    assert table["wait_share_pct"] == pytest.approx(100 * 0.058 / (0.058 + 6 * 0.025))
+    assert (table["waited_for_rank"], table["steps_last"], table["steps"]) == (1, 2, 3)
+    assert "the others waited for rank 1 (last in 2 of 3 steps, a persistent straggler)" in text
+    assert "the timers' slowest rank (compute-only rounds): 1" in text
+    assert (tmp_path / "report" / "plots" / "why_ranks.png").stat().st_size > 0

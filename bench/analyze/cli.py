@@ -19,7 +19,14 @@ from pathlib import Path
 from bench import run_folder
 from bench.analyze import tables as witness_tables
 from bench.analyze.load import find_trace_files
-from bench.analyze.summary import SUMMARY_FILE, TIMELINE_FILE, TraceJob, analyse_tables
+from bench.analyze.summary import (
+    SUMMARY_FILE,
+    TIMELINE_FILE,
+    WAIT_FILE,
+    TraceJob,
+    analyse_tables,
+    default_workers,
+)
 
 RESULTS_FILE, WITNESS_FILE = run_folder.RESULTS, run_folder.WITNESSES
 
@@ -33,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a results/<run-id>/ folder, a folder of traces, or one trace file")
     parser.add_argument("--out", type=Path, default=None,
                         help="output folder (default: the run folder, else the current folder)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes analysing trace files side by side, one file each at a time "
+                             "(default: one per usable CPU, at most one per file)")
 
 
 def run_jobs(run_dir: Path) -> tuple[list[TraceJob], list[str]]:
@@ -86,25 +96,49 @@ def plan(path: Path, out: Path | None) -> tuple[list[TraceJob], list[str], Path]
     return jobs, missing, out
 
 
+class Progress:
+    """`bench analyze: k/N trace files, s` on stderr as files finish, at most one line every PROGRESS_S
+    (and the last file always), for a folder of many traces; nothing for a single file."""
+
+    PROGRESS_S = 2.0  # a line every 2 s: a thousand files leave a readable log, a stalled one shows
+
+    def __init__(self, total: int, workers: int, t0: float):
+        self.total, self.workers, self.t0, self.last = total, workers, t0, t0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if total > 1 and (now - self.last >= self.PROGRESS_S or done == total):
+            self.last = now
+            print(f"bench analyze: {done}/{total} trace files, {now - self.t0:.1f} s "
+                  f"({self.workers} worker process{'es' if self.workers > 1 else ''})", file=sys.stderr)
+
+
 def main(args: argparse.Namespace) -> int:
+    workers = args.workers
     try:
+        if workers is not None and workers < 1:
+            raise AnalyzeInputError(f"--workers {workers}: must be at least 1")
         jobs, missing, out = plan(args.path, args.out)
     except AnalyzeInputError as exc:
         print(f"bench analyze: {exc}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    tables, errors = analyse_tables(jobs)
+    workers = default_workers(len(jobs)) if workers is None else min(workers, len(jobs))
+    tables, errors = analyse_tables(jobs, workers, Progress(len(jobs), workers, t0))
     errors = missing + errors
     for line in errors:
         print(f"bench analyze: {line}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in tables.items():
         frame.to_csv(out / name, index=False)
+    if len(tables[WAIT_FILE]):
+        print(f"collective waits: {out / WAIT_FILE} ({tables[WAIT_FILE]['job'].nunique()} multi-rank jobs; "
+              f"{tables[WAIT_FILE]['clock'].iloc[0]})")
     n_ok = tables[SUMMARY_FILE]["trace_file"].nunique()
     print(f"analysed {n_ok}/{len(jobs)} trace files in {time.perf_counter() - t0:.1f} s")
     print(f"summary: {out / SUMMARY_FILE}")
     print(f"bucket timeline: {out / TIMELINE_FILE}")
-    others = [n for n in tables if n not in (SUMMARY_FILE, TIMELINE_FILE)]
+    others = [n for n in tables if n not in (SUMMARY_FILE, TIMELINE_FILE, WAIT_FILE)]
     print(f"also: {', '.join(str(out / n) for n in others)}")
     if args.path.is_dir() and (args.path / RESULTS_FILE).is_file():
         # the report reads this file and never recomputes it

@@ -10,7 +10,7 @@ import pandas as pd
 
 from bench.analyze import intervals as iv
 from bench.analyze.columns import STRAGGLER_COLUMNS
-from bench.analyze.waits import US_PER_MS
+from bench.analyze.waits import US_PER_MS, multi_rank
 
 
 def _union(pieces: list[tuple[float, float]]) -> np.ndarray:
@@ -26,6 +26,7 @@ def straggler_rows(aligned: pd.DataFrame) -> pd.DataFrame:
     last start] over the collectives where r was last|; the straggler is the rank with the largest held time,
     late_by_ms = that time, spread_ms = |∪ [earliest start, last start]| over the step's collectives.
     """
+    aligned = multi_rank(aligned)
     if aligned.empty:
         return pd.DataFrame(columns=list(STRAGGLER_COLUMNS))
     aligned = aligned.assign(step=aligned["step"].astype(str))

@@ -16,10 +16,11 @@ host − end on the reference host), kept inside the bounds causality sets (no r
 before the last rank started it). A job whose traces name no common clock and have no such collective is
 not aligned (empty waits).
 
-Per rank and step (trace_summary.csv) the collectives other than barriers give unions, as the rest of that
-file: wait_ms = |∪ waits|, transfer_ms = |∪ transfers ∖ ∪ waits| (two collectives in flight at once wait
-for the same late rank once), and their parts not hidden behind compute, exposed_wait_ms and
-exposed_transfer_ms, which add up to exposed_comm_excl_barrier_ms.
+A job of one rank waits for nobody: its collectives are all transfer. Per rank and step (trace_summary.csv)
+the collectives other than barriers give unions, as the rest of that file: wait_ms = |∪ waits|,
+transfer_ms = |∪ transfers ∖ ∪ waits| (two collectives in flight at once wait for the same late rank once),
+and their parts not hidden behind compute, exposed_wait_ms and exposed_transfer_ms, which add up to
+exposed_comm_excl_barrier_ms.
 """
 
 from __future__ import annotations
@@ -95,29 +96,35 @@ def clock_offsets(g: pd.DataFrame) -> tuple[dict[int, float], str]:
 
 
 def align(instances: pd.DataFrame) -> pd.DataFrame:
-    """Every instance of a job of two or more ranks with its wait and transfer (µs, its own clock) and the
-    aligned start; instances seen on one rank only keep empty waits."""
+    """Every instance with its wait and transfer (µs, its own clock), the job it belongs to, its key, its
+    clock offset and the key's last rank and number of ranks. A job of one rank waits for nobody: wait 0,
+    all of it transfer. In a job of two or more, an instance seen on one rank only (ranks = 1) keeps an
+    empty wait."""
     cols = ["job", "key", "offset_us", "clock", "last_start", "last_rank", "ranks", "wait_us", "transfer_us"]
-    if instances.empty:
-        return instances.assign(**{c: [] for c in cols})
-    t = instances[instances["rank"].notna()].assign(job=lambda f: job_of(f))
+    t = instances[instances["rank"].notna()]
+    if t.empty:
+        return t.assign(**{c: [] for c in cols})
+    t = t.assign(job=job_of(t))
     out = []
     for _, g in t.groupby("job", sort=True):
-        if g["rank"].nunique() < 2:
-            continue
         g = g.assign(key=_keys(g))
-        offsets, clock = clock_offsets(g)
+        alone = g["rank"].nunique() == 1
+        offsets, clock = ({int(g["rank"].iloc[0]): 0.0}, "one rank") if alone else clock_offsets(g)
         g = g.assign(offset_us=g["rank"].map(offsets), clock=clock)
         aligned = g["start_us"] - g["offset_us"]
-        by = aligned.groupby(g["key"])
-        g = g.assign(last_start=by.transform("max"), ranks=g.groupby("key")["rank"].transform("nunique"))
+        g = g.assign(last_start=aligned.groupby(g["key"]).transform("max"),
+                     ranks=g.groupby("key")["rank"].transform("nunique"))
         g["last_rank"] = g["key"].map(g.loc[aligned.groupby(g["key"]).idxmax().dropna(), ["key", "rank"]]
                                       .set_index("key")["rank"])
         length = g["end_us"] - g["start_us"]
-        wait = np.clip(g["last_start"] - aligned, 0, length).where(g["ranks"] >= 2)
-        g = g.assign(wait_us=wait, transfer_us=length - wait)
-        out.append(g)
-    return pd.concat(out, ignore_index=True) if out else instances.iloc[:0].assign(**{c: [] for c in cols})
+        wait = np.clip(g["last_start"] - aligned, 0, length).where(alone | (g["ranks"] >= 2))
+        out.append(g.assign(wait_us=wait, transfer_us=length - wait))
+    return pd.concat(out, ignore_index=True)
+
+
+def multi_rank(aligned: pd.DataFrame) -> pd.DataFrame:
+    """The instances of jobs of two or more ranks (collective_wait.csv, stragglers and the timeline's)."""
+    return aligned[aligned["clock"] != "one rank"] if len(aligned) else aligned
 
 
 def _origins(aligned: pd.DataFrame, segments: pd.DataFrame) -> pd.Series:
@@ -129,6 +136,7 @@ def _origins(aligned: pd.DataFrame, segments: pd.DataFrame) -> pd.Series:
 
 def wait_rows(aligned: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:
     """collective_wait.csv: one row per instance of a multi-rank job (COLLECTIVE_WAIT_COLUMNS)."""
+    aligned = multi_rank(aligned)
     if aligned.empty:
         return pd.DataFrame(columns=list(COLLECTIVE_WAIT_COLUMNS))
     origin = _origins(aligned, segments)
@@ -169,7 +177,7 @@ def _sums(g: pd.DataFrame) -> dict:
 
 
 def with_step_sums(summary: pd.DataFrame, aligned: pd.DataFrame) -> pd.DataFrame:
-    """trace_summary with SUM_COLUMNS filled in from the aligned collectives (empty for single-rank jobs)."""
+    """trace_summary with SUM_COLUMNS filled in from the aligned collectives (a single-rank job's: wait 0)."""
     sums = step_sums(aligned)
     out = summary.drop(columns=[c for c in SUM_COLUMNS if c in summary.columns])
     out = out.merge(sums, on=["trace_file", "step"], how="left")
@@ -180,6 +188,7 @@ def timeline_rows(aligned: pd.DataFrame, segments: pd.DataFrame, stragglers: pd.
     """rank_timeline.csv: for one step per job (the one whose late_by_ms is the median of its steps: a
     typical step, not the worst), each rank's host window, compute, and each collective's wait and
     transfer (barriers left out), on the aligned clock, ms from the step's earliest start."""
+    aligned = multi_rank(aligned)
     if aligned.empty:
         return pd.DataFrame(columns=list(RANK_TIMELINE_COLUMNS))
     chosen = {}
