@@ -39,6 +39,8 @@ def test_witnesses_subtract_the_world_size_1_sync_overhead_and_compare_intervals
         cell("W2", 2, 4, 10.0, 9.0, 12.0), cell("W3", 2, 8, 10.0, 9.5, 10.5),
         cell("N2", 2, 4, 10.0, 9.0, 11.0, engine="naive"),   # no world-size-1 naive cell
         cell("W4", 2, 4, 10.0, 9.5, 10.5), cell("W5", 2, 10, 10.0, 9.5, 10.5),
+        # torch with a comm hook: its compression is work no_sync skips that the plain cell never did
+        cell("P2", 2, 4, 50.0, 45.0, 60.0) | {"engine_options": "hpowersgd.r4"},
     ])
     s = summary([
         step_row("W1", 0, "1", exposed_transfer_ms=0.03),
@@ -55,10 +57,11 @@ def test_witnesses_subtract_the_world_size_1_sync_overhead_and_compare_intervals
         step_row("W4", 0, "1", exposed_transfer_ms=8.8),
         step_row("W4", 1, "1", exposed_transfer_ms=12),
         step_row("W5", 0, "1", exposed_transfer_ms=0.0),
+        step_row("P2", 0, "1", exposed_transfer_ms=0.1),
     ])
     w = tables.witnesses(s, results)
     assert list(w.columns) == list(WITNESS_COLUMNS)
-    assert set(w["cell_id"]) == {"W1", "W2", "W3", "N2", "W4", "W5"}
+    assert set(w["cell_id"]) == {"W1", "W2", "W3", "N2", "W4", "W5", "P2"}
     w = w.set_index("cell_id")
     # W1, world size 1: all of step − compute-only is sync overhead; timer 2 − 2 = 0, [1.5 − 2.5, 2.5 − 1.5]
     assert w.loc["W1", "sync_overhead_ms"] == 2.0 and w.loc["W1", "sync_overhead_from"] == "itself"
@@ -79,13 +82,17 @@ def test_witnesses_subtract_the_world_size_1_sync_overhead_and_compare_intervals
     assert w.loc["W3", "sync_overhead_from"] == "W1 (per-rank batch 4, none at 8)"
     assert (w.loc["W3", "timer_exposed_comm_ms_low"], w.loc["W3", "timer_exposed_comm_ms_high"]) == (7.0, 9.0)
     assert w.loc["W3", "trace_exposed_comm_ms"] == pytest.approx(5.1) and w.loc["W3", "disagree"]
+    assert w.loc["W3", "note"] == "the timers 1.80 ms above the trace beyond both intervals"  # 7 − 5.2
+    assert pd.isna(w.loc["W2", "note"])
     # W4: timer [7, 9]; the trace's median 10.4 is above it but its range [8.8, 12] reaches it: agree
     assert w.loc["W4", "trace_exposed_comm_ms"] == pytest.approx(10.4) and not w.loc["W4", "disagree"]
     # W5: batch 10 is as far from 4 as from 16: the larger batch's cell
     assert w.loc["W5", "sync_overhead_from"] == "W1b (per-rank batch 16, none at 10)"
     assert w.loc["W5", "sync_overhead_ms"] == 3.0
-    # N2: no overhead to subtract, so no timer witness and no verdict
-    assert pd.isna(w.loc["N2", "timer_exposed_comm_ms"]) and pd.isna(w.loc["N2", "disagree"])
+    # N2: no overhead to subtract, so no timer witness and no verdict; nor P2: the plain W1 is not its kind
+    for c in ("N2", "P2"):
+        assert pd.isna(w.loc[c, "timer_exposed_comm_ms"]) and pd.isna(w.loc[c, "disagree"])
+        assert w.loc[c, "note"].startswith("no timer witness")
 
 
 def test_breakdown_parts_add_up_to_the_span():

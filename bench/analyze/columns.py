@@ -33,7 +33,7 @@ WITNESS_COLUMNS = (
     "cell_id", "world_size", "timer_exposed_comm_ms", "trace_exposed_comm_ms", "sync_overhead_ms", "disagree",
     "timer_exposed_comm_ms_low", "timer_exposed_comm_ms_high", "trace_exposed_comm_ms_low",
     "trace_exposed_comm_ms_high", "sync_overhead_ms_low", "sync_overhead_ms_high", "sync_overhead_from",
-    "step_minus_compute_only_ms", "trace_exposed_wait_ms", "trace_steps",
+    "step_minus_compute_only_ms", "trace_exposed_wait_ms", "trace_steps", "note",
 )
 
 # kernel_classes.csv: one row per (trace file, kernel class) over the file's `all` window; the overlapped_*

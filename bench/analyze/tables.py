@@ -84,8 +84,10 @@ def breakdown(summary: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
 
 # What must match for a world-size-1 cell to measure another cell's sync overhead: the engine's work
 # outside communication depends on the engine, the gradients (model, dtype, buckets) and how often it syncs.
-SYNC_KEYS = ("engine", "model", "model_size", "seq_len", "bucket_cap_mb", "precision", "comm_dtype",
-             "grad_accum")
+# The engine's options too: a comm hook's compression (PowerSGD's matmuls) or a compiled graph is work that
+# no_sync skips or changes, which a plain cell of the same engine does not measure.
+SYNC_KEYS = ("engine", "engine_options", "model", "model_size", "seq_len", "bucket_cap_mb", "precision",
+             "comm_dtype", "grad_accum")
 SYNC_COLUMNS = ["sync_overhead_ms", "sync_overhead_ms_low", "sync_overhead_ms_high"]
 
 
@@ -152,7 +154,24 @@ def witnesses(summary: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
     known = out[["timer_exposed_comm_ms_low", "timer_exposed_comm_ms_high", "trace_exposed_comm_ms_low",
                  "trace_exposed_comm_ms_high"]].notna().all(axis=1)
     out["disagree"] = apart.astype("boolean").where(known)
+    out["note"] = [_note(r) for r in out.itertuples()]
     return out[list(WITNESS_COLUMNS)].reset_index(drop=True)
+
+
+def _note(r) -> str | None:
+    """Why a cell's witnesses are not compared, or which way they part; None when they agree."""
+    if pd.isna(r.timer_exposed_comm_ms_low) or pd.isna(r.timer_exposed_comm_ms_high):
+        return ("no timer witness: no world-size-1 cell of the same engine, engine options and gradients "
+                "(SYNC_KEYS) measures what no_sync skips besides communication")
+    if pd.isna(r.trace_exposed_comm_ms):
+        return "no trace witness: no profiled step whose collectives were all matched across ranks"
+    if r.disagree:
+        above = r.timer_exposed_comm_ms_low > r.trace_exposed_comm_ms_high
+        gap = (r.timer_exposed_comm_ms_low - r.trace_exposed_comm_ms_high if above
+               else r.trace_exposed_comm_ms_low - r.timer_exposed_comm_ms_high)
+        return (f"the {'timers' if above else 'trace'} {gap:.2f} ms above the "
+                f"{'trace' if above else 'timers'} beyond both intervals")
+    return None
 
 
 WAIT_TABLE_COLUMNS = ["cell_id", "ranks", "steps", "exposed_comm_ms", "exposed_wait_ms",
