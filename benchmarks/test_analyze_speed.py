@@ -53,10 +53,12 @@ import sys, warnings
 warnings.simplefilter("ignore")
 from hta.trace_analysis import TraceAnalysis
 ta = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
-ta.get_temporal_breakdown(visualize=False)
+ta.get_temporal_breakdown(visualize=False).to_csv(sys.argv[2], index=False)
 ta.get_comm_comp_overlap(visualize=False)
 ta.get_gpu_kernel_breakdown(visualize=False, include_memory_kernels=True)
 """
+# bench analyze's `all` row beside HTA's temporal breakdown (tests/test_analyze_real.py's pairs), in µs
+SAME_FIGURES = {"span_ms": "kernel_time(us)", "compute_ms": "compute_time(us)", "idle_ms": "idle_time(us)"}
 
 
 def build_big_trace(folder: Path) -> Path:
@@ -159,9 +161,13 @@ def test_analyze_beside_hta(tmp_path):
         if not has_hta:
             print(f"{name:<34} {'HTA':<14} {'skipped: hta not installed':>16}")
             continue
-        ref = run_child(["-c", HTA_SCRIPT, str(folder)])
+        ref = run_child(["-c", HTA_SCRIPT, str(folder), str(tmp_path / "hta.csv")])
         print(f"{name:<34} {'HTA':<14} {ref[0]:>7.1f} {ref[1]:>8.0f}")
         print(f"{'':<34} {'HTA / ours':<14} {ref[0] / ours[0]:>6.1f}× {ref[1] / ours[1]:>7.1f}×")
+        mine = pd.read_csv(tmp_path / "out" / "trace_summary.csv").query("step == 'all'").iloc[0]
+        theirs = pd.read_csv(tmp_path / "hta.csv").iloc[0]
+        gaps = [abs(mine[m] * 1e3 - theirs[h]) for m, h in SAME_FIGURES.items()]
+        print(f"{'':<34} {'same figures':<14} span, compute, idle within {max(gaps):.1f} µs of HTA's")
 
 
 def test_analyze_a_64_rank_job(tmp_path):

@@ -1,6 +1,7 @@
-"""`python -m bench analyze PATH [--out DIR]`: trace_summary.csv, bucket_timeline.csv, idle_breakdown.csv,
-launch_stats.csv, stragglers.csv and kernel_classes.csv (summary.TABLES) from Kineto traces, and for a run
-folder witnesses.csv (the two witnesses of exposed communication, bench.analyze.tables).
+"""`python -m bench analyze PATH [--out DIR] [--workers N]`: trace_summary.csv, bucket_timeline.csv,
+idle_breakdown.csv, launch_stats.csv, kernel_classes.csv, collective_wait.csv, stragglers.csv and
+rank_timeline.csv (summary.TABLES) from Kineto traces, each file in a worker process of its own, and for a
+run folder witnesses.csv (the two witnesses of exposed communication, bench.analyze.tables).
 
 PATH is a run folder (results/<run-id>: its results.csv maps each cell's `trace_dir` to cell_id and
 engine), a folder of traces, or one trace file; any `*.json` / `*.json.gz` Chrome trace is accepted. The

@@ -49,6 +49,7 @@ from bench.analyze.load import TraceError, load_trace, trace_rank
 from bench.analyze.steps import device_of, profiler_steps, whole_window
 from bench.analyze.stragglers import straggler_rows
 from bench.analyze.timeline import bucket_rows
+from bench.lifetime import die_with_parent
 
 SUMMARY_FILE, TIMELINE_FILE = run_folder.TRACE_SUMMARY, run_folder.BUCKET_TIMELINE
 IDLE_FILE, LAUNCH_FILE = run_folder.IDLE_BREAKDOWN, run_folder.LAUNCH_STATS
@@ -224,11 +225,12 @@ def _per_file(jobs: list[TraceJob], workers: int, progress: Callable[[int, int],
                 progress(len(out), len(jobs))
         return out
     # fork: the workers start with this process's modules loaded (no re-import per worker) and only the
-    # job and the rows cross the process boundary; each worker holds one trace at a time
+    # job and the rows cross the process boundary; each worker holds one trace at a time, and dies with
+    # this process (no worker outlives the command, bench/lifetime.py)
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                           else None)
     results: list = [None] * len(jobs)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=die_with_parent) as pool:
         futures = {pool.submit(_analyse_one, job): i for i, job in enumerate(jobs)}
         for done, future in enumerate(as_completed(futures), start=1):
             results[futures[future]] = future.result()

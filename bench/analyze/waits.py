@@ -75,7 +75,6 @@ def clock_offsets(g: pd.DataFrame) -> tuple[dict[int, float], str]:
     ref = clock.loc[hosts.index.min()]
     t = g[g["collective"].isin(ENDS_TOGETHER)].assign(clock=g["rank"].map(clock))
     ends = t.groupby(["key", "clock"]).agg(end=("end_us", "median"), first_end=("end_us", "min"),
-                                           last_end=("end_us", "max"), first_start=("start_us", "min"),
                                            last_start=("start_us", "max")).reset_index()
     base = ends[ends["clock"] == ref].set_index("key")
     offsets, used = {ref: 0.0}, 0

@@ -64,8 +64,8 @@ def add_hta_views(sec: Section, run_dir: Path, results: pd.DataFrame, out_dir: P
         table = hta_tables.straggler_table(stragglers, results)
         named = table[table["persistent"].astype(bool)] if len(table) else table
         if len(table):
-            sec.para("Stragglers from the traces: per step, the rank that joined the last gradient "
-                     "all-reduce last (ranks aligned on that all-reduce's end, never on raw clocks). "
+            sec.para("Stragglers from the traces: per step, the rank the others waited for longest "
+                     "(each collective aligned across the ranks on one clock, never raw clocks). "
                      + ("; ".join(_named(r) for r in named.head(8).itertuples())
                         or "No rank is last in most steps") + ".")
             write_csv(table, out_dir / "tables" / "why_stragglers.csv")
