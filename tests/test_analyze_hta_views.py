@@ -112,9 +112,9 @@ def instances(starts_ms: list[float], end_ms: float, **kw) -> pd.DataFrame:
     """One all-reduce on ranks 0..n-1 of one host (a shared clock), from starts_ms to end_ms."""
     n = len(starts_ms)
     return pd.DataFrame({"cell_id": "c", "trace_file": [f"t/rank{r}.json" for r in range(n)],
-                         "rank": range(n),
-                         "host": "h", "step": "1", "collective": "allreduce", "process_group": None,
-                         "seq": None, "bytes": None, "ordinal": 0, "barrier": False,
+                         "rank": range(n), "host": "h", "world_size": n, "step": "1",
+                         "collective": "allreduce", "process_group": None, "seq": None, "bytes": None,
+                         "ordinal": 0, "barrier": False,
                          "start_us": [1e3 * s for s in starts_ms], "end_us": 1e3 * end_ms,
                          "hidden": [np.empty((0, 2))] * n} | kw)
 

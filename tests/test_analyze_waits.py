@@ -34,8 +34,9 @@ def job_tables(paths: list[Path]) -> dict[str, pd.DataFrame]:
 def instances(rows: list[dict]) -> pd.DataFrame:
     """Collective instances as collectives.py gives them; each row names rank, start_us, end_us (and may set
     any other field)."""
-    base = {"cell_id": "c", "host": "h", "step": "1", "collective": "allreduce", "process_group": None,
-            "seq": None, "bytes": None, "ordinal": 0, "barrier": False, "hidden": np.empty((0, 2))}
+    base = {"cell_id": "c", "host": "h", "world_size": None, "step": "1", "collective": "allreduce",
+            "process_group": None, "seq": None, "bytes": None, "ordinal": 0, "barrier": False,
+            "hidden": np.empty((0, 2))}
     out = pd.DataFrame([base | r for r in rows])
     return out.assign(trace_file="job/rank" + out["rank"].astype(str) + ".json")
 
@@ -224,3 +225,12 @@ def test_why_section_says_how_much_waits_and_for_whom(tmp_path):
     assert "the others waited for rank 1 (last in 2 of 3 steps, a persistent straggler)" in text
     assert "the timers' slowest rank (compute-only rounds): 1" in text
     assert (tmp_path / "report" / "plots" / "why_ranks.png").stat().st_size > 0
+
+
+def test_one_rank_waits_for_nobody_but_a_lone_rank_of_a_job_says_nothing():
+    # world size 1: the collective is all transfer; rank 3's trace alone of an 8-rank job: unknown
+    solo = waits.step_sums(waits.align(instances([dict(rank=0, world_size=1, start_us=0, end_us=2e3)])))
+    assert (solo.loc[0, "wait_ms"], solo.loc[0, "transfer_ms"]) == (0, 2)
+    lone = waits.align(instances([dict(rank=3, world_size=8, start_us=0, end_us=2e3)]))
+    assert lone["wait_us"].isna().all() and waits.step_sums(lone)["wait_ms"].isna().all()
+    assert waits.multi_rank(lone).empty  # collective_wait.csv and stragglers.csv: jobs of two or more ranks

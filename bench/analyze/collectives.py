@@ -52,13 +52,13 @@ def kernel_collective(name: str) -> str:
     return normalise(next(g for g in m.groups() if g)) if m else normalise(name)
 
 
-def _describers(trace) -> tuple[np.ndarray, dict[int, np.ndarray]]:
-    """The host events that say which collective a launch belongs to (record_param_comms and the backend's
-    `nccl:*`-style annotations), and per host thread their rows sorted by start."""
+def _describers(trace) -> dict[int, np.ndarray]:
+    """Per host thread, the rows of the events that say which collective a launch belongs to
+    (record_param_comms and the backend's `nccl:*`-style annotations), sorted by start."""
     rows = np.flatnonzero(C.host_mask(trace) & (C.name_mask(trace, C.COLLECTIVE_ARGS_EVENT)
                                                 | C.name_mask(trace, C.HOST_COLLECTIVE)))
     rows = rows[np.argsort(trace.ts[rows], kind="stable")]
-    return rows, {int(t): rows[trace.tid_id[rows] == t] for t in np.unique(trace.tid_id[rows])}
+    return {int(t): rows[trace.tid_id[rows] == t] for t in np.unique(trace.tid_id[rows])}
 
 
 def _around(trace, by_thread: dict[int, np.ndarray], tid: int, t: float) -> list[int]:
@@ -100,8 +100,7 @@ def _coarse(compute: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return np.column_stack([c[first, 0], c[last, 1]])
 
 
-def _rows(trace, windows, starts, ends, computes, identities, barrier,
-          order) -> tuple[list[dict], list[dict]]:
+def _rows(windows, starts, ends, computes, identities, barrier, order) -> tuple[list[dict], list[dict]]:
     """Instances and segments from per-event arrays: `computes[k]` is window k's compute set; an event
     belongs to the window given by `order` (window index per event, -1: none)."""
     instances, segments = [], []
@@ -132,7 +131,7 @@ def gpu_collectives(trace, view, windows: list) -> tuple[list[dict], list[dict]]
         order[sel[comm] & (order < 0)] = k
         c = sel & (view.cls == C.COMPUTE)
         computes.append(iv.union(view.bts[c], view.bend[c]))
-    _, by_thread = _describers(trace)
+    by_thread = _describers(trace)
     identities = []
     for g in comm:
         row = int(view.rows[g])
@@ -142,8 +141,7 @@ def gpu_collectives(trace, view, windows: list) -> tuple[list[dict], list[dict]]
         if view.barrier[g]:
             ident["collective"] = "barrier"
         identities.append(ident)
-    return _rows(trace, windows, view.bts[comm], view.bend[comm], computes, identities,
-                 view.barrier[comm], order)
+    return _rows(windows, view.bts[comm], view.bend[comm], computes, identities, view.barrier[comm], order)
 
 
 def cpu_collectives(trace, view, windows: list) -> tuple[list[dict], list[dict]]:
@@ -158,5 +156,5 @@ def cpu_collectives(trace, view, windows: list) -> tuple[list[dict], list[dict]]
     identities = [{"collective": normalise(trace.name_of(r)), "process_group": None, "seq": None,
                    "bytes": row_bytes(trace, int(r))} for r in rows]
     barrier = C.name_mask(trace, C.HOST_BARRIER)[rows]
-    return _rows(trace, windows, trace.ts[rows], trace.end[rows], [view.compute] * len(windows),
-                 identities, barrier, order)
+    return _rows(windows, trace.ts[rows], trace.end[rows], [view.compute] * len(windows), identities, barrier,
+                 order)

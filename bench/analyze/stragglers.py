@@ -61,7 +61,7 @@ def persistent_stragglers(stragglers: pd.DataFrame) -> pd.DataFrame:
     """Per job: the rank last in most measured steps, how many, and the median late_by_ms of those steps;
     `persistent` when it was last in more than half of them and at least MIN_STEPS were measured (a rank
     that is merely last at random, as one of two ranks is, does not get named; nor is one step evidence:
-    `make bench` on CPU profiles one step per cell)."""
+    a cell profiled for one step names nobody)."""
     s = stragglers.dropna(subset=["straggler_rank"])
     rows = []
     for job, g in s.groupby("job", sort=True):

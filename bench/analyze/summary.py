@@ -59,8 +59,8 @@ WAIT_FILE, RANK_TIMELINE_FILE = run_folder.COLLECTIVE_WAIT, run_folder.RANK_TIME
 # per-file inputs of the across-files analyses, never written: each rank's collective instances and its
 # steps' windows and compute (collectives.py), and the instances aligned across ranks (waits.align)
 COLLECTIVES, SEGMENTS, ALIGNED = "collectives", "segments", "aligned"
-INSTANCE_COLUMNS = ("cell_id", "trace_file", "rank", "host", "step", "collective", "process_group", "seq",
-                    "bytes", "ordinal", "barrier", "start_us", "end_us", "hidden")
+INSTANCE_COLUMNS = ("cell_id", "trace_file", "rank", "host", "world_size", "step", "collective",
+                    "process_group", "seq", "bytes", "ordinal", "barrier", "start_us", "end_us", "hidden")
 SEGMENT_COLUMNS = ("trace_file", "step", "kind", "start_us", "end_us")
 
 
@@ -135,8 +135,9 @@ def _classes(t: OneTrace) -> list[dict]:
 
 def _instances(t: OneTrace) -> list[dict]:
     host = t.trace.meta.get("host_name")
-    return [{**t.ident, "host": host if isinstance(host, str) and host else None, **row}
-            for row in t.collectives[0]]
+    size = (t.trace.meta.get("distributedInfo") or {}).get("world_size")
+    return [{**t.ident, "host": host if isinstance(host, str) and host else None,
+             "world_size": size if isinstance(size, int) else None, **row} for row in t.collectives[0]]
 
 
 def _segments(t: OneTrace) -> list[dict]:

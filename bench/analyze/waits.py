@@ -16,7 +16,8 @@ host − end on the reference host), kept inside the bounds causality sets (no r
 before the last rank started it). A job whose traces name no common clock and have no such collective is
 not aligned (empty waits).
 
-A job of one rank waits for nobody: its collectives are all transfer. Per rank and step (trace_summary.csv)
+A job of one rank (world size 1) waits for nobody: its collectives are all transfer; a lone rank's trace of a
+larger job is not compared with anything (empty). Per rank and step (trace_summary.csv)
 the collectives other than barriers give unions, as the rest of that file: wait_ms = |∪ waits|,
 transfer_ms = |∪ transfers ∖ ∪ waits| (two collectives in flight at once wait for the same late rank once),
 and their parts not hidden behind compute, exposed_wait_ms and exposed_transfer_ms, which add up to
@@ -50,13 +51,15 @@ def job_of(frame: pd.DataFrame) -> pd.Series:
 
 
 def _keys(g: pd.DataFrame) -> pd.Series:
-    """The identity of each instance across ranks: (process group, Seq) when every instance has a Seq,
+    """The identity of each instance across ranks: (process group, Seq, collective) when every instance has
+    a Seq (torch's ProcessGroupNCCL numbers collectives and point-to-point calls apart: a Seq alone may
+    repeat in a group),
     else (step, process group, collective, ordinal). A collective that moves the same bytes on every rank
     (SAME_BYTES) but whose ranks recorded different sizes is not one collective (a trace that lost events,
     as the public sampled traces did): each of its instances is left alone, unmatched."""
     pg = g["process_group"].fillna("").astype(str)
     if g["seq"].notna().all():
-        key = pg + "#" + g["seq"].astype("int64").astype(str)
+        key = pg + "#" + g["seq"].astype("int64").astype(str) + "#" + g["collective"].astype(str)
     else:
         key = (g["step"].astype(str) + "|" + pg + "|" + g["collective"].astype(str) + "|"
                + g["ordinal"].astype(str))
@@ -95,20 +98,27 @@ def clock_offsets(g: pd.DataFrame) -> tuple[dict[int, float], str]:
 
 
 def align(instances: pd.DataFrame) -> pd.DataFrame:
-    """Every instance with its wait and transfer (µs, its own clock), the job it belongs to, its key, its
-    clock offset and the key's last rank and number of ranks. A job of one rank waits for nobody: wait 0,
-    all of it transfer. In a job of two or more, an instance seen on one rank only (ranks = 1) keeps an
-    empty wait."""
-    cols = ["job", "key", "offset_us", "clock", "last_start", "last_rank", "ranks", "wait_us", "transfer_us"]
+    """Every instance with its wait and transfer (µs, its own clock), the job it belongs to and how many of
+    its ranks the files hold (`job_ranks`), its key, its clock offset and the key's last rank and number of
+    ranks. A job of one rank (its trace says world size 1) waits for nobody: wait 0, all of it transfer; one
+    rank's trace of a larger job says nothing about waiting (empty). In a job of two or more ranks, an
+    instance seen on one rank only (ranks = 1) keeps an empty wait."""
+    cols = ["job", "job_ranks", "key", "offset_us", "clock", "last_start", "last_rank", "ranks", "wait_us",
+            "transfer_us"]
     t = instances[instances["rank"].notna()]
     if t.empty:
         return t.assign(**{c: [] for c in cols})
     t = t.assign(job=job_of(t))
     out = []
     for _, g in t.groupby("job", sort=True):
-        g = g.assign(key=_keys(g))
-        alone = g["rank"].nunique() == 1
-        offsets, clock = ({int(g["rank"].iloc[0]): 0.0}, "one rank") if alone else clock_offsets(g)
+        g = g.assign(key=_keys(g), job_ranks=g["rank"].nunique())
+        if g["job_ranks"].iloc[0] == 1:
+            alone = bool((g["world_size"] == 1).all())
+            offsets = {int(g["rank"].iloc[0]): 0.0}
+            clock = "one rank" if alone else "one rank of a larger job: nothing to compare it with"
+        else:
+            alone = False
+            offsets, clock = clock_offsets(g)
         g = g.assign(offset_us=g["rank"].map(offsets), clock=clock)
         aligned = g["start_us"] - g["offset_us"]
         g = g.assign(last_start=aligned.groupby(g["key"]).transform("max"),
@@ -116,14 +126,15 @@ def align(instances: pd.DataFrame) -> pd.DataFrame:
         g["last_rank"] = g["key"].map(g.loc[aligned.groupby(g["key"]).idxmax().dropna(), ["key", "rank"]]
                                       .set_index("key")["rank"])
         length = g["end_us"] - g["start_us"]
-        wait = np.clip(g["last_start"] - aligned, 0, length).where(alone | (g["ranks"] >= 2))
+        matched = (g["job_ranks"] >= 2) & (g["ranks"] >= 2) | alone
+        wait = np.clip(g["last_start"] - aligned, 0, length).where(matched)
         out.append(g.assign(wait_us=wait, transfer_us=length - wait))
     return pd.concat(out, ignore_index=True)
 
 
 def multi_rank(aligned: pd.DataFrame) -> pd.DataFrame:
     """The instances of jobs of two or more ranks (collective_wait.csv, stragglers and the timeline's)."""
-    return aligned[aligned["clock"] != "one rank"] if len(aligned) else aligned
+    return aligned[aligned["job_ranks"] >= 2] if len(aligned) else aligned
 
 
 def _origins(aligned: pd.DataFrame, segments: pd.DataFrame) -> pd.Series:
