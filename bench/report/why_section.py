@@ -78,8 +78,10 @@ def _witnesses(sec: Section, run_dir: Path, out_dir: Path) -> Section:
     sec.para("Exposed communication per step, two witnesses. Timers: (step − compute-only under no_sync) "
              "− sync_overhead_ms, the engine's work that no_sync skips besides communication, measured at "
              "world size 1 (sync_overhead_from names the cell). Trace: the profiled steps' exposed "
-             "communication, the profiled pass's barrier left out. They disagree when the timers' 95 % "
-             "interval and the trace's range over steps and ranks do not overlap: "
+             "communication less its waiting for the last rank (the timers' compute-only window is the "
+             "slowest rank's), the profiled pass's barrier left out. They disagree when the timers' 95 % "
+             "interval and the trace's range over steps and ranks do not overlap (`note` says why a cell is "
+             "not compared, or which side is above): "
              f"{len(disagree)} of {judged} cells ({len(ones)} at world size 1)"
              + (f": {', '.join(disagree['cell_id'].head(5))}{', …' if len(disagree) > 5 else ''}"
                 if len(disagree) else "") + ". Definitions: docs/design.md, Two witnesses.", "formula")
