@@ -22,6 +22,7 @@ from bench.analyze.stragglers import straggler_rows
 from bench.analyze.summary import TraceJob, analyse_tables
 
 REPO = Path(__file__).resolve().parent.parent
+NO_SEGMENTS = pd.DataFrame(columns=["trace_file", "step", "kind", "start_us", "end_us"])
 DATA = REPO / "tests" / "data" / "traces"
 
 
@@ -35,8 +36,7 @@ def instances(rows: list[dict]) -> pd.DataFrame:
     """Collective instances as collectives.py gives them; each row names rank, start_us, end_us (and may set
     any other field)."""
     base = {"cell_id": "c", "host": "h", "world_size": None, "step": "1", "collective": "allreduce",
-            "process_group": None, "seq": None, "bytes": None, "ordinal": 0, "barrier": False,
-            "hidden": np.empty((0, 2))}
+            "process_group": None, "seq": None, "bytes": None, "ordinal": 0, "barrier": False}
     out = pd.DataFrame([base | r for r in rows])
     return out.assign(trace_file="job/rank" + out["rank"].astype(str) + ".json")
 
@@ -118,17 +118,19 @@ def test_offset_kept_inside_causality():
 
 def test_concurrent_waits_count_once_and_compute_hides_them():
     # rank 0 starts two all-reduces at 0 and 1 ms (two gloo worker threads), rank 1 both at 10 ms; all end
-    # at 12. Rank 0 waits [0, 10] ∪ [1, 10] = 10 ms, not 19; compute ran [5, 7]: 8 ms of it exposed.
-    hidden = np.array([[5e3, 7e3]])
-    rows = [dict(rank=0, ordinal=0, start_us=0, end_us=12e3, hidden=hidden),
-            dict(rank=0, ordinal=1, start_us=1e3, end_us=12e3, hidden=hidden),
-            dict(rank=1, ordinal=0, start_us=10e3, end_us=12e3), dict(rank=1, ordinal=1, start_us=10e3,
-                                                                        end_us=12e3)]
-    sums = waits.step_sums(waits.align(instances(rows))).set_index(["trace_file", "step"])
+    # at 12. Rank 0 waits [0, 10] ∪ [1, 10] = 10 ms, not 19; compute ran [5, 7] under them: 8 ms exposed.
+    rows = [dict(rank=0, ordinal=0, start_us=0, end_us=12e3),
+            dict(rank=0, ordinal=1, start_us=1e3, end_us=12e3),
+            dict(rank=1, ordinal=0, start_us=10e3, end_us=12e3),
+            dict(rank=1, ordinal=1, start_us=10e3, end_us=12e3)]
+    hidden = pd.DataFrame([{"trace_file": "job/rank0.json", "step": "1", "kind": "hidden", "start_us": 5e3,
+                            "end_us": 7e3}])
+    sums = waits.step_sums(waits.align(instances(rows)), hidden).set_index(["trace_file", "step"])
     mine = sums.loc[("job/rank0.json", "1")]
     assert (mine["wait_ms"], mine["transfer_ms"], mine["exposed_wait_ms"], mine["exposed_transfer_ms"]) == (
         10, 2, 8, 2)
     assert sums.loc[("job/rank1.json", "1"), "wait_ms"] == 0
+    assert sums.loc[("job/rank0.json", "all"), "exposed_wait_ms"] == 8  # the only step
 
 
 def test_different_bytes_are_not_the_same_collective():
@@ -139,7 +141,7 @@ def test_different_bytes_are_not_the_same_collective():
     a = waits.align(instances(rows))
     assert a["wait_us"].isna().all() and a["ranks"].eq(1).all()
     assert straggler_rows(a)["straggler_rank"].isna().all()
-    assert waits.step_sums(a)["wait_ms"].isna().all()  # a step with an unmatched collective: no sums
+    assert waits.step_sums(a, NO_SEGMENTS)["wait_ms"].isna().all()  # a step with an unmatched collective
 
 
 def test_seq_matches_across_steps():
@@ -229,8 +231,9 @@ def test_why_section_says_how_much_waits_and_for_whom(tmp_path):
 
 def test_one_rank_waits_for_nobody_but_a_lone_rank_of_a_job_says_nothing():
     # world size 1: the collective is all transfer; rank 3's trace alone of an 8-rank job: unknown
-    solo = waits.step_sums(waits.align(instances([dict(rank=0, world_size=1, start_us=0, end_us=2e3)])))
+    solo = waits.step_sums(waits.align(instances([dict(rank=0, world_size=1, start_us=0, end_us=2e3)])),
+                           NO_SEGMENTS)
     assert (solo.loc[0, "wait_ms"], solo.loc[0, "transfer_ms"]) == (0, 2)
     lone = waits.align(instances([dict(rank=3, world_size=8, start_us=0, end_us=2e3)]))
-    assert lone["wait_us"].isna().all() and waits.step_sums(lone)["wait_ms"].isna().all()
+    assert lone["wait_us"].isna().all() and waits.step_sums(lone, NO_SEGMENTS)["wait_ms"].isna().all()
     assert waits.multi_rank(lone).empty  # collective_wait.csv and stragglers.csv: jobs of two or more ranks

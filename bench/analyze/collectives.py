@@ -14,10 +14,11 @@ collective on the other ranks:
 - `ordinal`: its place among the instances of the same step, process group and collective, in issue order
   (GPU: launch order; CPU: gloo's worker threads start its queue in issue order).
 
-Beside each instance: its bytes (comms.row_bytes: record_param_comms' or record_shapes' sizes) and the parts
-of it that compute covered (`hidden`, the window's compute set clipped to the instance), so that exposed
-waiting and exposed transfer can be measured once the wait is known. `segments` gives each step's host
-window and its compute, coarsened, for the report's per-rank timeline. Times are µs on the rank's own clock.
+Beside each instance: its bytes (comms.row_bytes: record_param_comms' or record_shapes' sizes). `segments`
+gives per step its host window (kind `window`), its compute coarsened for the report's per-rank timeline
+(`compute`), and the compute that ran under the step's collectives (`hidden`: compute ∩ the instances'
+union), so that exposed waiting and exposed transfer can be measured once the waits are known. Times are µs
+on the rank's own clock.
 """
 
 from __future__ import annotations
@@ -106,16 +107,18 @@ def _rows(windows, starts, ends, computes, identities, barrier, order) -> tuple[
     instances, segments = [], []
     counters: dict[tuple, int] = {}
     for k, w in enumerate(windows):
-        segments.append({"step": w.step, "kind": "window", "start_us": w.lo, "end_us": w.hi})
-        segments += [{"step": w.step, "kind": "compute", "start_us": float(s), "end_us": float(e)}
-                     for s, e in _coarse(computes[k], w.lo, w.hi)]
-        for i in np.flatnonzero(order == k):
+        mine = np.flatnonzero(order == k)
+        hidden = iv.intersect(computes[k], iv.union(starts[mine], ends[mine]))
+        for kind, pieces in (("window", [(w.lo, w.hi)]), ("compute", _coarse(computes[k], w.lo, w.hi)),
+                             ("hidden", hidden)):
+            segments += [{"step": w.step, "kind": kind, "start_us": float(a), "end_us": float(b)}
+                         for a, b in pieces]
+        for i in mine:
             ident = identities[i]
             key = (w.step, ident["process_group"], ident["collective"])
             counters[key] = counters.get(key, -1) + 1
-            s, e = float(starts[i]), float(ends[i])
             instances.append({"step": w.step, **ident, "ordinal": counters[key], "barrier": bool(barrier[i]),
-                              "start_us": s, "end_us": e, "hidden": iv.clip(computes[k], s, e)})
+                              "start_us": float(starts[i]), "end_us": float(ends[i])})
     return instances, segments
 
 

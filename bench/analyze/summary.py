@@ -60,7 +60,7 @@ WAIT_FILE, RANK_TIMELINE_FILE = run_folder.COLLECTIVE_WAIT, run_folder.RANK_TIME
 # steps' windows and compute (collectives.py), and the instances aligned across ranks (waits.align)
 COLLECTIVES, SEGMENTS, ALIGNED = "collectives", "segments", "aligned"
 INSTANCE_COLUMNS = ("cell_id", "trace_file", "rank", "host", "world_size", "step", "collective",
-                    "process_group", "seq", "bytes", "ordinal", "barrier", "start_us", "end_us", "hidden")
+                    "process_group", "seq", "bytes", "ordinal", "barrier", "start_us", "end_us")
 SEGMENT_COLUMNS = ("trace_file", "step", "kind", "start_us", "end_us")
 
 
@@ -161,8 +161,8 @@ PER_FILE = {
 ACROSS_FILES = {
     ALIGNED: (None, lambda tables: waits.align(tables[COLLECTIVES])),
     WAIT_FILE: (COLLECTIVE_WAIT_COLUMNS, lambda tables: waits.wait_rows(tables[ALIGNED], tables[SEGMENTS])),
-    SUMMARY_FILE: (TRACE_SUMMARY_COLUMNS, lambda tables: waits.with_step_sums(tables[SUMMARY_FILE],
-                                                                              tables[ALIGNED])),
+    SUMMARY_FILE: (TRACE_SUMMARY_COLUMNS, lambda tables: waits.with_step_sums(
+        tables[SUMMARY_FILE], tables[ALIGNED], tables[SEGMENTS])),
     STRAGGLERS_FILE: (STRAGGLER_COLUMNS, lambda tables: straggler_rows(tables[ALIGNED])),
     RANK_TIMELINE_FILE: (RANK_TIMELINE_COLUMNS, lambda tables: waits.timeline_rows(
         tables[ALIGNED], tables[SEGMENTS], tables[STRAGGLERS_FILE])),
@@ -198,12 +198,15 @@ def analyse(jobs: Iterable[TraceJob]) -> tuple[pd.DataFrame, pd.DataFrame, list[
     return tables[SUMMARY_FILE], tables[TIMELINE_FILE], errors
 
 
-def _analyse_one(job: TraceJob) -> dict[str, list[dict]] | str:
-    """A worker's task: the file's per-file rows, or its error line."""
+def _analyse_one(job: TraceJob) -> dict[str, pd.DataFrame] | str:
+    """A worker's task: the file's per-file tables (columns travel and are held far more compactly than
+    rows of dicts: a big GPU trace has thousands of collective instances and hidden-compute segments), or
+    its error line."""
     try:
-        return analyse_trace_tables(job)
+        rows = analyse_trace_tables(job)
     except TraceError as exc:
         return str(exc)
+    return {name: _frame(rows[name], columns) for name, (columns, _) in PER_FILE.items()}
 
 
 def default_workers(n_files: int) -> int:
@@ -245,21 +248,23 @@ def analyse_tables(jobs: Iterable[TraceJob], workers: int | None = 1, progress: 
     """Every table of TABLES as a DataFrame (contract columns, in order) and one error line per file that
     could not be analysed. `workers`: processes analysing files side by side (None: default_workers)."""
     jobs = list(jobs)
-    rows: dict[str, list[dict]] = {name: [] for name in PER_FILE}
+    parts: dict[str, list[pd.DataFrame]] = {name: [] for name in PER_FILE}
     errors = []
     for one in _per_file(jobs, default_workers(len(jobs)) if workers is None else workers, progress):
         if isinstance(one, str):
             errors.append(one)
             continue
-        for name, part in one.items():
-            rows[name] += part
-    frames = {name: _frame(rows[name], columns) for name, (columns, _) in PER_FILE.items()}
+        for name, frame in one.items():
+            if len(frame):
+                parts[name].append(frame)
+    frames = {name: _frame(pd.concat(parts[name], ignore_index=True) if parts[name] else [], columns)
+              for name, (columns, _) in PER_FILE.items()}
     for name, (_, across) in ACROSS_FILES.items():
         frames[name] = across(frames)
     return {name: frames[name] for name in TABLES}, errors
 
 
-def _frame(rows: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
+def _frame(rows: list[dict] | pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=list(columns))
     if "rank" in frame:
         frame["rank"] = frame["rank"].astype("Int64")

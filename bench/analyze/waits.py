@@ -161,34 +161,38 @@ def wait_rows(aligned: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def step_sums(aligned: pd.DataFrame) -> pd.DataFrame:
+def step_sums(aligned: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:
     """Per (trace_file, step), and per trace_file as step `all`, the SUM_COLUMNS of its collectives other than
-    barriers (unions, see the module docstring); empty where one of them has no wait (not matched)."""
+    barriers (unions, see the module docstring; the compute under them: `hidden` segments); empty where one
+    of them has no wait (not matched)."""
     rows = []
     work = aligned[~aligned["barrier"].astype(bool)] if len(aligned) else aligned
-    for (trace_file, step), g in work.groupby(["trace_file", "step"], sort=False):
-        rows.append({"trace_file": trace_file, "step": str(step), **_sums(g)})
+    cover = segments[segments["kind"] == "hidden"]
+    hidden = {key: iv.union(g["start_us"].to_numpy(float), g["end_us"].to_numpy(float))
+              for key, g in cover.groupby([cover["trace_file"], cover["step"].astype(str)], sort=False)}
+    for (trace_file, step), g in work.groupby(["trace_file", work["step"].astype(str)], sort=False):
+        rows.append({"trace_file": trace_file, "step": step,
+                     **_sums(g, hidden.get((trace_file, step), iv.EMPTY))})
     for trace_file, g in work.groupby("trace_file", sort=False):
-        rows.append({"trace_file": trace_file, "step": ALL_STEPS, **_sums(g)})
+        mine = [h for (f, _), h in hidden.items() if f == trace_file]
+        rows.append({"trace_file": trace_file, "step": ALL_STEPS, **_sums(g, iv.merge(*mine))})
     return pd.DataFrame(rows, columns=["trace_file", "step", *SUM_COLUMNS])
 
 
-def _sums(g: pd.DataFrame) -> dict:
+def _sums(g: pd.DataFrame, hidden: np.ndarray) -> dict:
     if g["wait_us"].isna().any():
         return {}
-    s, e, w = g["start_us"].to_numpy(), g["end_us"].to_numpy(), g["wait_us"].to_numpy()
+    s, e, w = g["start_us"].to_numpy(float), g["end_us"].to_numpy(float), g["wait_us"].to_numpy(float)
     waiting = iv.union(s, s + w)
     moving = iv.subtract(iv.union(s + w, e), waiting)
-    hidden = [h for h in g["hidden"] if len(h)]
-    hidden = iv.merge(*hidden) if hidden else iv.EMPTY
     return {"wait_ms": iv.length(waiting) / US_PER_MS, "transfer_ms": iv.length(moving) / US_PER_MS,
             "exposed_wait_ms": iv.length(iv.subtract(waiting, hidden)) / US_PER_MS,
             "exposed_transfer_ms": iv.length(iv.subtract(moving, hidden)) / US_PER_MS}
 
 
-def with_step_sums(summary: pd.DataFrame, aligned: pd.DataFrame) -> pd.DataFrame:
+def with_step_sums(summary: pd.DataFrame, aligned: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:
     """trace_summary with SUM_COLUMNS filled in from the aligned collectives (a single-rank job's: wait 0)."""
-    sums = step_sums(aligned)
+    sums = step_sums(aligned, segments)
     out = summary.drop(columns=[c for c in SUM_COLUMNS if c in summary.columns])
     out = out.merge(sums, on=["trace_file", "step"], how="left")
     return out[list(summary.columns)]
@@ -207,7 +211,7 @@ def timeline_rows(aligned: pd.DataFrame, segments: pd.DataFrame, stragglers: pd.
         chosen[job] = str(ordered["step"].iloc[len(ordered) // 2])
     origin = _origins(aligned, segments)
     files = aligned.groupby("trace_file")[["job", "cell_id", "rank", "offset_us"]].first()
-    seg = segments.join(files, on="trace_file", how="inner")
+    seg = segments[segments["kind"].isin(["window", "compute"])].join(files, on="trace_file", how="inner")
     seg = seg[seg["step"].astype(str) == seg["job"].map(chosen)]
     coll = aligned[~aligned["barrier"].astype(bool) & aligned["wait_us"].notna()]
     coll = coll[coll["step"].astype(str) == coll["job"].map(chosen)]
