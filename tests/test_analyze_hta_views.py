@@ -13,7 +13,7 @@ from hta_views_fixtures import gpu_bound_events, host_bound_events, idle_events,
 
 from bench.analyze import cli, waits
 from bench.analyze.columns import IDLE_BREAKDOWN_COLUMNS, LAUNCH_STATS_COLUMNS, STRAGGLER_COLUMNS
-from bench.analyze.stragglers import persistent_stragglers, straggler_rows
+from bench.analyze.stragglers import chance_last, persistent_stragglers, straggler_rows
 from bench.analyze.summary import TraceJob, analyse_tables, analyse_trace_tables
 
 
@@ -97,14 +97,25 @@ def test_stragglers_align_ranks_on_the_collective_ends(tmp_path):
     assert s.loc["3", "straggler_rank"] == 1 and s.loc["3", "spread_ms"] == pytest.approx(0.030)
     assert (s["ranks"] == 2).all() and (s["job"] == "job").all()
     who = persistent_stragglers(frames["stragglers.csv"]).iloc[0]
-    assert (who["straggler_rank"], who["steps_last"], who["steps"]) == (1, 2, 3) and who["persistent"]
+    assert (who["straggler_rank"], who["steps_last"], who["steps"]) == (1, 2, 3)
     assert who["late_by_ms_p50"] == pytest.approx((0.020 + 0.030) / 2)
-    # last in one step of two is chance, not a straggler
-    two = frames["stragglers.csv"].iloc[:2]
-    assert not persistent_stragglers(two).iloc[0]["persistent"]
-    # last in the only measured step is no evidence either (a CPU make bench profiles one step per cell)
-    one = frames["stragglers.csv"].iloc[:1]
-    assert not persistent_stragglers(one).iloc[0]["persistent"]
+    # but with two ranks someone is last in 2 of 3 steps every time: 2 · P(Bin(3, 1/2) ≥ 2) = 2 · 4/8 ≥ 1
+    assert who["chance_p"] == 1.0 and not who["persistent"]
+    # last in one step of two, or in the only one, is no evidence either
+    for few in (frames["stragglers.csv"].iloc[:2], frames["stragglers.csv"].iloc[:1]):
+        assert not persistent_stragglers(few).iloc[0]["persistent"]
+
+
+def test_a_persistent_straggler_is_one_chance_cannot_explain():
+    # by hand, r · P(Bin(n, 1/r) ≥ k): two ranks, 6 of 6 steps: 2 / 64; 5 of 6: 2 · 7/64; eight ranks,
+    # 3 of 3: 8 / 512
+    assert chance_last(6, 6, 2) == pytest.approx(2 / 64) and chance_last(5, 6, 2) == pytest.approx(14 / 64)
+    assert chance_last(3, 3, 8) == pytest.approx(8 / 512)
+    steps = pd.DataFrame({"cell_id": "c", "job": "c", "step": [str(i) for i in range(6)], "ranks": 2,
+                          "straggler_rank": [1] * 6, "late_by_ms": 20.0, "spread_ms": 20.0})
+    assert persistent_stragglers(steps).iloc[0]["persistent"]                 # 6 of 6: 3 % by chance
+    assert not persistent_stragglers(steps.assign(straggler_rank=[1] * 5 + [0])).iloc[0]["persistent"]
+    assert persistent_stragglers(steps.iloc[:3].assign(ranks=8)).iloc[0]["persistent"]   # 3 of 3 of 8
 
 
 def instances(starts_ms: list[float], end_ms: float, **kw) -> pd.DataFrame:
@@ -172,7 +183,10 @@ def test_run_folder_views_in_the_why_section(tmp_path):
     sec = why_section(run, results, tmp_path / "report")
     text = "\n".join(sec.md)
     assert "1 of 2 profiled cells have launch-bound steps: c2" in text
-    assert "cell c1: rank 1 last in 2 of 3 steps" in text and "rank_skew_ms_p50 0.02 ms" in text
+    # c1's rank 1 is last in 2 of 3 steps, which one of two ranks always is: not named
+    assert "No rank is last in more steps than chance would make it." in text
+    table = pd.read_csv(tmp_path / "report" / "tables" / "why_stragglers.csv").iloc[0]
+    assert (table["straggler_rank"], table["steps_last"], table["slowest_rank"]) == (1, 2, 1)
     for name in ("why_idle.csv", "why_launch.csv", "why_stragglers.csv"):
         assert (tmp_path / "report" / "tables" / name).is_file()
 

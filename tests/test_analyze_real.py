@@ -125,7 +125,8 @@ def test_straggler_matches_holistic_trace_analysis_on_the_two_rank_job():
     ours = persistent_stragglers(frames["stragglers.csv"]).iloc[0]
     # ours: the collectives aligned across the two ranks (tests/test_analyze_waits.py): rank 1 held the
     # others longest in steps 551 and 552
-    assert (ours["straggler_rank"], ours["steps_last"], ours["steps"]) == (1, 2, 2) and ours["persistent"]
+    assert (ours["straggler_rank"], ours["steps_last"], ours["steps"]) == (1, 2, 2)
+    assert not ours["persistent"]  # two steps of two ranks: by chance half the time (chance_p 0.5)
     ta = hta.TraceAnalysis(trace_dir=str(folder), include_last_profiler_step=True)
     assert ta.get_potential_stragglers(num_candidates=1) == [ours["straggler_rank"]]
 

@@ -5,6 +5,8 @@ them on one clock; raw clocks are never compared).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -54,22 +56,34 @@ def straggler_rows(aligned: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-MIN_STEPS = 2  # measured steps before a rank can be named a persistent straggler
+# Named persistent only when chance cannot explain it: if every rank were equally likely to be last in each
+# step, the chance that some rank is last in at least k of n steps is at most r · P(Binomial(n, 1/r) ≥ k)
+# (a union bound over the r ranks). With two ranks, last in 2 or 3 of 3 steps happens to someone every time.
+PERSISTENT_P = 0.05
+
+
+def chance_last(k: int, n: int, ranks: int) -> float:
+    """The union bound above: the chance that, by luck alone, some one of `ranks` ranks is last in at least
+    k of n steps."""
+    p = 1.0 / ranks
+    tail = sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1))
+    return min(1.0, ranks * tail)
 
 
 def persistent_stragglers(stragglers: pd.DataFrame) -> pd.DataFrame:
-    """Per job: the rank last in most measured steps, how many, and the median late_by_ms of those steps;
-    `persistent` when it was last in more than half of them and at least MIN_STEPS were measured (a rank
-    that is merely last at random, as one of two ranks is, does not get named; nor is one step evidence:
-    a cell profiled for one step names nobody)."""
+    """Per job: the rank last in most measured steps, how many, the median late_by_ms of those steps,
+    `chance_p` (chance_last) and `persistent`: last in more than half of the steps and chance_p at most
+    PERSISTENT_P (a rank merely last at random, as one of two ranks always is in two of three steps, is not
+    named; one step is never evidence)."""
     s = stragglers.dropna(subset=["straggler_rank"])
     rows = []
     for job, g in s.groupby("job", sort=True):
         counts = g["straggler_rank"].value_counts()
         rank, k = int(counts.index[0]), int(counts.iloc[0])
         late = g["late_by_ms"][g["straggler_rank"] == rank]
+        chance = chance_last(k, len(g), max(2, int(g["ranks"].max())))
         rows.append({"cell_id": g["cell_id"].iloc[0], "job": job, "straggler_rank": rank, "steps_last": k,
-                     "steps": len(g), "late_by_ms_p50": float(np.median(late)),
-                     "persistent": k > len(g) / 2 and len(g) >= MIN_STEPS})
+                     "steps": len(g), "late_by_ms_p50": float(np.median(late)), "chance_p": chance,
+                     "persistent": k > len(g) / 2 and chance <= PERSISTENT_P})
     return pd.DataFrame(rows, columns=["cell_id", "job", "straggler_rank", "steps_last", "steps",
-                                       "late_by_ms_p50", "persistent"])
+                                       "late_by_ms_p50", "chance_p", "persistent"])

@@ -183,8 +183,8 @@ def wait_table(summary: pd.DataFrame, stragglers: pd.DataFrame) -> pd.DataFrame:
     """Per cell of two or more ranks: the mean per profiled step and rank of exposed communication other
     than barriers and of its two parts, exposed waiting and exposed transfer (waits.py);
     wait_share_pct = Σ exposed wait / Σ exposed communication × 100; and the rank the others waited for
-    (stragglers.persistent_stragglers: last in most steps; `persistent` when in more than half of at least
-    two). Cells whose collectives were not all matched across ranks have empty parts."""
+    (stragglers.persistent_stragglers: last in most steps; `persistent` when in more than half of them and
+    chance cannot explain it). Cells whose collectives were not all matched across ranks have empty parts."""
     steps = _per_step(summary).dropna(subset=["cell_id"])
     ranks = steps.groupby("cell_id")["rank"].nunique()
     steps = steps[steps["cell_id"].map(ranks) >= 2]

@@ -51,7 +51,8 @@ def sentence(r) -> str:
             "bytes")
     if pd.notna(r.waited_for_rank):
         text += (f"; the others waited for rank {int(r.waited_for_rank)} (last in {int(r.steps_last)} of "
-                 f"{int(r.steps)} steps{', a persistent straggler' if r.persistent else ''})")
+                 f"{int(r.steps)} steps, by a median {r.late_by_ms_p50:.2f} ms"
+                 f"{', a persistent straggler' if r.persistent else ''})")
     slowest = getattr(r, "slowest_rank", None)
     if slowest is not None and pd.notna(slowest):
         text += f"; the timers' slowest rank (compute-only rounds): {int(slowest)}"
