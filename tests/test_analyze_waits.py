@@ -195,7 +195,9 @@ def test_straggler_fault_is_the_wait_of_the_others(tmp_path):
     s = pd.read_csv(out / "trace_summary.csv", dtype={"step": str})
     steps = s[s["step"] != "all"].set_index(["rank", "step"])["wait_ms"]
     assert len(steps) == 6  # 3 profiled steps × 2 ranks
-    assert steps.loc[0].between(0.7 * slow_ms, 1.3 * slow_ms).all(), steps
+    # per step rank 0 waits the injected time: never less than 70 % of it, a median within ±30 % (a loaded
+    # machine can deschedule the slow rank after its sleep and lengthen one step's wait; measured 40.9-42.4)
+    assert steps.loc[0].min() >= 0.7 * slow_ms and abs(steps.loc[0].median() / slow_ms - 1) <= 0.3, steps
     assert (steps.loc[1] < 0.3 * slow_ms).all(), steps
     # the trace's straggler and the timers' (compute-only rounds: each rank's own work) name rank 1
     st = pd.read_csv(out / "stragglers.csv")
