@@ -29,6 +29,9 @@ KINDS = {"window": ("profiled step", style.IDLE, 0.05, 0.9),
          "wait": ("wait for the last rank", style.WAIT, 0.55, 0.35)}
 MAX_PANELS = 12  # cells drawn: those whose exposed communication waits most first
 MAX_RANKS = 16   # ranks drawn per cell: the one the others waited for and those that waited most
+# figure size in inches: per panel its title (two lines), axis labels and ticks, then one row per rank; the
+# legend's line above them all
+PANEL_BASE_IN, RANK_ROW_IN, LEGEND_IN = 1.3, 0.22, 0.3
 
 
 def _read(path: Path) -> pd.DataFrame | None:
@@ -67,8 +70,9 @@ def timeline_figure(timeline: pd.DataFrame, order: list[str], path: Path) -> Pat
     cols = min(3, len(cells))
     rows_n = -(-len(cells) // cols)
     heights = [min(MAX_RANKS, timeline.loc[timeline["cell_id"] == c, "rank"].nunique()) for c in cells]
-    panel_h = 0.9 + 0.22 * max(heights)
-    fig, axes = plt.subplots(rows_n, cols, figsize=(3.6 * cols, panel_h * rows_n), squeeze=False)
+    panel_h = PANEL_BASE_IN + RANK_ROW_IN * max(heights)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(3.6 * cols, panel_h * rows_n + LEGEND_IN), squeeze=False,
+                             layout="constrained")
     for ax in axes.flat[len(cells):]:
         ax.axis("off")
     for ax, cell in zip(axes.flat, cells):
@@ -92,9 +96,7 @@ def timeline_figure(timeline: pd.DataFrame, order: list[str], path: Path) -> Pat
         ax.tick_params(axis="x", labelsize=6)
         ax.set_title("\n".join(textwrap.wrap(cell, 40)), fontsize=6)
     handles = [Patch(color=color, label=label) for label, color, _, _ in KINDS.values()]
-    fig.legend(handles=handles, fontsize=7, loc="upper center", ncol=4, frameon=False,
-               bbox_to_anchor=(0.5, 1.0))
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.legend(handles=handles, fontsize=7, loc="outside upper center", ncol=4, frameon=False)
     fig.savefig(path, dpi=style.DPI, bbox_inches="tight")
     plt.close(fig)
     return path
