@@ -12,7 +12,6 @@ rank_timeline.csv), then the stragglers (stragglers.py).
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from bench.analyze.load import TraceError, load_trace, trace_rank
 from bench.analyze.steps import device_of, profiler_steps, whole_window
 from bench.analyze.stragglers import straggler_rows
 from bench.analyze.timeline import bucket_rows
+from bench.config import usable_cpus
 from bench.lifetime import die_with_parent
 
 SUMMARY_FILE, TIMELINE_FILE = run_folder.TRACE_SUMMARY, run_folder.BUCKET_TIMELINE
@@ -210,13 +210,9 @@ def _analyse_one(job: TraceJob) -> dict[str, pd.DataFrame] | str:
 
 
 def default_workers(n_files: int) -> int:
-    """Worker processes for n files: one per usable CPU (the affinity mask, as the runner counts them),
-    never more than the files."""
-    try:
-        cpus = len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, n_files))
+    """Worker processes for n files: one per usable CPU (config.usable_cpus: the affinity mask, as the
+    runner counts them), never more than the files."""
+    return max(1, min(usable_cpus(), n_files))
 
 
 def _per_file(jobs: list[TraceJob], workers: int, progress: Callable[[int, int], None] | None) -> list:
