@@ -82,7 +82,7 @@ class Trace:
 
 CHUNK_BYTES = 1 << 22  # bytes read (after gunzip) at a time
 AHEAD = 1 << 16        # text kept ahead of a scan (unless the file ends first): no number is cut in two
-RUN_CHARS = 1 << 22    # events text decoded at once: 4 MiB holds ~15k Kineto events, their records ~10 MB
+RUN_CHARS = 1 << 22    # events text decoded at once: 4 MiB, ~15k events of the public A100 trace (284 B each)
 
 
 _ABSENT = msgspec.Raw(b"null")  # a raw arg the event does not carry
