@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from analyze_fixtures import GPU_META, write_trace
-from hta_views_fixtures import two_rank_events
+from analyze_fixtures import GPU_META, runtime, write_trace, x
+from hta_views_fixtures import NCCL, two_rank_events
 
 from bench.analyze import waits
 from bench.analyze.columns import COLLECTIVE_WAIT_COLUMNS, RANK_TIMELINE_COLUMNS
@@ -239,3 +239,27 @@ def test_one_rank_waits_for_nobody_but_a_lone_rank_of_a_job_says_nothing():
     lone = waits.align(instances([dict(rank=3, world_size=8, start_us=0, end_us=2e3)]))
     assert lone["wait_us"].isna().all() and waits.step_sums(lone, NO_SEGMENTS)["wait_ms"].isna().all()
     assert waits.multi_rank(lone).empty  # collective_wait.csv and stragglers.csv: jobs of two or more ranks
+
+
+def test_kernels_carrying_seq_match_across_ranks_whatever_their_step(tmp_path):
+    # current torch writes record_param_comms' args on the NCCL kernel itself: Process Group Name "0" and
+    # Seq 7 identify the same all-reduce on both ranks although their profilers numbered the step apart
+    # (#5 and #6). Rank 0's kernel runs [30, 60], rank 1's [45, 60] (one host): rank 0 waits 15 µs.
+    args = {"Collective name": "allreduce", "Process Group Name": "0", "Seq": 7, "In msg nelems": 1000,
+            "dtype": "Float", "Group size": 2}
+
+    def events(step: int, start: float) -> list[dict]:
+        nccl = x(NCCL, "kernel", start, 60 - start, pid=0, tid=20, correlation=1, **args)
+        return [x(f"ProfilerStep#{step}", "user_annotation", 0, 100), runtime(10, 1), nccl]
+
+    meta = GPU_META | {"host_name": "node0"}
+    ranks = ((0, 5, 30), (1, 6, 45))  # rank, its step's number, its kernel's start
+    paths = [write_trace(tmp_path / "job" / f"rank{r}.json", events(step, start),
+                         meta | {"distributedInfo": {"rank": r}}) for r, step, start in ranks]
+    frames = job_tables(paths)
+    w = frames["collective_wait.csv"].set_index("rank")
+    assert (w.loc[0, "process_group"], w.loc[0, "seq"], w.loc[0, "bytes"]) == ("0", 7, 4000)
+    assert w.loc[0, "wait_ms"] == pytest.approx(0.015) and w.loc[1, "wait_ms"] == 0
+    assert (w.loc[0, "step"], w.loc[1, "step"]) == ("5", "6") and w["ranks"].eq(2).all()
+    straggler = frames["stragglers.csv"].iloc[0]  # the collective's step is its lowest rank's
+    assert (straggler["step"], straggler["straggler_rank"], straggler["late_by_ms"]) == ("5", 1, 0.015)

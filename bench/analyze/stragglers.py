@@ -31,7 +31,7 @@ def straggler_rows(aligned: pd.DataFrame) -> pd.DataFrame:
     aligned = multi_rank(aligned)
     if aligned.empty:
         return pd.DataFrame(columns=list(STRAGGLER_COLUMNS))
-    aligned = aligned.assign(step=aligned["step"].astype(str))
+    aligned = aligned.assign(step=aligned["key_step"].astype(str))  # a collective's step: its lowest rank's
     work = aligned[~aligned["barrier"].astype(bool) & (aligned["ranks"] >= 2)]
     work = work.assign(t=work["start_us"] - work["offset_us"])
     by_step = dict(iter(work.groupby(["job", "step"], sort=False)))

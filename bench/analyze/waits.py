@@ -99,12 +99,13 @@ def clock_offsets(g: pd.DataFrame) -> tuple[dict[int, float], str]:
 
 def align(instances: pd.DataFrame) -> pd.DataFrame:
     """Every instance with its wait and transfer (µs, its own clock), the job it belongs to and how many of
-    its ranks the files hold (`job_ranks`), its key, its clock offset and the key's last rank and number of
-    ranks. A job of one rank (its trace says world size 1) waits for nobody: wait 0, all of it transfer; one
-    rank's trace of a larger job says nothing about waiting (empty). In a job of two or more ranks, an
-    instance seen on one rank only (ranks = 1) keeps an empty wait."""
-    cols = ["job", "job_ranks", "key", "offset_us", "clock", "last_start", "last_rank", "ranks", "wait_us",
-            "transfer_us"]
+    its ranks the files hold (`job_ranks`), its key and the key's step (`key_step`: the lowest rank's; ranks
+    may number their steps apart when Seq matches them), its clock offset and the key's last rank and
+    number of ranks. A job of one rank (its trace says world size 1) waits for nobody: wait 0, all of it
+    transfer; one rank's trace of a larger job says nothing about waiting (empty). In a job of two or more
+    ranks, an instance seen on one rank only (ranks = 1) keeps an empty wait."""
+    cols = ["job", "job_ranks", "key", "key_step", "offset_us", "clock", "last_start", "last_rank", "ranks",
+            "wait_us", "transfer_us"]
     t = instances[instances["rank"].notna()]
     if t.empty:
         return t.assign(**{c: [] for c in cols})
@@ -122,7 +123,8 @@ def align(instances: pd.DataFrame) -> pd.DataFrame:
         g = g.assign(offset_us=g["rank"].map(offsets), clock=clock)
         aligned = g["start_us"] - g["offset_us"]
         g = g.assign(last_start=aligned.groupby(g["key"]).transform("max"),
-                     ranks=g.groupby("key")["rank"].transform("nunique"))
+                     ranks=g.groupby("key")["rank"].transform("nunique"),
+                     key_step=g["key"].map(g.sort_values("rank").groupby("key")["step"].first()))
         g["last_rank"] = g["key"].map(g.loc[aligned.groupby(g["key"]).idxmax().dropna(), ["key", "rank"]]
                                       .set_index("key")["rank"])
         length = g["end_us"] - g["start_us"]
