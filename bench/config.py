@@ -35,7 +35,7 @@ from bench.schema import (
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEVICES = ("auto", "cpu", "cuda")
-FAULT_KINDS = ("hang", "crash")
+FAULT_KINDS = ("hang", "crash", "slow")  # slow takes its milliseconds: slow:<ms>
 DEVICE_SECTIONS = ("on_cpu", "on_cuda")
 # run.pg_timeout_s="auto": this much beyond the watchdog's limit. The launcher polls every 50 ms and then
 # needs a few seconds to kill a launch (SIGTERM, a 5 s grace, SIGKILL); a minute leaves room for a loaded
@@ -357,21 +357,38 @@ class ProfileConfig:
 
 @dataclass(frozen=True)
 class DebugConfig:
-    """Test-only fault injection: "hang@<substring>" or "crash@<substring>" of a cell_id; "" for none.
-    The fault hits the last rank: a hang leaves the others waiting in a collective; a crash raises."""
+    """Test-only fault injection into the cells whose id contains <substring>; "" for none. The fault hits
+    the last rank: "hang@<substring>" leaves the others waiting in a collective; "crash@<substring>" raises;
+    "slow:<ms>@<substring>" makes it sleep <ms> milliseconds at the start of every optimizer step (timed,
+    compute-only, phase, memory and profiled steps alike): a straggler whose peers wait for it in the
+    step's first gradient collective (bench/analyze/waits.py measures that wait)."""
 
     fault: str = ""
 
     def __post_init__(self):
         if self.fault:
             kind, _, pattern = self.fault.partition("@")
-            if kind not in FAULT_KINDS or not pattern:
-                fail("debug.fault", self.fault, "must be 'hang@<cell-id substring>' or 'crash@<...>'")
+            name, _, ms = kind.partition(":")
+            ok = name in FAULT_KINDS and bool(pattern) and (name == "slow") == bool(ms)
+            if ok and name == "slow":
+                try:
+                    ok = math.isfinite(float(ms)) and float(ms) > 0
+                except ValueError:
+                    ok = False
+            if not ok:
+                fail("debug.fault", self.fault,
+                     "must be 'hang@<cell-id substring>', 'crash@<...>' or 'slow:<ms>@<...>' (ms > 0)")
 
     def fault_for(self, cell_id: str) -> str | None:
-        """The fault kind injected into `cell_id`, or None."""
+        """The fault kind ("hang", "crash" or "slow") injected into `cell_id`, or None."""
         kind, _, pattern = self.fault.partition("@")
-        return kind if self.fault and pattern in cell_id else None
+        return kind.partition(":")[0] if self.fault and pattern in cell_id else None
+
+    def slow_ms_for(self, cell_id: str, rank: int, world_size: int) -> float:
+        """The milliseconds `rank` sleeps at the start of each step of `cell_id` (0: no straggler here)."""
+        if self.fault_for(cell_id) != "slow" or rank != world_size - 1:
+            return 0.0
+        return float(self.fault.partition("@")[0].partition(":")[2])
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,8 @@ LAUNCH_STATS = "launch_stats.csv"
 STRAGGLERS = "stragglers.csv"
 KERNEL_CLASSES = "kernel_classes.csv"
 WITNESSES = "witnesses.csv"
+COLLECTIVE_WAIT = "collective_wait.csv"  # each rank's collectives split into wait and transfer
+RANK_TIMELINE = "rank_timeline.csv"      # one step per multi-rank job: each rank's compute, wait, transfer
 # written by `bench project RUN`, under PROJECTION_DIR
 PROJECTION_DIR = "projection"
 PROJECTION = "projection.csv"

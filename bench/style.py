@@ -18,6 +18,7 @@ EXPOSED_COMM = "tab:red"
 HIDDEN_COMM = "tab:orange"
 MEMORY = "tab:gray"
 IDLE = "0.85"
+WAIT = "tab:purple"            # communication waiting for the last rank (the cross-rank view)
 # reference lines
 IDEAL = "0.45"                 # perfect scaling
 THRESHOLD = "0.15"             # the efficiency threshold (dotted)

@@ -6,6 +6,11 @@ import argparse
 import gzip
 import json
 import math
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -28,7 +33,8 @@ from bench.analyze import classify as C
 from bench.analyze import cli
 from bench.analyze import intervals as iv
 from bench.analyze.columns import BUCKET_TIMELINE_COLUMNS, TRACE_SUMMARY_COLUMNS
-from bench.analyze.summary import TraceJob, analyse, analyse_trace
+from bench.analyze.summary import TraceJob, analyse, analyse_tables, analyse_trace
+from bench.lifetime import alive
 
 
 def rows_by_step(path, **kw):
@@ -296,7 +302,7 @@ def test_a_bad_file_gives_one_error_and_the_others_are_analysed(tmp_path):
 
 
 def run_cli(path, out=None) -> int:
-    return cli.main(argparse.Namespace(path=path, out=out))
+    return cli.main(argparse.Namespace(path=path, out=out, workers=None))
 
 
 def test_cli_folder_of_traces(tmp_path, capsys):
@@ -347,3 +353,52 @@ def test_bench_main_dispatches_analyze(tmp_path):
     trace = write_trace(tmp_path / "rank0.json", cpu_events(), CPU_META)
     assert bench_main(["analyze", str(trace), "--out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "bucket_timeline.csv").is_file()
+
+
+def test_workers_give_the_same_tables_and_a_bad_count_exits_2(tmp_path, capsys):
+    # two ranks' traces analysed in two worker processes, and in this one: the same rows, in the same order
+    folder = tmp_path / "in"
+    for rank in (0, 1):
+        write_trace(folder / f"rank{rank}.json", cpu_events(), CPU_META, shift=rank * 7.0)
+    jobs = [TraceJob(p, p.name) for p in sorted(folder.iterdir())]
+    one, _ = analyse_tables(jobs, workers=1)
+    seen = []
+    two, _ = analyse_tables(jobs, workers=2, progress=lambda done, total: seen.append((done, total)))
+    for name in one:
+        pd.testing.assert_frame_equal(one[name], two[name], check_dtype=False)
+    assert seen == [(1, 2), (2, 2)]
+    assert cli.main(argparse.Namespace(path=folder, out=tmp_path / "out", workers=0)) == 2
+    assert "--workers 0" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    assert cli.main(argparse.Namespace(path=folder, out=tmp_path / "out", workers=2)) == 0
+    assert "bench analyze: 2/2 trace files" in capsys.readouterr().err
+
+
+def test_no_worker_outlives_the_command(tmp_path):
+    # four copies of the public A100 trace (most of a second each): `bench analyze` is killed while its two
+    # worker processes run; each dies with it (prctl's parent-death signal, bench/lifetime.py)
+    source = Path(__file__).parent / "data" / "traces" / "hta" / "a100-8rank-rank3" / "rank3.json.gz"
+    for rank in range(4):
+        shutil.copy(source, tmp_path / f"rank{rank}.json.gz")
+    proc = subprocess.Popen([sys.executable, "-m", "bench", "analyze", str(tmp_path), "--out",
+                             str(tmp_path / "out"), "--workers", "2"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    kids: list[int] = []
+    deadline = time.monotonic() + 20
+    while len(kids) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        kids = [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat")
+                if _ppid(p) == proc.pid]
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    assert len(kids) == 2, "the workers never started"
+    deadline = time.monotonic() + 5
+    while any(alive(k) for k in kids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(k) for k in kids)
+
+
+def _ppid(stat: Path) -> int | None:
+    try:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None

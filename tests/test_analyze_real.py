@@ -124,8 +124,10 @@ def test_straggler_matches_holistic_trace_analysis_on_the_two_rank_job():
     folder = DATA / "hta" / "sampled-2rank"
     frames, _ = analyse_tables(TraceJob(p, p.name) for p in find_trace_files(folder))
     ours = persistent_stragglers(frames["stragglers.csv"]).iloc[0]
-    # ours: rank 1 joins the last gradient all-reduce 30.0 and 22.3 ms after rank 0 in steps 551 and 552
-    assert (ours["straggler_rank"], ours["steps_last"], ours["steps"]) == (1, 2, 2) and ours["persistent"]
+    # ours: the collectives aligned across the two ranks (tests/test_analyze_waits.py): rank 1 held the
+    # others longest in steps 551 and 552
+    assert (ours["straggler_rank"], ours["steps_last"], ours["steps"]) == (1, 2, 2)
+    assert not ours["persistent"]  # two steps of two ranks: by chance half the time (chance_p 0.5)
     ta = hta.TraceAnalysis(trace_dir=str(folder), include_last_profiler_step=True)
     assert ta.get_potential_stragglers(num_candidates=1) == [ours["straggler_rank"]]
 
@@ -143,7 +145,7 @@ def test_real_cpu_only_trace():
 def test_run_folder_bucket_timeline_matches_the_engines_buckets(tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(DATA / "ddpbench-cpu-run", run)
-    assert cli.main(argparse.Namespace(path=run, out=None)) == 0
+    assert cli.main(argparse.Namespace(path=run, out=None, workers=None)) == 0
     results = pd.read_csv(run / "results.csv")
     summary = pd.read_csv(run / "trace_summary.csv")
     timeline = pd.read_csv(run / "bucket_timeline.csv")
@@ -183,6 +185,6 @@ def test_run_folder_cell_without_traces_is_reported(tmp_path, capsys):
     shutil.copytree(DATA / "ddpbench-cpu-run", run)
     naive = pd.read_csv(run / "results.csv").query("engine == 'naive'")["trace_dir"].iloc[0]
     shutil.rmtree(run / naive)
-    assert cli.main(argparse.Namespace(path=run, out=None)) == 1
+    assert cli.main(argparse.Namespace(path=run, out=None, workers=None)) == 1
     assert "naive" in capsys.readouterr().err
     assert len(pd.read_csv(run / "trace_summary.csv")) == 4 * 3   # the other two cells still analysed

@@ -39,22 +39,29 @@ def test_witnesses_subtract_the_world_size_1_sync_overhead_and_compare_intervals
         cell("W2", 2, 4, 10.0, 9.0, 12.0), cell("W3", 2, 8, 10.0, 9.5, 10.5),
         cell("N2", 2, 4, 10.0, 9.0, 11.0, engine="naive"),   # no world-size-1 naive cell
         cell("W4", 2, 4, 10.0, 9.5, 10.5), cell("W5", 2, 10, 10.0, 9.5, 10.5),
+        # torch with a comm hook: its compression is work no_sync skips that the plain cell never did
+        cell("P2", 2, 4, 50.0, 45.0, 60.0) | {"engine_options": "hpowersgd.r4"},
     ])
     s = summary([
-        step_row("W1", 0, "1", exposed_comm_excl_barrier_ms=0.03),
-        step_row("W1", 0, "all", exposed_comm_excl_barrier_ms=99.0),   # the whole-window row is not a step
-        *[step_row("W2", r, st, exposed_comm_excl_barrier_ms=v)
-          for (r, st), v in zip([(0, "1"), (0, "2"), (1, "1"), (1, "2")], [7.0, 11.0, 8.0, 9.0])],
-        step_row("W3", 0, "1", exposed_comm_excl_barrier_ms=5.0),
-        step_row("W3", 1, "1", exposed_comm_excl_barrier_ms=5.2),
-        step_row("N2", 0, "1", exposed_comm_excl_barrier_ms=1.0),
-        step_row("W4", 0, "1", exposed_comm_excl_barrier_ms=8.8),
-        step_row("W4", 1, "1", exposed_comm_excl_barrier_ms=12),
-        step_row("W5", 0, "1", exposed_comm_excl_barrier_ms=0.0),
+        step_row("W1", 0, "1", exposed_transfer_ms=0.03),
+        step_row("W1", 0, "all", exposed_transfer_ms=99.0),   # the whole-window row is not a step
+        # the trace's witness is exposed transfer: exposed communication (barriers out) less exposed waiting
+        # for the last rank, which the timers cannot see (their compute-only window is the slowest rank's)
+        *[step_row("W2", r, st, exposed_transfer_ms=v, exposed_wait_ms=wt,
+                   exposed_comm_excl_barrier_ms=v + wt)
+          for (r, st), v, wt in zip([(0, "1"), (0, "2"), (1, "1"), (1, "2")], [7.0, 11.0, 8.0, 9.0],
+                                    [4.0, 6.0, 0.0, 0.0])],
+        step_row("W3", 0, "1", exposed_transfer_ms=5.0),
+        step_row("W3", 1, "1", exposed_transfer_ms=5.2),
+        step_row("N2", 0, "1", exposed_transfer_ms=1.0),
+        step_row("W4", 0, "1", exposed_transfer_ms=8.8),
+        step_row("W4", 1, "1", exposed_transfer_ms=12),
+        step_row("W5", 0, "1", exposed_transfer_ms=0.0),
+        step_row("P2", 0, "1", exposed_transfer_ms=0.1),
     ])
     w = tables.witnesses(s, results)
     assert list(w.columns) == list(WITNESS_COLUMNS)
-    assert set(w["cell_id"]) == {"W1", "W2", "W3", "N2", "W4", "W5"}
+    assert set(w["cell_id"]) == {"W1", "W2", "W3", "N2", "W4", "W5", "P2"}
     w = w.set_index("cell_id")
     # W1, world size 1: all of step − compute-only is sync overhead; timer 2 − 2 = 0, [1.5 − 2.5, 2.5 − 1.5]
     assert w.loc["W1", "sync_overhead_ms"] == 2.0 and w.loc["W1", "sync_overhead_from"] == "itself"
@@ -65,21 +72,27 @@ def test_witnesses_subtract_the_world_size_1_sync_overhead_and_compare_intervals
     assert w.loc["W2", "sync_overhead_from"] == "W1" and w.loc["W2", "step_minus_compute_only_ms"] == 10.0
     assert (w.loc["W2", "timer_exposed_comm_ms"], w.loc["W2", "timer_exposed_comm_ms_low"],
             w.loc["W2", "timer_exposed_comm_ms_high"]) == (8.0, 6.5, 10.5)
-    # trace: median 8.5 of the four profiled steps, range [7, 11]: overlaps [6.5, 10.5]
+    # trace: median 8.5 of the four profiled steps, range [7, 11]: overlaps [6.5, 10.5]; the waits (median 2
+    # of 4, 6, 0, 0) beside it, not in it
     assert (w.loc["W2", "trace_exposed_comm_ms"], w.loc["W2", "trace_exposed_comm_ms_low"],
             w.loc["W2", "trace_exposed_comm_ms_high"]) == (8.5, 7.0, 11.0)
+    assert w.loc["W2", "trace_exposed_wait_ms"] == 2.0 and w.loc["W2", "trace_steps"] == 4
     assert not w.loc["W2", "disagree"]
     # W3: no world-size-1 cell at batch 8: the nearest (4, not 16); timer 8 in [7, 9]; trace [5, 5.2] below
     assert w.loc["W3", "sync_overhead_from"] == "W1 (per-rank batch 4, none at 8)"
     assert (w.loc["W3", "timer_exposed_comm_ms_low"], w.loc["W3", "timer_exposed_comm_ms_high"]) == (7.0, 9.0)
     assert w.loc["W3", "trace_exposed_comm_ms"] == pytest.approx(5.1) and w.loc["W3", "disagree"]
+    assert w.loc["W3", "note"] == "the timers 1.80 ms above the trace beyond both intervals"  # 7 − 5.2
+    assert pd.isna(w.loc["W2", "note"])
     # W4: timer [7, 9]; the trace's median 10.4 is above it but its range [8.8, 12] reaches it: agree
     assert w.loc["W4", "trace_exposed_comm_ms"] == pytest.approx(10.4) and not w.loc["W4", "disagree"]
     # W5: batch 10 is as far from 4 as from 16: the larger batch's cell
     assert w.loc["W5", "sync_overhead_from"] == "W1b (per-rank batch 16, none at 10)"
     assert w.loc["W5", "sync_overhead_ms"] == 3.0
-    # N2: no overhead to subtract, so no timer witness and no verdict
-    assert pd.isna(w.loc["N2", "timer_exposed_comm_ms"]) and pd.isna(w.loc["N2", "disagree"])
+    # N2: no overhead to subtract, so no timer witness and no verdict; nor P2: the plain W1 is not its kind
+    for c in ("N2", "P2"):
+        assert pd.isna(w.loc[c, "timer_exposed_comm_ms"]) and pd.isna(w.loc[c, "disagree"])
+        assert w.loc[c, "note"].startswith("no timer witness")
 
 
 def test_breakdown_parts_add_up_to_the_span():

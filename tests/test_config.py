@@ -44,6 +44,12 @@ def run_cli(*argv: str) -> int:
         (["run.device=cuda"], "run.device", "cuda"),  # no GPU on the test machine
         (["workload.model=nosuchmodel"], "model", "nosuchmodel"),
         (["debug.fault=explode@x"], "debug.fault", "explode@x"),
+        (["debug.fault=slow@x"], "debug.fault", "slow@x"),               # slow needs its milliseconds
+        (["debug.fault=slow:abc@x"], "debug.fault", "slow:abc@x"),
+        (["debug.fault=slow:-5@x"], "debug.fault", "slow:-5@x"),
+        (["debug.fault=slow:nan@x"], "debug.fault", "slow:nan@x"),
+        (["debug.fault=hang:5@x"], "debug.fault", "hang:5@x"),           # only slow takes a number
+        (["debug.fault=slow:5"], "debug.fault", "slow:5"),               # no cell-id substring
     ],
 )
 def test_bad_values_exit_2_naming_key_and_value(tmp_path, capsys, overrides, key, value):
@@ -231,3 +237,14 @@ def test_gpu_node_presets_say_their_cell_count_and_estimate(preset, minutes):
         assert estimate < minutes * 60
         node = load_config("gpu-node", cuda_available=True).workload
         assert (config.workload.model, config.workload.model_size) == (node.model, node.model_size)
+
+
+def test_slow_fault_hits_the_last_rank_of_matching_cells():
+    from bench.config import DebugConfig
+
+    debug = DebugConfig("slow:12.5@-ws2-")
+    assert debug.fault_for("overlap-mlp.tiny-ws2-b25") == "slow" and debug.fault_for("x-ws1-") is None
+    assert debug.slow_ms_for("overlap-mlp.tiny-ws2-b25", 1, 2) == 12.5   # the last rank
+    assert debug.slow_ms_for("overlap-mlp.tiny-ws2-b25", 0, 2) == 0.0    # not the others
+    assert debug.slow_ms_for("overlap-mlp.tiny-ws1-b25", 0, 1) == 0.0    # nor other cells
+    assert DebugConfig("hang@x").slow_ms_for("x", 1, 2) == 0.0

@@ -6,6 +6,7 @@ exposed communication, and returns what it found as an `Analysis`. The command (
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +15,14 @@ import pandas as pd
 from bench import run_folder
 from bench.analyze import tables as witness_tables
 from bench.analyze.load import find_trace_files
-from bench.analyze.summary import SUMMARY_FILE, TIMELINE_FILE, TraceJob, analyse_tables
+from bench.analyze.summary import (
+    SUMMARY_FILE,
+    TIMELINE_FILE,
+    WAIT_FILE,
+    TraceJob,
+    analyse_tables,
+    default_workers,
+)
 
 
 class AnalyzeInputError(Exception):
@@ -41,9 +49,12 @@ class Analysis:
     def lines(self) -> list[str]:
         """What `bench analyze` prints (its errors go to stderr, one line each, before these)."""
         out = self.out
-        lines = [f"analysed {self.analysed}/{self.files} trace files in {self.seconds:.1f} s",
-                 f"summary: {out / SUMMARY_FILE}", f"bucket timeline: {out / TIMELINE_FILE}"]
-        others = [n for n in self.tables if n not in (SUMMARY_FILE, TIMELINE_FILE)]
+        waits = self.tables[WAIT_FILE]
+        lines = [f"collective waits: {out / WAIT_FILE} ({waits['job'].nunique()} multi-rank jobs; "
+                 f"{waits['clock'].iloc[0]})"] if len(waits) else []
+        lines += [f"analysed {self.analysed}/{self.files} trace files in {self.seconds:.1f} s",
+                  f"summary: {out / SUMMARY_FILE}", f"bucket timeline: {out / TIMELINE_FILE}"]
+        others = [n for n in self.tables if n not in (SUMMARY_FILE, TIMELINE_FILE, WAIT_FILE)]
         lines.append(f"also: {', '.join(str(out / n) for n in others)}")
         if self.witnesses is not None:
             n_dis = int(self.witnesses["disagree"].fillna(False).sum())
@@ -112,15 +123,20 @@ def plan(path: Path, out: Path | None) -> tuple[list[TraceJob], list[str], Path]
     return jobs, missing, out
 
 
-def run(path: Path | str, out: Path | str | None = None) -> Analysis:
+def run(path: Path | str, out: Path | str | None = None, workers: int | None = None,
+        progress: Callable[[int, int], None] | None = None) -> Analysis:
     """Analyse the traces of PATH (a run folder, a folder of traces or one trace file) into `out` (default:
     the run folder, else the current folder): every table of summary.TABLES and, for a run folder, the
-    witnesses. AnalyzeInputError (nothing written) when PATH cannot be analysed at all; a file that cannot be
-    read is one line of `errors` and the others are still analysed."""
+    witnesses; `workers` processes side by side, one file each (None: one per usable CPU, at most one per
+    file), `progress(done, total)` after each file. AnalyzeInputError (nothing written) when PATH cannot be
+    analysed at all; a file that cannot be read is one line of `errors` and the others are still analysed."""
+    if workers is not None and workers < 1:
+        raise AnalyzeInputError(f"--workers {workers}: must be at least 1")
     path = Path(path)
     jobs, missing, out = plan(path, None if out is None else Path(out))
     t0 = time.perf_counter()
-    tables, errors = analyse_tables(jobs)
+    workers = default_workers(len(jobs)) if workers is None else min(workers, len(jobs))
+    tables, errors = analyse_tables(jobs, workers, progress)
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in tables.items():
         frame.to_csv(out / name, index=False)

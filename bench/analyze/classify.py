@@ -86,6 +86,9 @@ BARRIER_ISSUE_OP = re.compile(r"^c10d::barrier")
 COLLECTIVE_HOST_OP = re.compile(r"^(c10d::|c10d_functional::|_c10d_functional::|record_param_comms$)")
 ALLREDUCE_ISSUE_OP = re.compile(r"^c10d::allreduce")
 COLLECTIVE_ARGS_EVENT = "record_param_comms"
+# its args name the collective (torch/csrc/profiler/util.h kCommsName); current torch puts them on NCCL
+# kernels too
+COLLECTIVE_NAME_ARG = "Collective name"
 DATALOADER = re.compile(r"^enumerate\((DataLoader|DataPipe)\)#")  # TensorBoard's "DataLoader" category
 
 # The engines' and the bench worker's record_function labels (ddp_core/buckets.py, ddp_core/distributed.py,

@@ -17,6 +17,9 @@ TRACE_SUMMARY_COLUMNS = (
     # trace whose reduce-scatters ran as all-reduces (classify.REDUCE_SCATTER_ISSUE_OP) leaves
     # reduce_scatter_ms empty (they are in allreduce_ms)
     "allgather_ms", "reduce_scatter_ms",
+    # communication other than barriers split by aligning each collective across the job's ranks
+    # (bench/analyze/waits.py; empty for a single-rank job): waiting for the last rank, and the rest
+    "wait_ms", "transfer_ms", "exposed_wait_ms", "exposed_transfer_ms",
 )
 
 BUCKET_TIMELINE_COLUMNS = (
@@ -30,7 +33,7 @@ WITNESS_COLUMNS = (
     "cell_id", "world_size", "timer_exposed_comm_ms", "trace_exposed_comm_ms", "sync_overhead_ms", "disagree",
     "timer_exposed_comm_ms_low", "timer_exposed_comm_ms_high", "trace_exposed_comm_ms_low",
     "trace_exposed_comm_ms_high", "sync_overhead_ms_low", "sync_overhead_ms_high", "sync_overhead_from",
-    "step_minus_compute_only_ms",
+    "step_minus_compute_only_ms", "trace_exposed_wait_ms", "trace_steps", "note",
 )
 
 # kernel_classes.csv: one row per (trace file, kernel class) over the file's `all` window; the overlapped_*
@@ -60,5 +63,16 @@ LAUNCH_STATS_COLUMNS = (
     "launch_bound", "host_busy_ms",
 )
 
-# stragglers.csv (bench/analyze/stragglers.py): per (job, step), the rank whose backward finished last.
+# collective_wait.csv (bench/analyze/waits.py): one row per rank and collective of a job of two or more ranks:
+# its wait for the last rank and its transfer; start_ms on the aligned clock from the step's earliest start.
+COLLECTIVE_WAIT_COLUMNS = (
+    "cell_id", "job", "trace_file", "rank", "step", "collective", "process_group", "seq", "ordinal", "bytes",
+    "start_ms", "wait_ms", "transfer_ms", "last_rank", "ranks", "clock_offset_ms", "clock",
+)
+
+# rank_timeline.csv (bench/analyze/waits.py): one step per multi-rank job, each rank's host window, compute,
+# wait and transfer segments on the aligned clock (the report's per-rank timeline figure).
+RANK_TIMELINE_COLUMNS = ("cell_id", "job", "rank", "step", "kind", "start_ms", "end_ms")
+
+# stragglers.csv (bench/analyze/waits.py): per (job, step), the rank the others waited for.
 STRAGGLER_COLUMNS = ("cell_id", "job", "step", "ranks", "straggler_rank", "late_by_ms", "spread_ms")

@@ -59,8 +59,9 @@ class GpuView:
         self.reduce_scatter = (self.cls == C.COMM) & C.name_mask(trace, C.REDUCE_SCATTER_KERNEL)[gpu]
         self.blocks_per_sm = trace.blocks_per_sm[gpu]
         self.occupancy = trace.occupancy[gpu]
-        self.launch, launch_tid = self._launch_times(trace, gpu)
-        self.barrier = (self.cls == C.COMM) & self._in_barrier(trace, self.launch, launch_tid)
+        self.launch, self.launch_tid = self._launch_times(trace, gpu)
+        self.launch_raw = self.launch  # as recorded (the host events it is compared with are not rounded)
+        self.barrier = (self.cls == C.COMM) & self._in_barrier(trace, self.launch, self.launch_tid)
         # ns-resolution traces (fractional µs): HTA rounds every event inward to whole µs, start up and end
         # down (hta/common/trace_parser.py round_down_time_stamps; Kineto's ns timestamps made neighbouring
         # events overlap, pytorch/pytorch#122425). The breakdown does the same; an event that rounds to less

@@ -2,11 +2,14 @@
 
 Only complete events (`"ph": "X"`) carry durations; they are all the analysis needs. Each is kept as one
 row of parallel numpy arrays (ts and dur in microseconds, as the file has them) and the few `args` the
-analysis reads are pulled out in the same pass, so the parsed dicts can be freed at once. The file's text
-is read a few MB at a time (gunzipped and decoded on the way), never whole: holding a big trace's text
-(and its bytes, while decoding) was most of the peak memory. A file that
-cannot be read raises TraceError with one line naming the file and the reason; the caller reports it and
-goes on with the other files.
+analysis reads are pulled out in the same pass. The file's text is read a few MB at a time (gunzipped and
+decoded on the way), never whole: holding a big trace's text (and its bytes, while decoding) was most of
+the peak memory. The top level is walked with json's scanner; the `traceEvents` array is cut into runs of
+whole events a few MB long, each decoded by msgspec straight into typed records that keep only the fields
+read here (`Event`, `Args`: no dict per event, no unread arg decoded), then appended to the columns and
+dropped. A cut is only taken where the text before it decodes as whole events, so a `},{` inside a string
+cannot split one. A file that cannot be read raises TraceError with one line naming the file and the
+reason; the caller reports it and goes on with the other files.
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import numpy as np
 
 from bench.analyze import classify as C
@@ -29,7 +35,10 @@ ARG_CORRELATION = "correlation"
 ARG_BLOCKS_PER_SM = "blocks per SM"
 ARG_OCCUPANCY = "est. achieved occupancy %"
 # Events whose args describe a collective's message (see classify.COLLECTIVE_ARGS_EVENT / HOST_COLLECTIVE).
-COMM_ARG_KEYS = ("Collective name", "dtype", "In msg nelems", "Group size", "Input Dims", "Input type")
+# Current torch also puts record_param_comms' args on the NCCL kernel itself; `Process Group Name` and `Seq`
+# identify the collective across ranks (bench/analyze/collectives.py).
+COMM_ARG_KEYS = ("Collective name", "dtype", "In msg nelems", "Out msg nelems", "Group size", "Input Dims",
+                 "Input type", "Process Group Name", "Seq")
 
 
 class TraceError(Exception):
@@ -59,8 +68,9 @@ class Trace:
     occupancy: np.ndarray         # float64, NaN when absent (kernels)
     comm_args: dict[int, dict] = field(default_factory=dict)   # row → args, for collective-describing events
 
-    @property
+    @cached_property
     def end(self) -> np.ndarray:
+        """ts + dur, computed once (the analyses read it thousands of times)."""
         return self.ts + self.dur
 
     def name_of(self, row: int) -> str:
@@ -72,6 +82,52 @@ class Trace:
 
 CHUNK_BYTES = 1 << 22  # bytes read (after gunzip) at a time
 AHEAD = 1 << 16        # text kept ahead of a scan (unless the file ends first): no number is cut in two
+RUN_CHARS = 1 << 22    # events text decoded at once: 4 MiB, ~15k events of the public A100 trace (284 B each)
+
+
+_ABSENT = msgspec.Raw(b"null")  # a raw arg the event does not carry
+
+
+class Args(msgspec.Struct, gc=False):
+    """The `args` an event may carry that the analysis reads; every other arg is skipped undecoded.
+    Input Dims / Input type (record_shapes, on every operator) stay raw until an event needs them."""
+
+    correlation: Any = None
+    blocks_per_sm: Any = msgspec.field(name=ARG_BLOCKS_PER_SM, default=None)
+    occupancy: Any = msgspec.field(name=ARG_OCCUPANCY, default=None)
+    collective: Any = msgspec.field(name="Collective name", default=None)
+    dtype: Any = None
+    in_nelems: Any = msgspec.field(name="In msg nelems", default=None)
+    out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
+    group_size: Any = msgspec.field(name="Group size", default=None)
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_ABSENT)
+    input_type: msgspec.Raw = msgspec.field(name="Input type", default=_ABSENT)
+    process_group: Any = msgspec.field(name="Process Group Name", default=None)
+    seq: Any = msgspec.field(name="Seq", default=None)
+
+
+# Args' fields by the name Kineto gives them (COMM_ARG_KEYS): what Trace.comm_args holds for an event
+_COMM_FIELDS = {f.encode_name: f.name for f in msgspec.structs.fields(Args) if f.encode_name in COMM_ARG_KEYS}
+
+
+class Event(msgspec.Struct, gc=False):
+    """One element of traceEvents, as far as the analysis reads it."""
+
+    ph: Any = None
+    name: Any = ""
+    cat: Any = ""
+    ts: Any = None
+    dur: Any = None
+    pid: Any = None
+    tid: Any = None
+    args: Args | None = None
+
+
+_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])
+_RUN = msgspec.json.Decoder(list[Event])
+_ARGS = msgspec.json.Decoder(Args)
+_BETWEEN = re.compile(r"\}\s*,\s*\{")  # where one event ends and the next begins (or a string says so)
+_LAST = re.compile(r"\}\s*\]")          # where the last event ends and the array closes
 
 
 def _text_chunks(path: Path) -> Iterator[str]:
@@ -141,18 +197,23 @@ class _Text:
             return ""
         return chunk
 
-    def ensure(self, pos: int) -> int:
-        """Keep the text from pos on, with at least AHEAD characters after it unless the file ends first;
-        returns pos in the kept text."""
-        if self.eof or len(self.text) - pos >= AHEAD:
+    def ensure(self, pos: int, ahead: int | None = None) -> int:
+        """Keep the text from pos on, with at least `ahead` (default AHEAD) characters after it unless the
+        file ends first; returns pos in the kept text."""
+        ahead = AHEAD if ahead is None else ahead
+        if self.eof or len(self.text) - pos >= ahead:
             return pos
         parts, held = [self.text[pos:]], len(self.text) - pos
-        while held < max(CHUNK_BYTES, 2 * AHEAD) and not self.eof:
+        while held < max(CHUNK_BYTES, 2 * ahead) and not self.eof:
             parts.append(self._next())
             held += len(parts[-1])
         self.base += pos
         self.text = "".join(parts)
         return 0
+
+    def more(self) -> None:
+        """Append the next chunk to what is held."""
+        self.text += self._next()
 
     def scan(self, pos: int):
         """(value, end) of the JSON value at pos (pos is valid in the text after ensure)."""
@@ -197,14 +258,20 @@ def _stream(text: _Text, add) -> dict | None:
         if at(pos) == "]":
             return pos + 1
         while True:
-            event, pos = scan(pos)
-            add(event)
-            pos = skip(pos)
-            if at(pos) == "]":
-                return pos + 1
-            if at(pos) != ",":
-                raise ValueError(f"expected ',' or ']' at {where(pos)}")
-            pos = skip(pos + 1)
+            pos = text.ensure(pos, RUN_CHARS)
+            held = text.text
+            end = _closing(held, pos)
+            if end is not None:  # the last events: decode them and leave the array
+                add(_decode_run(held[pos:end[0]]))
+                return end[1]
+            cut = _cut(held, pos)
+            if cut is None:  # no whole event held: read on (an event longer than what is held)
+                if text.eof:
+                    raise ValueError(f"unterminated traceEvents array after {where(pos)}")
+                text.more()
+                continue
+            add(_decode_run(held[pos:cut[0]]))
+            pos = cut[1]
 
     pos = skip(0)
     if at(pos) == "[":
@@ -236,12 +303,74 @@ def _stream(text: _Text, add) -> dict | None:
     return meta if found else None
 
 
+def _decodes(run: str) -> bool:
+    try:
+        _EVENTS.decode(f"[{run}]")
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
+def _cut(held: str, pos: int) -> tuple[int, int] | None:
+    """(end of the run, start of the next event) for the longest run of whole events from pos in `held`
+    (at most what is held), or None when no boundary in it ends a run of whole events."""
+    at = len(held)
+    while True:
+        at = held.rfind("}", pos, at)
+        if at < 0:
+            return None
+        m = _BETWEEN.match(held, at)
+        if m and _decodes(held[pos:at + 1]):
+            return at + 1, m.end() - 1
+        # not a boundary, or one inside a string: an earlier one
+
+
+def _closing(held: str, pos: int) -> tuple[int, int] | None:
+    """(end of the last event, index after the array's "]") when the array closes in what is held."""
+    for m in _LAST.finditer(held, pos):
+        if _decodes(held[pos:m.start() + 1]):
+            return m.start() + 1, m.end()
+    return None
+
+
+def _decode_run(run: str) -> list[Event]:
+    """A run of whole events as Events. A run with an odd element (not an object, or args that are not an
+    object) is taken one element at a time: such an element is dropped, or its args, as unreadable."""
+    try:
+        return _RUN.decode(f"[{run}]")
+    except msgspec.ValidationError:
+        out = []
+        for raw in _EVENTS.decode(f"[{run}]"):
+            item = msgspec.json.decode(raw)
+            if not isinstance(item, dict):
+                continue
+            args = item.get("args")
+            args = _ARGS.decode(msgspec.json.encode(args)) if isinstance(args, dict) else None
+            out.append(Event(ph=item.get("ph"), name=item.get("name", ""), cat=item.get("cat", ""),
+                             ts=item.get("ts"), dur=item.get("dur"), pid=item.get("pid"),
+                             tid=item.get("tid"), args=args))
+        return out
+
+
 def _num(value) -> float:
     """A numeric arg as float, NaN when absent or not a number."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else np.nan
 
 
+_NUMBER = (int, float)  # bool is neither here: a class test, not isinstance
 _CORRELATED = C.GPU_CATS | C.RUNTIME_CATS | {C.SYNC_CAT}  # the categories whose events carry a correlation id
+
+
+def _comm_args(a: Args) -> dict:
+    """The COMM_ARG_KEYS an event's args carry, by Kineto's names (the raw shapes decoded)."""
+    out = {}
+    for key, field_name in _COMM_FIELDS.items():
+        value = getattr(a, field_name)
+        if isinstance(value, msgspec.Raw):
+            value = msgspec.json.decode(value)
+        if value is not None:
+            out[key] = value
+    return out
 
 
 def _describes_collective(name) -> bool:
@@ -249,49 +378,52 @@ def _describes_collective(name) -> bool:
 
 
 class _Columns:
-    """Accumulates complete events into column lists, one event at a time."""
+    """Accumulates complete events into column lists, a run of events at a time."""
 
     def __init__(self):
         self.name_ids, self.cat_ids, self.tid_ids, self.ts, self.dur = [], [], [], [], []
         self.corr, self.bps, self.occ, self.comm_args = {}, {}, {}, {}
         self.names, self.cats, self.threads = {}, {}, {}  # value → id, in order of first appearance
-        self.lowered: dict[int, str] = {}                 # category id → lower-cased category
+        self.correlated: dict[int, bool] = {}             # category id → do its events carry a correlation
+        self.kernel: dict[int, bool] = {}                 # category id → is it "kernel"
         self.comm_name: dict[int, bool] = {}              # name id → does this event describe a collective
 
-    def add(self, e) -> None:
-        if not isinstance(e, dict) or e.get("ph") != "X":
-            return
-        start, length = e.get("ts"), e.get("dur")
-        if not isinstance(start, (int, float)) or not isinstance(length, (int, float)):
-            return  # a complete event without times cannot be placed
-        name = e.get("name", "")
-        name = name if isinstance(name, str) else str(name)
-        nid = self.names.setdefault(name, len(self.names))
-        cat = e.get("cat") or ""
-        cid = self.cats.setdefault(cat, len(self.cats))
-        row = len(self.ts)
-        self.name_ids.append(nid)
-        self.cat_ids.append(cid)
-        self.tid_ids.append(self.threads.setdefault((e.get("pid"), e.get("tid")), len(self.threads)))
-        self.ts.append(start)
-        self.dur.append(length)
-        args = e.get("args")
-        if not args:
-            return
-        lowered = self.lowered.get(cid)
-        if lowered is None:
-            lowered = self.lowered[cid] = cat.lower() if isinstance(cat, str) else ""
-        if lowered in _CORRELATED:
-            self.corr[row] = _num(args.get(ARG_CORRELATION))
-            if lowered == "kernel":
-                self.bps[row] = _num(args.get(ARG_BLOCKS_PER_SM))
-                self.occ[row] = _num(args.get(ARG_OCCUPANCY))
-            return
-        hit = self.comm_name.get(nid)
-        if hit is None:
-            hit = self.comm_name[nid] = _describes_collective(name)
-        if hit:
-            self.comm_args[row] = {k: args[k] for k in COMM_ARG_KEYS if k in args}
+    def add(self, events: list[Event]) -> None:
+        names, cats, threads = self.names, self.cats, self.threads
+        for e in events:
+            start, length = e.ts, e.dur
+            if e.ph != "X" or start.__class__ not in _NUMBER or length.__class__ not in _NUMBER:
+                continue  # only complete events; one without times cannot be placed
+            name = e.name if e.name.__class__ is str else str(e.name)
+            nid = names.setdefault(name, len(names))
+            cat = e.cat or ""
+            cid = cats.get(cat)
+            if cid is None:
+                cid = cats[cat] = len(cats)
+                lowered = cat.lower() if isinstance(cat, str) else ""
+                self.correlated[cid], self.kernel[cid] = lowered in _CORRELATED, lowered == "kernel"
+            row = len(self.ts)
+            self.name_ids.append(nid)
+            self.cat_ids.append(cid)
+            self.tid_ids.append(threads.setdefault((e.pid, e.tid), len(threads)))
+            self.ts.append(start)
+            self.dur.append(length)
+            a = e.args
+            if a is None:
+                continue
+            if self.correlated[cid]:
+                self.corr[row] = _num(a.correlation)
+                if self.kernel[cid]:
+                    self.bps[row] = _num(a.blocks_per_sm)
+                    self.occ[row] = _num(a.occupancy)
+                    if a.collective is not None:
+                        self.comm_args[row] = _comm_args(a)
+                continue
+            hit = self.comm_name.get(nid)
+            if hit is None:
+                hit = self.comm_name[nid] = _describes_collective(name)
+            if hit and (described := _comm_args(a)):  # an event that says nothing of its message: no size
+                self.comm_args[row] = described
 
     def trace(self, path: Path, meta: dict) -> Trace:
         n = len(self.ts)

@@ -1,70 +1,89 @@
-"""Stragglers from the traces (docs/design.md, "bench analyze", stragglers.csv), from bucket_timeline rows.
-
-Ranks' clocks are never compared raw. Within a step every rank runs the same last gradient all-reduce, and
-an all-reduce ends on every rank at the same moment (within its last hop's latency): that end is the
-common reference. Each rank's `join_ms` = its part of that all-reduce began − it ended (≤ 0; on GPU the
-NCCL kernel's start, when the rank's stream had finished the backward work before it; on CPU gloo's
-worker event). The rank that joined last is the one whose backward finished last: the others waited for it.
+"""Stragglers from the aligned collectives (docs/design.md, "bench analyze", stragglers.csv): per step, the
+rank the others waited for (bench/analyze/waits.py aligns each collective across the ranks' traces and puts
+them on one clock; raw clocks are never compared).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
+from bench.analyze import intervals as iv
 from bench.analyze.columns import STRAGGLER_COLUMNS
+from bench.analyze.waits import US_PER_MS, multi_rank
 
 
-def _group(timeline: pd.DataFrame) -> pd.Series:
-    """The job a trace file belongs to: its cell, else (outside a run) its folder."""
-    folder = timeline["trace_file"].astype(str).str.rsplit("/", n=1).str[0].where(
-        timeline["trace_file"].astype(str).str.contains("/"), ".")
-    return timeline["cell_id"].where(timeline["cell_id"].notna(), folder).astype(str)
+def _union(pieces: list[tuple[float, float]]) -> np.ndarray:
+    starts, ends = np.array(pieces, dtype=float).reshape(-1, 2).T
+    return iv.union(starts, ends)
 
 
-def straggler_rows(timeline: pd.DataFrame) -> pd.DataFrame:
-    """stragglers.csv: one row per (cell, step) seen by at least two ranks with the same number of buckets."""
-    if timeline.empty:
+def straggler_rows(aligned: pd.DataFrame) -> pd.DataFrame:
+    """stragglers.csv: per (job, step), the rank the others waited for (STRAGGLER_COLUMNS).
+
+    For each matched collective other than a barrier: its last rank and the moment the next-latest rank
+    started (the job waited for the last one alone from then on). held_r = |∪ of [next-latest start,
+    last start] over the collectives where r was last|; the straggler is the rank with the largest held time,
+    late_by_ms = that time, spread_ms = |∪ [earliest start, last start]| over the step's collectives.
+    """
+    aligned = multi_rank(aligned)
+    if aligned.empty:
         return pd.DataFrame(columns=list(STRAGGLER_COLUMNS))
-    t = timeline.assign(group=_group(timeline), n=1)
-    t = t[t["rank"].notna() & (t["step"].astype(str) != "")]
-    per = t.groupby(["group", "step", "rank"], sort=True).agg(
-        cell_id=("cell_id", "first"), buckets=("n", "sum"), last=("bucket", "max"))
-    last = t.merge(per.reset_index()[["group", "step", "rank", "last", "buckets"]],
-                   on=["group", "step", "rank"])
-    last = last[last["bucket"] == last["last"]]
-    last = last.assign(join_ms=last["comm_start_ms"] - last["comm_end_ms"])
+    aligned = aligned.assign(step=aligned["key_step"].astype(str))  # a collective's step: its lowest rank's
+    work = aligned[~aligned["barrier"].astype(bool) & (aligned["ranks"] >= 2)]
+    work = work.assign(t=work["start_us"] - work["offset_us"])
+    by_step = dict(iter(work.groupby(["job", "step"], sort=False)))
     rows = []
-    for (group, step), g in last.groupby(["group", "step"], sort=True):  # one iteration per step, not event
-        ok = len(g) >= 2 and g["buckets"].nunique() == 1 and g["join_ms"].notna().all()
-        row = {"cell_id": g["cell_id"].iloc[0], "job": group, "step": step, "ranks": len(g)}
-        if ok:
-            order = g.sort_values("join_ms", ascending=False)
-            joins = order["join_ms"].to_numpy()
-            row.update(straggler_rank=int(order["rank"].iloc[0]), late_by_ms=float(joins[0] - joins[1]),
-                       spread_ms=float(joins[0] - joins[-1]))
+    for (job, step), g in aligned.groupby(["job", "step"], sort=True):
+        row = {"cell_id": g["cell_id"].iloc[0], "job": job, "step": step, "ranks": g["rank"].nunique()}
+        held: dict[int, list] = {}
+        spread = []
+        for _, k in by_step.get((job, step), work.iloc[:0]).groupby("key"):
+            k = k.sort_values("t")
+            starts = k["t"].to_numpy()
+            held.setdefault(int(k["rank"].iloc[-1]), []).append((starts[-2], starts[-1]))
+            spread.append((starts[0], starts[-1]))
+        lengths = {r: iv.length(_union(pieces)) for r, pieces in held.items()}
+        if lengths and max(lengths.values()) > 0:
+            rank = max(lengths, key=lambda r: (lengths[r], -r))
+            row.update(straggler_rank=rank, late_by_ms=lengths[rank] / US_PER_MS,
+                       spread_ms=iv.length(_union(spread)) / US_PER_MS)
         rows.append(row)
     out = pd.DataFrame(rows, columns=list(STRAGGLER_COLUMNS))
     out["straggler_rank"] = out["straggler_rank"].astype("Int64")
     return out
 
 
-MIN_STEPS = 2  # measured steps before a rank can be named a persistent straggler
+# Named persistent only when chance cannot explain it: if every rank were equally likely to be last in each
+# step, the chance that some rank is last in at least k of n steps is at most r · P(Binomial(n, 1/r) ≥ k)
+# (a union bound over the r ranks). With two ranks, last in 2 or 3 of 3 steps happens to someone every time.
+PERSISTENT_P = 0.05
+
+
+def chance_last(k: int, n: int, ranks: int) -> float:
+    """The union bound above: the chance that, by luck alone, some one of `ranks` ranks is last in at least
+    k of n steps."""
+    p = 1.0 / ranks
+    tail = sum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1))
+    return min(1.0, ranks * tail)
 
 
 def persistent_stragglers(stragglers: pd.DataFrame) -> pd.DataFrame:
-    """Per job: the rank last in most measured steps, how many, and the median late_by_ms of those steps;
-    `persistent` when it was last in more than half of them and at least MIN_STEPS were measured (a rank
-    that is merely last at random, as one of two ranks is, does not get named; nor is one step evidence:
-    `make bench` on CPU profiles one step per cell)."""
+    """Per job: the rank last in most measured steps, how many, the median late_by_ms of those steps,
+    `chance_p` (chance_last) and `persistent`: last in more than half of the steps and chance_p at most
+    PERSISTENT_P (a rank merely last at random, as one of two ranks always is in two of three steps, is not
+    named; one step is never evidence)."""
     s = stragglers.dropna(subset=["straggler_rank"])
     rows = []
     for job, g in s.groupby("job", sort=True):
         counts = g["straggler_rank"].value_counts()
         rank, k = int(counts.index[0]), int(counts.iloc[0])
         late = g["late_by_ms"][g["straggler_rank"] == rank]
+        chance = chance_last(k, len(g), max(2, int(g["ranks"].max())))
         rows.append({"cell_id": g["cell_id"].iloc[0], "job": job, "straggler_rank": rank, "steps_last": k,
-                     "steps": len(g), "late_by_ms_p50": float(np.median(late)),
-                     "persistent": k > len(g) / 2 and len(g) >= MIN_STEPS})
+                     "steps": len(g), "late_by_ms_p50": float(np.median(late)), "chance_p": chance,
+                     "persistent": k > len(g) / 2 and chance <= PERSISTENT_P})
     return pd.DataFrame(rows, columns=["cell_id", "job", "straggler_rank", "steps_last", "steps",
-                                       "late_by_ms_p50", "persistent"])
+                                       "late_by_ms_p50", "chance_p", "persistent"])

@@ -6,6 +6,8 @@
   exposed communication / memory alone / idle, which add up to the span, with all-reduce share and overlap.
 - witnesses: per profiled cell, exposed communication from the timers (less the engine's sync overhead,
   sync_overhead) beside the trace's (less the profiled pass's barrier), and whether their intervals part.
+- wait_table: per multi-rank cell, how much of the exposed communication waited for the last rank, and
+  for which rank (stragglers.csv).
 - seeds_table: per cell, the seeds' table (GPU util, SM efficiency, occupancy, CPU exec, kernels,
   communication, all-reduce share) from the traces.
 Definitions: docs/design.md, "bench analyze".
@@ -17,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from bench.analyze.columns import ALL_STEPS, WITNESS_COLUMNS
+from bench.analyze.stragglers import persistent_stragglers
 
 RUN_KEYS = ("engine", "world_size", "grad_accum", "precision", "bucket_cap_mb")
 
@@ -81,8 +84,10 @@ def breakdown(summary: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
 
 # What must match for a world-size-1 cell to measure another cell's sync overhead: the engine's work
 # outside communication depends on the engine, the gradients (model, dtype, buckets) and how often it syncs.
-SYNC_KEYS = ("engine", "model", "model_size", "seq_len", "bucket_cap_mb", "precision", "comm_dtype",
-             "grad_accum")
+# The engine's options too: a comm hook's compression (PowerSGD's matmuls) or a compiled graph is work that
+# no_sync skips or changes, which a plain cell of the same engine does not measure.
+SYNC_KEYS = ("engine", "engine_options", "model", "model_size", "seq_len", "bucket_cap_mb", "precision",
+             "comm_dtype", "grad_accum")
 SYNC_COLUMNS = ["sync_overhead_ms", "sync_overhead_ms_low", "sync_overhead_ms_high"]
 
 
@@ -126,13 +131,17 @@ def witnesses(summary: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
     """Per profiled cell: exposed communication per step from the timers and from the trace (WITNESS_COLUMNS).
 
     timer = (p50 step − p50 compute-only) − sync_overhead, its interval by interval arithmetic on the two
-    95 % intervals [e_lo − s_hi, e_hi − s_lo]. trace = median of exposed_comm_excl_barrier_ms over the cell's
-    profiled steps on every rank, its interval = [min, max] of them. `disagree` when the two intervals do
-    not overlap; empty when a side is missing.
+    95 % intervals [e_lo − s_hi, e_hi − s_lo]. trace = median of exposed_transfer_ms (exposed communication
+    other than barriers, less its waiting for the last rank: waits.py) over the cell's profiled steps on
+    every rank, its interval = [min, max] of them; trace_exposed_wait_ms the median exposed wait beside it.
+    `disagree` when the two intervals do not overlap; empty when a side is missing.
     """
     steps = _per_step(summary).dropna(subset=["cell_id"])
-    trace = steps.groupby("cell_id")["exposed_comm_excl_barrier_ms"].agg(
+    by_cell = steps.groupby("cell_id")
+    trace = by_cell["exposed_transfer_ms"].agg(
         trace_exposed_comm_ms="median", trace_exposed_comm_ms_low="min", trace_exposed_comm_ms_high="max")
+    trace["trace_exposed_wait_ms"] = by_cell["exposed_wait_ms"].median()
+    trace["trace_steps"] = by_cell["exposed_transfer_ms"].count()
     diff, sync = _step_minus_compute(results), sync_overhead(results)
     out = pd.concat([results[["cell_id", "world_size"]], sync], axis=1)
     out["step_minus_compute_only_ms"] = diff["value"]
@@ -145,7 +154,56 @@ def witnesses(summary: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
     known = out[["timer_exposed_comm_ms_low", "timer_exposed_comm_ms_high", "trace_exposed_comm_ms_low",
                  "trace_exposed_comm_ms_high"]].notna().all(axis=1)
     out["disagree"] = apart.astype("boolean").where(known)
+    out["note"] = [_note(r) for r in out.itertuples()]
     return out[list(WITNESS_COLUMNS)].reset_index(drop=True)
+
+
+def _note(r) -> str | None:
+    """Why a cell's witnesses are not compared, or which way they part; None when they agree."""
+    if pd.isna(r.timer_exposed_comm_ms_low) or pd.isna(r.timer_exposed_comm_ms_high):
+        return ("no timer witness: no world-size-1 cell of the same engine, engine options and gradients "
+                "(SYNC_KEYS) measures what no_sync skips besides communication")
+    if pd.isna(r.trace_exposed_comm_ms):
+        return "no trace witness: no profiled step whose collectives were all matched across ranks"
+    if r.disagree:
+        above = r.timer_exposed_comm_ms_low > r.trace_exposed_comm_ms_high
+        gap = (r.timer_exposed_comm_ms_low - r.trace_exposed_comm_ms_high if above
+               else r.trace_exposed_comm_ms_low - r.timer_exposed_comm_ms_high)
+        return (f"the {'timers' if above else 'trace'} {gap:.2f} ms above the "
+                f"{'trace' if above else 'timers'} beyond both intervals")
+    return None
+
+
+WAIT_TABLE_COLUMNS = ["cell_id", "ranks", "steps", "exposed_comm_ms", "exposed_wait_ms",
+                      "exposed_transfer_ms", "wait_share_pct", "waited_for_rank", "steps_last", "persistent",
+                      "late_by_ms_p50"]
+
+
+def wait_table(summary: pd.DataFrame, stragglers: pd.DataFrame) -> pd.DataFrame:
+    """Per cell of two or more ranks: the mean per profiled step and rank of exposed communication other
+    than barriers and of its two parts, exposed waiting and exposed transfer (waits.py);
+    wait_share_pct = Σ exposed wait / Σ exposed communication × 100; and the rank the others waited for
+    (stragglers.persistent_stragglers: last in most steps; `persistent` when in more than half of them and
+    chance cannot explain it). Cells whose collectives were not all matched across ranks have empty parts."""
+    steps = _per_step(summary).dropna(subset=["cell_id"])
+    ranks = steps.groupby("cell_id")["rank"].nunique()
+    steps = steps[steps["cell_id"].map(ranks) >= 2]
+    if steps.empty:
+        return pd.DataFrame(columns=WAIT_TABLE_COLUMNS)
+    g = steps.groupby("cell_id")
+    out = g[["exposed_comm_excl_barrier_ms", "exposed_wait_ms", "exposed_transfer_ms"]].mean()
+    out = out.rename(columns={"exposed_comm_excl_barrier_ms": "exposed_comm_ms"})
+    out.insert(0, "steps", g["step"].nunique())
+    out.insert(0, "ranks", ranks)
+    total = g["exposed_comm_excl_barrier_ms"].sum()
+    out["wait_share_pct"] = (100 * g["exposed_wait_ms"].sum(min_count=1) / total).where(total > 0)
+    who = persistent_stragglers(stragglers).set_index("cell_id") if len(stragglers) else pd.DataFrame()
+    for ours, theirs in (("waited_for_rank", "straggler_rank"), ("steps_last", "steps_last"),
+                         ("persistent", "persistent"), ("late_by_ms_p50", "late_by_ms_p50")):
+        out[ours] = who[theirs].reindex(out.index) if theirs in who else np.nan
+    out = out.reset_index()
+    out["waited_for_rank"] = out["waited_for_rank"].astype("Int64")
+    return out[WAIT_TABLE_COLUMNS]
 
 
 def seeds_table(summary: pd.DataFrame, results: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.analyze import hta_tables
+from bench.analyze.stragglers import PERSISTENT_P
 from bench.analyze.summary import IDLE_FILE, LAUNCH_FILE, STRAGGLERS_FILE
 from bench.report.render import Section, write_csv
 
@@ -64,10 +65,12 @@ def add_hta_views(sec: Section, run_dir: Path, results: pd.DataFrame, out_dir: P
         table = hta_tables.straggler_table(stragglers, results)
         named = table[table["persistent"].astype(bool)] if len(table) else table
         if len(table):
-            sec.para("Stragglers from the traces: per step, the rank that joined the last gradient "
-                     "all-reduce last (ranks aligned on that all-reduce's end, never on raw clocks). "
+            sec.para("Stragglers from the traces: per step, the rank the others waited for longest "
+                     "(each collective aligned across the ranks on one clock, never raw clocks); a rank is "
+                     "named when it is last in more than half of the steps and chance cannot explain it "
+                     f"(chance_p ≤ {PERSISTENT_P:g}). "
                      + ("; ".join(_named(r) for r in named.head(8).itertuples())
-                        or "No rank is last in most steps") + ".")
+                        or "No rank is last in more steps than chance would make it") + ".")
             write_csv(table, out_dir / "tables" / "why_stragglers.csv")
             sec.table(table, "tables/why_stragglers.csv")
     return sec

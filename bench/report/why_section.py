@@ -1,7 +1,8 @@
 """The run page's "Why" section: the traces' breakdown (what `bench analyze` wrote into the run folder)
 explaining the scaling tables — per engine and world size the stacked breakdown of a step, the all-reduce
-share and overlap; the two witnesses of exposed communication (RUN/witnesses.csv, as bench analyze wrote
-it); the seeds' table; idle time per stream, kernel launches and stragglers (why_hta.py).
+share and overlap; how much of the exposed communication waited for the last rank, and for which rank, with
+each rank's step drawn (why_waits.py); the two witnesses of exposed communication (RUN/witnesses.csv, as
+bench analyze wrote it); the seeds' table; idle time per stream, kernel launches and stragglers (why_hta.py).
 
 The report never analyses traces itself (bench.analyze does, `bench run --report` runs it first): without
 RUN/trace_summary.csv the section says how to get it.
@@ -24,6 +25,7 @@ from bench import (
 from bench.analyze import tables as trace_tables  # noqa: E402
 from bench.report.render import Section, write_csv  # noqa: E402
 from bench.report.why_hta import add_hta_views  # noqa: E402
+from bench.report.why_waits import add_wait_views  # noqa: E402
 
 SUMMARY, WITNESSES = run_folder.TRACE_SUMMARY, run_folder.WITNESSES
 PARTS = (("compute_alone_ms", "compute", style.COMPUTE),
@@ -75,8 +77,10 @@ def _witnesses(sec: Section, run_dir: Path, out_dir: Path) -> Section:
     sec.para("Exposed communication per step, two witnesses. Timers: (step − compute-only under no_sync) "
              "− sync_overhead_ms, the engine's work that no_sync skips besides communication, measured at "
              "world size 1 (sync_overhead_from names the cell). Trace: the profiled steps' exposed "
-             "communication, the profiled pass's barrier left out. They disagree when the timers' 95 % "
-             "interval and the trace's range over steps and ranks do not overlap: "
+             "communication less its waiting for the last rank (the timers' compute-only window is the "
+             "slowest rank's), the profiled pass's barrier left out. They disagree when the timers' 95 % "
+             "interval and the trace's range over steps and ranks do not overlap (`note` says why a cell is "
+             "not compared, or which side is above): "
              f"{len(disagree)} of {judged} cells ({len(ones)} at world size 1)"
              + (f": {', '.join(disagree['cell_id'].head(5))}{', …' if len(disagree) > 5 else ''}"
                 if len(disagree) else "") + ". Definitions: docs/design.md, Two witnesses.", "formula")
@@ -105,6 +109,7 @@ def why_section(run_dir: Path, results: pd.DataFrame, out_dir: Path) -> Section:
         sec.image(figure.relative_to(out_dir).as_posix(), "breakdown of a profiled step")
     write_csv(table, out_dir / "tables" / "why_breakdown.csv")
     sec.table(table, "tables/why_breakdown.csv")
+    sec = add_wait_views(sec, Path(run_dir), summary, results, out_dir)
     sec = _witnesses(sec, Path(run_dir), out_dir)
     seeds = trace_tables.seeds_table(summary, results)
     if len(seeds):

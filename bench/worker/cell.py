@@ -116,7 +116,9 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
         row, cell_id = rows[trainer.cell.cell_id], trainer.cell.cell_id
         tokens, flops = measure.work_per_step(trainer, timed_steps)
         before, now = skipped_before[cell_id], skipped_steps(trainer)
-        return (gated[cell_id] | exposed_values(row["step_times_ms"], compute_only[cell_id])
+        ranks = compute_only[cell_id]  # ranks × rounds: each rank's own work, for the skew
+        return (gated[cell_id] | exposed_values(row["step_times_ms"], metrics.step_times_over_ranks(ranks))
+                | skew_values(ranks)
                 | work_values(trainer, row, tokens, flops)
                 | probe_values(measure.allreduce_probe(trainer, r.probe_iters), world_size)
                 # the layout the engine used, as it reports it (cells.jsonl): what `bench project` reads
@@ -287,12 +289,13 @@ def phase_pass(trainer: Trainer) -> dict[str, float | None]:
 
 
 def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int,
-                        guard: Guard) -> dict[str, list[float]]:
+                        guard: Guard) -> dict[str, list[list[float]]]:
     """Collective. n rounds of steps under no_sync() (no gradient communication), the trainers side by
     side, replaying the timed window's batches: with variable-length data (MRPC-like) other batches have
     other padded widths, so their compute would differ and exposed communication could go negative.
-    Returns per cell id its per-round step times (max over ranks); empty lists when n is 0. A step that
-    raises fails its cell (`guard`; the ranks agree on it before this returns)."""
+    Returns per cell id its per-rank per-round step times (ranks × rounds, as measure.timed_rounds); empty
+    lists when n is 0. A step that raises fails its cell (`guard`; the ranks agree on it before this
+    returns)."""
     if not n or not trainers:
         return {t.cell.cell_id: [] for t in trainers}
     replay = [timed_steps[i % len(timed_steps)] for i in range(n)]
@@ -309,7 +312,7 @@ def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int,
 
     rounds = measure.timed_rounds([without_sync(t) for t in trainers], n, trainers[0].device)
     guard.agree()
-    return {t.cell.cell_id: metrics.step_times_over_ranks(ranks) for t, ranks in zip(trainers, rounds)}
+    return dict(zip((t.cell.cell_id for t in trainers), rounds))
 
 
 def solo_peak_memory(cell: Cell, config: BenchConfig, device: torch.device, rank: int,
@@ -333,11 +336,10 @@ def solo_peak_memory(cell: Cell, config: BenchConfig, device: torch.device, rank
 
 def timed_values(per_rank: list[list[float]], global_batch: int) -> dict:
     """The step-time columns from per-rank per-step samples: per step the slowest rank; the 95 % interval
-    of the median (bench.stats); the skew between ranks."""
+    of the median (bench.stats)."""
     samples = metrics.step_times_over_ranks(per_rank)
     p50 = metrics.percentile(samples, 50)
     low, high = stats.median_ci(samples)
-    skew, slowest = stats.rank_skew(per_rank)
     return {
         "n_timed_steps": len(samples),
         "step_time_ms_p50": p50,
@@ -348,11 +350,18 @@ def timed_values(per_rank: list[list[float]], global_batch: int) -> dict:
         "step_time_ms_mean": statistics.fmean(samples),
         "step_time_ms_min": min(samples),
         "step_time_ms_std": statistics.stdev(samples) if len(samples) > 1 else None,
-        "rank_skew_ms_p50": skew,
-        "slowest_rank": slowest,
         "samples_per_s": metrics.throughput(global_batch, p50),
         "step_times_ms": samples,
     }
+
+
+def skew_values(compute_only_per_rank: list[list[float]]) -> dict:
+    """rank_skew_ms_p50 and slowest_rank from the compute-only rounds (ranks × rounds), where each rank's
+    step is its own work: in a synchronised step every rank ends with the step's last collective, so step
+    times cannot tell which rank the others waited for (measured, debug.fault=slow:20@ on rank 1 of 2:
+    timed-step skew 0.2-0.8 ms, rank 0 "slowest" in 4 of 4 cells; compute-only skew about 20 ms, rank 1)."""
+    skew, slowest = stats.rank_skew(compute_only_per_rank) if compute_only_per_rank else (None, None)
+    return {"rank_skew_ms_p50": skew, "slowest_rank": slowest}
 
 
 def phase_values(phases: list[dict]) -> dict:
