@@ -156,6 +156,8 @@ EXTRA_COLUMNS = (
     "interleaved",               # true: stepped round-robin beside the other engines of its group
     "rank_skew_ms_p50",          # per step, slowest minus fastest rank; p50 over the timed steps
     "slowest_rank",              # the rank most often slowest
+    # per compute-only round, slowest minus fastest rank; p50 (no collective evens the ranks out there)
+    "compute_only_rank_skew_ms_p50",
     "forward_ms_p50",        # phase times where the engine allows (rank 0, p50 over timed steps)
     "backward_ms_p50",
     "sync_wait_ms_p50",

@@ -214,3 +214,13 @@ def test_step_cv_from_a_run_row():
     assert step_cv_of(two)[0] == pytest.approx(math.sqrt(math.pi) / 20, rel=1e-6)
     one = pd.Series({"cell_id": "b", "world_size": 1, "step_time_ms_p50": 10.0, "step_time_ms_p90": 12.0})
     assert step_cv_of(one)[0] == pytest.approx(0.2 / 1.2816)
+    # A GPU run: its timed steps' skew is ≈ 0 (every rank leaves the last collective together); the
+    # compute-only rounds' 0.8 ms gap on 8 ms of compute: σ = 0.8 / (2 · 8 · E[Z_(2)]) = 0.8 / (16/√π)
+    gpu = {**two.to_dict(), "device": "cuda", "rank_skew_ms_p50": 0.01, "compute_only_ms_p50": 8.0,
+           "compute_only_rank_skew_ms_p50": 0.8}
+    cv, source = step_cv_of(pd.Series(gpu))
+    assert cv == pytest.approx(0.8 * math.sqrt(math.pi) / 16, rel=1e-6)
+    assert source == "compute_only_rank_skew_ms_p50 of a"
+    # the same columns from a CPU run leave σ to the timed steps (the straggler term CPU runs validated)
+    on_cpu = step_cv_of(pd.Series(gpu | {"device": "cpu"}))[0]
+    assert on_cpu == pytest.approx(0.01 * math.sqrt(math.pi) / 20, rel=1e-6)

@@ -69,6 +69,13 @@ class Engine:
         accumulation's micro-steps, the compute-only window). torch DDP's and ddp_core's `no_sync()`."""
         return model.no_sync()
 
+    def compute_only(self, model):
+        """The compute-only window's context around one whole training step: no gradient communication,
+        every other piece of a synced step's work (its optimizer step above all), so that step −
+        compute-only is the communication. A replicating engine's gradients stay on its parameters under
+        no_sync, so the optimizer steps them as usual: no_sync is all it needs."""
+        return self.no_sync(model)
+
     def bucket_sizes_bytes(self, model, bucket_cap_mb: float) -> list[int]:
         """The bytes (in the gradients' dtype) of each message the wrapped `model` reduces per synced
         backward, in issue order, as the engine itself reports its layout."""

@@ -171,11 +171,17 @@ Z90 = 1.2816  # the standard normal's 90th percentile
 def step_cv_of(row: pd.Series) -> tuple[float, str]:
     """σ, the per-rank step-time spread (standard deviation / median) the straggler term draws from, and
     where it came from. On more than one rank the median slowest-minus-fastest gap is the expected range
-    of n draws, 2·σ·T·E[Z_(n)]; on one rank, (p90 − p50)/z90 over p50; else 0 (nothing measured)."""
+    of n draws, 2·σ·T·E[Z_(n)]: on a GPU run the gap of the compute-only rounds over their median (under
+    NCCL every rank of a timed step ends on the same collective, so its gap is ≈ 0), else that of the
+    timed steps; on one rank, (p90 − p50)/z90 over p50; else 0 (nothing measured)."""
     t = row.get("step_time_ms_p50")
     if pd.isna(t) or not t > 0:
         return 0.0, "no step times"
     n = int(row["world_size"])
+    co_skew, co_t = row.get("compute_only_rank_skew_ms_p50"), row.get("compute_only_ms_p50")
+    if n > 1 and row.get("device") == "cuda" and not pd.isna(co_skew) and not pd.isna(co_t) and co_t > 0:
+        return (max(0.0, co_skew / (2 * co_t * expected_max_normal(n))),
+                f"compute_only_rank_skew_ms_p50 of {row['cell_id']}")
     skew = row.get("rank_skew_ms_p50")
     if n > 1 and not pd.isna(skew):
         return max(0.0, skew / (2 * t * expected_max_normal(n))), f"rank_skew_ms_p50 of {row['cell_id']}"

@@ -93,9 +93,9 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     progress("compute-only")
     with clock:  # no_sync from here on: ranks' parameters drift apart, which the check above has seen
         compute_only = compute_only_rounds(trainers, timed_steps, r.compute_only_steps)
-    for row, trainer, samples in zip(rows, trainers, compute_only):
+    for row, trainer, per_rank in zip(rows, trainers, compute_only):
         tokens, flops = measure.work_per_step(trainer, timed_steps)
-        row |= exposed_values(row["step_times_ms"], samples) | work_values(trainer, row, tokens, flops)
+        row |= exposed_values(row["step_times_ms"], per_rank) | work_values(trainer, row, tokens, flops)
         row |= probe_values(measure.allreduce_probe(trainer, r.probe_iters), world_size)
         # the layout the engine used, as it reports it (cells.jsonl): what `bench project` reads
         row["bucket_sizes_bytes"] = trainer.engine.bucket_sizes_bytes(trainer.model,
@@ -260,11 +260,12 @@ def phase_pass(trainer: Trainer) -> dict[str, float | None]:
             "optimizer": clock.ms["opt_step"]}
 
 
-def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int) -> list[list[float]]:
-    """Collective. n rounds of steps under no_sync() (no gradient communication), the trainers side by
-    side, replaying the timed window's batches: with variable-length data (MRPC-like) other batches have
-    other padded widths, so their compute would differ and exposed communication could go negative.
-    Returns per trainer its per-round step times (max over ranks); empty lists when n is 0."""
+def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int) -> list[list[list[float]]]:
+    """Collective. n rounds of steps in the engine's compute_only() (no gradient communication), the
+    trainers side by side, replaying the timed window's batches: with variable-length data (MRPC-like)
+    other batches have other padded widths, so their compute would differ and exposed communication could
+    go negative. Returns per trainer its step times per rank and round (ranks × rounds; nothing to wait
+    for, so each rank's time is its own compute: the straggler's evidence); empty lists when n is 0."""
     if not n:
         return [[] for _ in trainers]
     replay = [timed_steps[i % len(timed_steps)] for i in range(n)]
@@ -273,12 +274,11 @@ def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int) -> l
 
     def without_sync(trainer):
         def step():
-            with trainer.engine.no_sync(trainer.model):
+            with trainer.engine.compute_only(trainer.model):
                 trainer.step()
         return step
 
-    rounds = measure.timed_rounds([without_sync(t) for t in trainers], n, trainers[0].device)
-    return [metrics.step_times_over_ranks(ranks) for ranks in rounds]
+    return measure.timed_rounds([without_sync(t) for t in trainers], n, trainers[0].device)
 
 
 def solo_peak_memory(cell: Cell, config: BenchConfig, device: torch.device, rank: int,
@@ -332,13 +332,21 @@ def phase_values(phases: list[dict]) -> dict:
     return {f"{name}_ms_p50": p50(name) for name in ("forward", "backward", "sync_wait", "optimizer")}
 
 
-def exposed_values(step_samples: list[float], compute_only: list[float]) -> dict:
-    """Compute-only p50, exposed communication (step p50 − compute-only p50) and its 95 % interval."""
+def exposed_values(step_samples: list[float], compute_per_rank: list[list[float]]) -> dict:
+    """Compute-only p50 (per round the slowest rank, as a step), exposed communication (step p50 −
+    compute-only p50) and its 95 % interval; the compute-only skew between ranks (per round slowest −
+    fastest rank, p50): a timed step ends on its last collective, which every rank leaves together, so
+    only the compute-only window shows how much the ranks' compute differs (the projection's σ on GPUs);
+    the per-rank times themselves go to cells.jsonl (`compute_only_ms_per_rank`, ranks × rounds)."""
+    compute_only = metrics.step_times_over_ranks(compute_per_rank) if compute_per_rank else []
+    skew = stats.rank_skew(compute_per_rank)[0] if compute_per_rank else None
     compute_p50 = metrics.percentile(compute_only, 50)
     low, high = stats.median_difference_ci(step_samples, compute_only)
     return {"compute_only_ms_p50": compute_p50,
             "exposed_comm_ms": metrics.exposed_comm_ms(metrics.percentile(step_samples, 50), compute_p50),
-            "exposed_comm_ms_ci95_low": low, "exposed_comm_ms_ci95_high": high}
+            "exposed_comm_ms_ci95_low": low, "exposed_comm_ms_ci95_high": high,
+            "compute_only_rank_skew_ms_p50": skew,
+            "compute_only_ms_per_rank": compute_per_rank}
 
 
 def work_values(trainer: Trainer, row: dict, tokens: float | None, flops: float | None) -> dict:
