@@ -88,8 +88,8 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
         row["identical"] = measure.params_identical(params, device)
         if parity.needs_reference(trainer.cell):
             with clock:
-                row |= parity.gate(trainer, reference_for(trainer, trainers, config, rank, world_size),
-                                   trainer.cursor)
+                ddp = reference_for(trainer, trainers, config, rank, world_size)
+                row |= parity.gate(trainer, ddp, (skipped_steps(trainer), skipped_steps(ddp)))
     progress("compute-only")
     with clock:  # no_sync from here on: ranks' parameters drift apart, which the check above has seen
         compute_only = compute_only_rounds(trainers, timed_steps, r.compute_only_steps)
@@ -163,13 +163,11 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
 
 
 def outcome(row: dict, cell: Cell) -> tuple[str, str | None, dict]:
-    identical, within = row.pop("identical"), row.pop("within_tolerance", True)
+    identical, failure = row.pop("identical"), row.pop("parity_failure", None)
     if not identical:
         return "diverged", DIVERGED, row
-    if not within:
-        return "diverged", (f"parameters differ from eager torch DDP's by {row['param_max_abs_diff']:.3g}, "
-                            f"above the {cell.precision} tolerance {row['param_tolerance']:.3g} "
-                            "(bench/worker/parity.py)"), row
+    if failure:
+        return "diverged", failure, row
     return "ok", None, row
 
 
