@@ -547,3 +547,20 @@ def test_fsdp2_compute_only_window_runs_the_optimizer(tmp_path, one_rank_group, 
     steps = [int(trainer.optimizer.state[p]["step"]) if p in trainer.optimizer.state else 0
              for p in trainer.model.parameters()]
     assert steps and set(steps) == {2} and len(times) == 1
+
+
+def test_a_compiling_warm_up_step_tells_the_watchdog_it_is_alive(one_rank_group, monkeypatch):
+    """All of a cell's compilation runs inside its first warm-up steps, before any progress event: a cold
+    inductor compile longer than run.cell_timeout_s was killed as a silent cell. A compiling step now
+    reports every HEARTBEAT_S (here 0.05 s; the step sleeps 0.3 s)."""
+    import time as time_mod
+    from types import SimpleNamespace
+
+    from bench.worker import cell as cell_mod
+
+    monkeypatch.setattr(cell_mod, "HEARTBEAT_S", 0.05)
+    slow = SimpleNamespace(cell=SimpleNamespace(compile="inductor", cell_id="torch-x-inductor"),
+                           step=lambda: time_mod.sleep(0.3))
+    heard = []
+    cell_mod.warm_up([slow], 1, torch.device("cpu"), {}, heard.append)
+    assert len(heard) >= 3 and heard[0].startswith("compiling torch-x-inductor (")

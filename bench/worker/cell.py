@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import gc
 import statistics
+import threading
 import time
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -39,6 +41,10 @@ MAX_RECOMPILE_STEPS = 5
 # graph at DDP's buckets and refuses a first bucket larger than the others (seen with torch 2.13 at
 # bucket_cap_mb=0.1).
 KNOWN_COMPILE_REFUSALS = ("First bucket should be smaller/equal to other buckets",)
+# How often a compiling step says it is alive: well inside any watchdog limit (run.cell_timeout_s is at
+# least tens of seconds), and rare enough to cost nothing (one events line a minute; a cold inductor
+# compile of smollm2-360m can take longer than the 600 s the GPU presets allow a silent cell).
+HEARTBEAT_S = 60.0
 
 
 def steps_needed(config: BenchConfig) -> int:
@@ -59,7 +65,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     trainers = [Trainer(c, config, device, rank, world_size, steps_needed(config)) for c in cells]
     clock = Stopwatch()
     with clock:
-        compile_s = warm_up(trainers, r.warmup_steps, device, dropped)
+        compile_s = warm_up(trainers, r.warmup_steps, device, dropped, progress)
         sync_device(device)
     trainers = [t for t in trainers if t.cell.cell_id not in dropped]
     cells = [t.cell for t in trainers]
@@ -171,8 +177,28 @@ def outcome(row: dict, cell: Cell) -> tuple[str, str | None, dict]:
     return "ok", None, row
 
 
+@contextmanager
+def heartbeat(progress, what: str):
+    """While the block runs, `progress(f"{what} (N s)")` every HEARTBEAT_S from a thread: a compile runs
+    inside one step, and the launcher's watchdog (run.cell_timeout_s) hears nothing else meanwhile."""
+    done = threading.Event()
+    t0 = time.perf_counter()
+
+    def beat():
+        while not done.wait(HEARTBEAT_S):
+            progress(f"{what} ({time.perf_counter() - t0:.0f} s)")
+
+    thread = threading.Thread(target=beat, name="bench-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 def warm_up(trainers: list[Trainer], n: int, device: torch.device,
-            dropped: dict[str, tuple[str, str]]) -> dict:
+            dropped: dict[str, tuple[str, str]], progress=lambda phase: None) -> dict:
     """Collective. n rounds of every trainer's step, then more (at most MAX_RECOMPILE_STEPS) while a
     compiled trainer still compiled in the last round. Returns per compiled cell the seconds of its
     warm-up steps that compiled (compile_s): 0 when every graph it runs was compiled earlier in the
@@ -195,7 +221,8 @@ def warm_up(trainers: list[Trainer], n: int, device: torch.device,
                 continue
             graphs, t0 = counters["stats"]["unique_graphs"], time.perf_counter()
             try:
-                trainer.step()
+                with heartbeat(progress, f"compiling {cell.cell_id}"):
+                    trainer.step()
             except Exception as e:  # noqa: BLE001 - only a known refusal is a skip; the rest re-raised
                 if not any(text in str(e) for text in KNOWN_COMPILE_REFUSALS):
                     raise
