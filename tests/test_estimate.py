@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,31 @@ def test_expected_timed_steps_hand_worked():
     assert rounds(1.0, "run.target_ci_pct=2") == 100
     assert rounds(1.0, "run.target_ci_pct=0") == 10  # off: the fixed count
     assert expected_timed_steps(load_config("cpu-smoke", ["run.timed_steps=10"]), HAND, 1.0) == 10
+    # the bounds of estimate_range: noise 0 stops at the minimum, unbounded noise at the cap or the budget
+    config = load_config("cpu-smoke", ["run.timed_steps=10", "run.max_timed_steps=160", "run.max_group_s=100",
+                                       "run.target_ci_pct=2"])
+    assert expected_timed_steps(config, dataclasses.replace(HAND, half_width_sqrt_n_pct=0.0), 0.1) == 10
+    assert expected_timed_steps(config, dataclasses.replace(HAND, half_width_sqrt_n_pct=math.inf), 0.1) == 160
+    assert expected_timed_steps(config, dataclasses.replace(HAND, half_width_sqrt_n_pct=math.inf), 1.0) == 100
+
+
+def test_a_gpu_dry_run_prints_a_range_until_its_noise_is_measured(capsys):
+    """The GPU's step-time noise is not measured (RATES["cuda"].half_width_sqrt_n_pct is None): gpu-node's
+    estimate assumed every group stops at its minimum rounds; with moderate noise they run on to their caps.
+    The dry run prints both ends: the old single figure is the low one (gpu-node-quick at two world sizes
+    and one bucket here, for speed)."""
+    from bench.run.estimate import estimate_range
+    from bench.run.planner import plan
+
+    assert RATES["cuda"].half_width_sqrt_n_pct is None
+    sets = ["matrix.world_size=1,8", "matrix.bucket_cap_mb=25", "run.target_ci_pct=2"]
+    planned = plan("gpu-node-quick", sets, plan_only=True, gpus_per_node=8)
+    low, high = estimate_range(planned.config, list(planned.cells))
+    fewest = dataclasses.replace(RATES["cuda"], half_width_sqrt_n_pct=0.0)
+    assert low == estimate_seconds(planned.config, list(planned.cells), fewest) and high > 1.1 * low
+    assert bench_main(["run", "--config", "gpu-node-quick", *(a for x in sets for a in ("--set", x)),
+                       "--dry-run", "--plan-only", "--gpus-per-node", "8"]) == 0
+    assert f"estimated wall time {low / 60:.1f}-{high / 60:.1f} min" in capsys.readouterr().out
 
 
 def test_model_size_counts_without_allocating():
