@@ -181,3 +181,25 @@ def test_estimate_within_25_percent_of_h100_runs():
             assert est * 1e3 == pytest.approx(r["step_time_ms_p50"], rel=0.15), r["cell_id"]
     config, rows = recorded("h100-diag")   # 12 cells, all profiled: 209 s in all
     assert estimate_seconds(config, expand(config, gpu_count=1), cpu_built) == pytest.approx(209, rel=0.25)
+
+
+@pytest.mark.parametrize("preset", ["gpu-node", "gpu-node-quick", "default", "gpu-check"])
+def test_gpu_presets_keep_the_reference_step_gpu_bound(preset):
+    """Every profiled cell of the reference engine (plain torch DDP) on a GPU preset keeps the H100 busy
+    ≥ 70 % of its micro-step by the estimate (compute / max(compute, host floor)); default's smollm2-135m
+    at seq 128 and 8 samples a rank was host-bound (0.85 ms × 8 of compute against a 135 ms floor: 5 %)."""
+    from bench.run.estimate import gpu_busy_fraction
+
+    config = load_config(preset, cuda_available=True)
+    workload = get_workload(config.workload.model, config.workload.model_size, config.workload.options())
+    flops, (n_params, n_tensors) = workload.train_flops_per_sample(), model_size_counts(config)
+    cells = [c for c in expand(config) if config.profile.covers(c.cell_id) and c.is_baseline]
+    busy = {c.cell_id: gpu_busy_fraction(RATES["cuda"], c, flops, n_params, n_tensors) for c in cells}
+    assert cells and min(busy.values()) >= 0.7, busy
+    old = load_config("default", ["workload.model_size=smollm2-135m", "workload.seq_len=128",
+                                  "workload.global_batch=64"], cuda_available=True)
+    eight = next(c for c in expand(old) if c.world_size == 8 and c.per_rank_batch == 8 and c.is_baseline
+                 and c.precision == "bf16")
+    old_counts = model_size_counts(old)
+    old_flops = get_workload("transformer", "smollm2-135m", old.workload.options()).train_flops_per_sample()
+    assert gpu_busy_fraction(RATES["cuda"], eight, old_flops, *old_counts) == pytest.approx(0.05, abs=0.01)

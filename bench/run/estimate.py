@@ -146,6 +146,17 @@ def estimate_step_seconds(rates: Rates, cell: Cell, flops_per_sample: float, n_p
     return step
 
 
+def gpu_busy_fraction(rates: Rates, cell: Cell, flops_per_sample: float, n_params: int,
+                      n_tensors: int) -> float:
+    """The share of a micro-step the device computes, by `rates`: compute / max(compute, floor). On a GPU
+    the host enqueues kernels while the device runs them, so a micro-step whose host floor exceeds its
+    compute leaves the GPU idle for the difference: a host-bound cell, whose engine comparisons measure
+    the host's overhead (docs/gpu-node.md "Sizing" sizes the GPU presets by this)."""
+    compute = flops_per_sample * cell.per_rank_batch / rates.flops[cell.precision]
+    floor = rates.host_s_per_tensor * n_tensors + rates.floor_s_per_param * n_params
+    return compute / max(compute, floor) if compute > 0 else 0.0
+
+
 def expected_timed_steps(config: BenchConfig, rates: Rates, round_s: float) -> int:
     """The timed rounds a group is expected to run, by the worker's rule (stats.stop_reason) with the
     widest half-width taken as rates.half_width_sqrt_n_pct / √rounds: the minimum with adaptivity off;
