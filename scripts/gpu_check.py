@@ -282,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="evidence folder (default gpu-check)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the stages and the estimate; run nothing")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="wall-time budget: each stage is stopped early enough for the later ones and "
+                             "the summary (default: 540 s on one GPU, else the estimate's upper end + 25 %%)")
     args = parser.parse_args(argv)
     gpus, why = cuda_or_reason()
     if not gpus:
@@ -301,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
           f" min; analyze ~{ANALYZE_S / 60:.0f} min)"
           + (f"; over the {BUDGET_1GPU_S / 60:.0f}-minute goal for one GPU"
              if gpus == 1 and high > BUDGET_1GPU_S else ""), flush=True)
+    budget = args.budget_s or (BUDGET_1GPU_S if gpus == 1 else 1.25 * high)
     if args.dry_run:
         return 0
     out = args.out
@@ -314,38 +318,54 @@ def main(argv: list[str] | None = None) -> int:
     py = sys.executable
     claims: list[Claim] = []
 
-    print(f"[1/4] pytest -m gpu (limit {LIMIT_FACTOR * pytest_s / 60:.0f} min)", flush=True)
+    name_line = (f"- machine: {gpus} × {name}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+                 f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}; git {git_sha()}; "
+                 f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+
+    def record(stage: str) -> None:
+        """The evidence so far, rewritten after every stage: a run stopped from outside keeps it."""
+        wall = time.monotonic() - t_start
+        write_summary(out, claims, [name_line, f"- {stage}; wall time {wall / 60:.1f} min against the "
+                                               f"estimate {low / 60:.1f}-{high / 60:.1f} min"])
+
+    def limit(estimate_s: float, later_s: float) -> float:
+        """A stage's time limit: LIMIT_FACTOR × its estimate, but leaving the later stages their lowest
+        estimates (`later_s`) within the budget; at least a minute."""
+        left = budget - (time.monotonic() - t_start) - later_s
+        return max(60.0, min(LIMIT_FACTOR * estimate_s, left))
+
+    stage_s = limit(pytest_s, sweep_est[0] + ANALYZE_S + compiled_est[0])
+    print(f"[1/4] pytest -m gpu (limit {stage_s / 60:.1f} min)", flush=True)
     code, seconds = run_stage([py, "-m", "pytest", "-m", "gpu", "-q", "-rs", "-p", "no:cacheprovider",
-                               f"--junitxml={out / 'pytest.xml'}", "tests"], LIMIT_FACTOR * pytest_s,
+                               f"--junitxml={out / 'pytest.xml'}", "tests"], stage_s,
                               out / "logs" / "pytest.log")
     claims += pytest_claims(out / "pytest.xml", out / "pytest.csv", code, seconds)
+    record("after pytest -m gpu (1 of 4 stages)")
 
-    print(f"[2/4] bench run --config gpu-check {' '.join(sets)} "
-          f"(limit {LIMIT_FACTOR * sweep_est[1] / 60:.0f} min)", flush=True)
+    stage_s = limit(sweep_est[1], ANALYZE_S + compiled_est[0])
+    print(f"[2/4] bench run --config gpu-check {' '.join(sets)} (limit {stage_s / 60:.1f} min)", flush=True)
     bench = [py, "-m", "bench", "run", "--config", "gpu-check"]
     code, seconds = run_stage([*bench, *(a for s in sets for a in ("--set", s)), "--out", str(out / "sweep")],
-                              LIMIT_FACTOR * sweep_est[1] + 120, out / "logs" / "sweep.log")
+                              stage_s, out / "logs" / "sweep.log")
     rows = read_rows(out / "sweep")
     claims += sweep_claims(rows, code, seconds, sweep_est, "sweep")
     claims += network_claims(rows, gpus)
+    record("after the sweep (2 of 4 stages)")
 
-    print("[3/4] bench analyze (the profiled reference cell)", flush=True)
-    run_stage([py, "-m", "bench", "analyze", str(out / "sweep")], LIMIT_FACTOR * ANALYZE_S + 60,
-              out / "logs" / "analyze.log")
+    stage_s = limit(ANALYZE_S, compiled_est[0])
+    print(f"[3/4] bench analyze (the profiled reference cell; limit {stage_s / 60:.1f} min)", flush=True)
+    run_stage([py, "-m", "bench", "analyze", str(out / "sweep")], stage_s, out / "logs" / "analyze.log")
     claims += busy_claims(out / "sweep")
+    record("after bench analyze (3 of 4 stages)")
 
-    print(f"[4/4] the compiled cell (limit {LIMIT_FACTOR * compiled_est[1] / 60:.0f} min)", flush=True)
+    stage_s = limit(compiled_est[1], 0.0)
+    print(f"[4/4] the compiled cell (limit {stage_s / 60:.1f} min)", flush=True)
     code, seconds = run_stage([*bench, *(a for s in COMPILED_SETS for a in ("--set", s)), "--out",
-                               str(out / "compiled")], LIMIT_FACTOR * compiled_est[1] + 120,
-                              out / "logs" / "compiled.log")
+                               str(out / "compiled")], stage_s, out / "logs" / "compiled.log")
     claims += sweep_claims(read_rows(out / "compiled"), code, seconds, compiled_est, "compiled")
 
     wall = time.monotonic() - t_start
-    facts = [f"- machine: {gpus} × {name}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
-             f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}",
-             f"- git: {git_sha()}; {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
-             f"- wall time {wall / 60:.1f} min against the estimate {low / 60:.1f}-{high / 60:.1f} min"]
-    write_summary(out, claims, facts)
+    record("complete (4 of 4 stages)")
     times = {"gpus": gpus, "low_s": low, "high_s": high, "wall_s": wall}
     (out / "estimate.json").write_text(json.dumps(times, indent=2) + "\n")
     failed = [c for c in claims if c.result == "FAIL"]

@@ -74,3 +74,42 @@ def test_pytest_claim_reads_the_junit_xml(tmp_path):
     assert claim.result == "PASS" and claim.figure.startswith("1 passed, 0 failed, 0 errors, 1 skipped")
     (stopped,) = gpu_check.pytest_claims(xml, tmp_path / "pytest.csv", None, 600.0)
     assert stopped.result == "FAIL" and "stopped at its time limit" in stopped.figure
+
+
+def test_the_gpu_path_end_to_end_with_stand_in_stages(tmp_path, monkeypatch, capsys):
+    """main() as on a 1-GPU machine, each stage a stand-in that writes what the real one would (a junit
+    XML, a run folder's results.csv, launch_stats.csv): the estimate is printed first, every stage gets a
+    limit inside the 9-minute budget, and summary.md, claims.csv and estimate.json come out."""
+    monkeypatch.setattr(gpu_check, "cuda_or_reason", lambda: (1, None))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 21, 5))
+    limits = []
+
+    def stage(cmd, limit_s, log):
+        limits.append(limit_s)
+        out = tmp_path / "evidence"
+        if "pytest" in cmd:
+            (out / "pytest.xml").write_text('<testsuite><testcase classname="t" name="a"/></testsuite>')
+        elif "analyze" in cmd:
+            (out / "sweep" / "launch_stats.csv").write_text(
+                "cell_id,trace_file,step,launches,launch_delay_us_p50,short_kernels_pct,host_us_per_launch,"
+                "gpu_busy_pct,host_wait_pct,launch_bound\nc1,f,1,10,1,0,5,88.5,0,False\n")
+        else:
+            folder = Path(cmd[cmd.index("--out") + 1])
+            folder.mkdir()
+            fields = "cell_id,engine,world_size,status,precision,compile,parity_gate,stopped_by"
+            (folder / "results.csv").write_text(f"{fields}\nc1,torch,1,ok,bf16,,,target\n")
+        return 0, 75.0  # inside both runs' estimates (1.2-1.4 and 1.4-1.5 min, ±25 %)
+
+    monkeypatch.setattr(gpu_check, "run_stage", stage)
+    code = gpu_check.main(["--out", str(tmp_path / "evidence")])
+    summary = (tmp_path / "evidence" / "summary.md").read_text()
+    assert code == 0, summary
+    printed = capsys.readouterr().out
+    assert printed.startswith("gpu-check on 1 × NVIDIA H100 80GB HBM3: estimated ")
+    # each stage's limit leaves the later stages their lowest estimates within the budget (the stand-ins
+    # return at once, so the later ones may take what the earlier left)
+    assert len(limits) == 4 and max(limits) <= gpu_check.BUDGET_1GPU_S
+    assert limits[0] < 0.7 * gpu_check.BUDGET_1GPU_S
+    assert "complete (4 of 4 stages)" in summary and "| gpu busy: c1 | PASS | GPU busy 88.5 %" in summary
+    assert "0 FAIL" in summary and (tmp_path / "evidence" / "estimate.json").is_file()
