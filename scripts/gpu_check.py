@@ -150,10 +150,10 @@ def gate_figure(row: dict) -> str:
     from bench.worker.parity import thresholds
 
     limit = thresholds(row["precision"], compiled=bool(row.get("compile")) and row.get("compile") != "none")
-    parts = [("update distance", "param_update_distance", limit.update),
-             ("worst tensor", "param_update_distance_max", limit.update_tensor),
-             ("loss distance", "loss_rel_distance", limit.loss)]
-    return ", ".join(f"{name} {num(row.get(key)):.3g} (≤ {bound:.3g})" if num(row.get(key)) is not None
+    parts = [("update distance", "param_update_distance", f"≤ {limit.update:.3g}"),
+             ("worst tensor", "param_update_distance_max", f"≤ {limit.update_tensor:.3g} + one flip's 2/√n"),
+             ("loss distance", "loss_rel_distance", f"≤ {limit.loss:.3g}")]
+    return ", ".join(f"{name} {num(row.get(key)):.3g} ({bound})" if num(row.get(key)) is not None
                      else f"{name} —" for name, key, bound in parts)
 
 

@@ -26,17 +26,20 @@ def test_thresholds_from_the_precisions_rounding():
     assert parity.thresholds("fp32", compiled=True) == parity.Thresholds(2.0**-5, 2.0**-4, 2.0**-10)
     assert parity.thresholds("bf16", compiled=True) == parity.thresholds("bf16")
     assert parity.thresholds("fp16").update == pytest.approx(2 * 2.0**-5.5)
+    # a tensor of n elements has room for one flip, 2/√n: bf16 √(0.25² + 4/256) = 0.2795; n = 4: 1.0308
+    assert parity.thresholds("bf16").tensor(256) == pytest.approx(0.279508, rel=1e-5)
+    assert parity.thresholds("bf16").tensor(4) == pytest.approx(1.030776, rel=1e-5)
 
 
 def test_update_distances_by_hand():
     """θ_0 = 0; the reference moved two one-element tensors to 1 and 1 (‖Δ‖ = √2); the engine moved only
-    the first: overall 1/√2, the worst tensor 1 (it did not move at all). A tensor the reference left
-    where it was (0/0) counts in neither."""
+    the first: overall 1/√2, per tensor 0 and 1 (it did not move at all). A tensor the reference left
+    where it was (0/0) has no distance of its own."""
     t = lambda *v: torch.tensor(v)  # noqa: E731
     initial, ref, mine = [t(0.0), t(0.0), t(5.0)], [t(1.0), t(1.0), t(5.0)], [t(1.0), t(0.0), t(5.0)]
-    overall, worst = parity.update_distances(mine, ref, initial)
-    assert overall == pytest.approx(1 / math.sqrt(2)) and worst == 1.0
-    assert parity.update_distances(ref, ref, initial) == (0.0, 0.0)
+    overall, tensors = parity.update_distances(mine, ref, initial)
+    assert overall == pytest.approx(1 / math.sqrt(2)) and tensors == [(0.0, 1), (1.0, 1)]
+    assert parity.update_distances(ref, ref, initial) == (0.0, [(0.0, 1), (0.0, 1)])
 
 
 def _mutate(trainer: Trainer, mutant: str, rank: int) -> None:

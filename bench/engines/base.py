@@ -24,8 +24,8 @@ class Engine:
     is a config error.
     in_default_sweep: swept when `matrix.engine` is not given (False: only when named).
     sharded: parameters, gradients and optimizer state are split over the ranks (FSDP): its replicas are
-    not bit-identical copies, so its parity gate compares its gathered parameters with torch DDP's within
-    a tolerance (bench/worker/parity.py) instead of the ranks with each other.
+    not bit-identical copies, so its parity gate compares its gathered parameters' updates and its losses
+    with torch DDP's, within its precision's rounding (bench/worker/parity.py).
     """
 
     name: str

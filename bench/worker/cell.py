@@ -97,7 +97,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
                 ddp = reference_for(trainer, trainers, config, rank, world_size)
                 row |= parity.gate(trainer, ddp, (skipped_steps(trainer), skipped_steps(ddp)))
     progress("compute-only")
-    with clock:  # no_sync from here on: ranks' parameters drift apart, which the check above has seen
+    with clock:  # no gradient sync from here on: ranks' parameters drift apart, which the check above saw
         compute_only = compute_only_rounds(trainers, timed_steps, r.compute_only_steps)
     for row, trainer, per_rank in zip(rows, trainers, compute_only):
         tokens, flops = measure.work_per_step(trainer, timed_steps)
