@@ -153,6 +153,13 @@ def test_launch_steps_and_the_script_hand_worked(tmp_path):
     assert text.rstrip().endswith("exit $rc") and f"--collect {tmp_path / 'r'}" in text
 
 
+def slurm_fs_is_local(path: Path) -> bool:
+    from bench.run.slurm import LOCAL_FILESYSTEMS, filesystem_of
+
+    found = filesystem_of(path)
+    return found is not None and found[0] in LOCAL_FILESYSTEMS
+
+
 def fake_slurm_bin(tmp_path: Path) -> Path:
     """srun and scontrol that only say what they were asked: srun prints its CPUs, the rendezvous endpoint
     and NCCL_DEBUG_FILE; scontrol names this host."""
@@ -189,6 +196,8 @@ def test_the_script_gives_every_step_the_nodes_cpus_a_free_port_and_an_nccl_log(
                        "--set", "matrix.world_size=1,2", "--out", str(out)]) == 0
     printed = capsys.readouterr()
     assert "time limit 00:15:00: the plan's estimate" in printed.out  # 2-3 min + 25 %, whole quarters
+    if slurm_fs_is_local(out):  # pytest's tmp_path: this machine's own disk, which other nodes do not see
+        assert "which other machines do not see" in printed.err
     script = (out / "job.sbatch").read_text()
     assert "#SBATCH --exclusive" in script and "#SBATCH --time=00:15:00" in script
     bin_dir = fake_slurm_bin(tmp_path)
