@@ -4,7 +4,7 @@ RUN ?=
 A ?=
 B ?=
 
-.PHONY: setup test lint microbench bench report compare tensorboard clean gpu-check
+.PHONY: setup test test-fast lint microbench bench report compare tensorboard clean gpu-check
 
 # `make <target> PYTHON=/path/to/python` installs into and runs with that interpreter (README "On a GPU node");
 # a PYTHON from the environment is not used (the line above overrides it).
@@ -16,6 +16,11 @@ test: setup
 	@$(PYTHON) -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; the suite must not be empty" >&2; fi; \
 	exit $$rc
+
+# The edit-test loop (docs/development.md): unit tests and one short end-to-end sweep, under 2 minutes on 2
+# cores. `make test` (what CI runs) is still the whole suite.
+test-fast: setup
+	@$(PYTHON) -m pytest -q -m "(not slow and not integration) or edit_loop"
 
 lint: setup
 	$(PYTHON) -m ruff check ddp_core bench tests benchmarks scripts examples

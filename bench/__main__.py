@@ -18,7 +18,8 @@ COMMANDS = {
     "tensorboard": ("bench.report.commands", "tensorboard_", "serve a run's traces in TensorBoard"),
     "project": ("bench.project.cli", "", "project a run to 8..1,024 GPUs, validated on its own cells"),
     "analyze": ("bench.analyze.cli", "", "per-step GPU/CPU breakdown and bucket timeline from traces"),
-    "advise": ("bench.advise.cli", "", "which settings to run: ranked by throughput, projected to a target"),
+    "advise": ("bench.advise.cli", "", "which settings to run at your recipe: speedup over torch DDP's "
+                                       "defaults, projected to a target, a config to run"),
     "slurm": ("bench.run.cli", "slurm_", "a run on a SLURM cluster: sbatch script, submit, follow, collect"),
 }
 

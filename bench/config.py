@@ -133,9 +133,10 @@ class _MatrixAxes:
                 _check_choices(key, values, option.choices)
             if option.limits:
                 _check_min(key, values, option.limits[0], maximum=option.limits[1])
-        for pattern in self.options_cells:
-            if not isinstance(pattern, str) or not pattern.strip():
-                fail("matrix.options_cells", pattern, "must be a glob pattern over cell ids (\"*-ws2-*\")")
+        for key in ("options_cells", "cells"):
+            for pattern in getattr(self, key):
+                if not isinstance(pattern, str) or not pattern.strip():
+                    fail(f"matrix.{key}", pattern, "must be a glob pattern over cell ids (\"*-ws2-*\")")
         casts = [h for h in self.comm_hook if h in COMM_DTYPES and h != "none"]
         if casts and any(c != "none" for c in self.comm_dtype):
             fail("matrix.comm_hook", casts[0], f"is torch's comm_dtype={casts[0]} under its hook's name; "
@@ -160,14 +161,18 @@ class _MatrixAxes:
 # which is swept only for the engines that take it; then `options_cells`: glob patterns (fnmatch) over a
 # cell's id without its option words (`Cell.base_id`) — a cell that sets an engine option away from its
 # default, or of an engine outside the default sweep (fsdp2), is swept only where one matches; "*":
-# everywhere (a preset's slice of the options, default.toml).
+# everywhere (a preset's slice of the options, default.toml); last `cells`: glob patterns over the whole
+# cell id, and only the cells one matches are swept ("*": all) — how a config names exact cells out of the
+# cross product (`bench advise` writes advice/best.toml: the advised configuration and its baseline).
 MatrixConfig = dataclasses.make_dataclass(
     "MatrixConfig",
     [*((o.name, tuple[o.kind, ...], field(default=(o.default,))) for o in ENGINE_OPTIONS),
-     ("options_cells", tuple[str, ...], field(default=("*",)))],
+     ("options_cells", tuple[str, ...], field(default=("*",))),
+     ("cells", tuple[str, ...], field(default=("*",)))],
     bases=(_MatrixAxes,), frozen=True)
 MatrixConfig.__module__ = __name__
-MatrixConfig.__doc__ = "The sweep's axes (bench.matrix): every engine's, the engine options, options_cells."
+MatrixConfig.__doc__ = ("The sweep's axes (bench.matrix): every engine's, the engine options, options_cells, "
+                        "cells.")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ engines' cells leave them None, and a cell id names an option only at a value ot
 default (fsdp2 names reshard_after_forward always), so the cells and ids of a matrix without them are
 those it had before they existed. comm_hook fp16|bf16 is resolved here into the torch cell's comm_dtype
 (the same hook by its comm_dtype name): it is the comm_dtype=fp16|bf16 cell, one id, one row.
+`matrix.cells` (glob patterns over the whole cell id, default "*") keeps only the cells one matches: how a
+config names exact cells out of the cross product (advice/best.toml, written by `bench advise`).
 """
 
 from __future__ import annotations
@@ -151,6 +153,8 @@ def expand(config: BenchConfig, bf16_supported: bool = True, gpu_count: int | No
                         scaling=scaling, per_rank_batch=prb, global_batch=prb * ws * accum,
                         skip_reason=reason, **options)
             if peer and not any(fnmatch.fnmatchcase(cell.base_id, p) for p in m.options_cells):
+                continue
+            if not any(fnmatch.fnmatchcase(cell.cell_id, p) for p in m.cells):
                 continue
             cells.setdefault(cell.cell_id, cell)
     return list(cells.values())

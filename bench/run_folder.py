@@ -45,7 +45,7 @@ SLURM_JOB_ID = "slurm-job-id"     # under LOGS: the job `bench slurm --submit` f
 SLURM_OUTPUT = "slurm-%j.out"     # under LOGS: the job's output (sbatch --output; %j is the job id)
 TRACES = "traces"                 # traces/<cell_id>/rank<r>.<ts>.pt.trace.json.gz
 # under LOGS, per launch k of `bench run` (bench/run/launch.py): launch-<k>.<part>
-LAUNCH_PARTS = ("plan.json", "events.jsonl", "cmd", "out", "err", "pid")
+LAUNCH_PARTS = (PLAN, "events.jsonl", "cmd", "out", "err", "pid")
 
 
 def node_env(host: str) -> str:
@@ -91,7 +91,9 @@ PHYSICS_NOTE = "physics of "
 # written by `bench advise RUN`, under ADVICE_DIR (its projection to the target in ADVICE_DIR/projection)
 ADVICE_DIR = "advice"
 ADVICE_MD = "advice.md"           # the short answer, the caveats, the ranking
-ADVICE_CSV = "advice.csv"         # one row per configuration at the largest measured world size, ranked
+ADVICE_CSV = "advice.csv"         # one row per configuration of the recipe, ranked, with its speedup
+BEST_TOML = "best.toml"           # a ddpbench config: the advised configuration, its baseline, at the target
+DDP_MD = "ddp.md"                 # the advised settings for the user's own script, and the launch lines
 
 
 class RunError(ValueError):

@@ -177,7 +177,7 @@ EXTRA_COLUMNS = (
     "skipped_steps",         # fp16: optimizer steps skipped for inf/NaN gradients, whole cell, max over ranks
     "skipped_timed_steps",   # fp16: those among the timed steps (> 0: the cell is flagged in the report)
     # NCCL's transports in this cell's launch ("P2P/CUMEM", "NVLS+P2P/CUMEM", "SHM", "NET/IB", ...), from its
-    # INFO log (bench/nccl_log.py; the launcher's); empty for gloo, at world size 1, or without the log
+    # INFO log (bench/run/nccl_log.py; the launcher's); empty for gloo, at world size 1, or without the log
     "nccl_transport",
     "peak_reserved_mb",      # peak held by torch's CUDA caching allocator in the memory pass; CPU: empty
     "device_used_mb",        # the GPU's used memory (total − free) at the memory pass's end; CPU: empty

@@ -159,6 +159,45 @@ def holm(p_values: Sequence[float | None], alpha: float = 1 - CONFIDENCE) -> lis
     return out
 
 
+def unpaired_ratio_interval(a, a_low, a_high, b, b_low, b_high):
+    """The 95 % interval of a / b (a throughput ratio: step a / step b) from two medians measured apart, each
+    with its own 95 % interval (scalars or numpy arrays alike; NaN where a side has none).
+
+    The two estimates are independent, so on the log scale their half-widths add in quadrature, lower and
+    upper distances kept apart (the order-statistic intervals are not symmetric):
+    low = r · exp(−√(ln(a/a_low)² + ln(b_high/b)²)), high = r · exp(√(ln(a_high/a)² + ln(b/b_low)²)), r = a/b.
+    (Two normal estimates' 95 % half-widths 1.96·σ combine to 1.96·√(σa² + σb²): an interval of 95 %, where
+    the extremes a_low / b_high … a_high / b_low cover more, and so miss differences two precise cells
+    resolve.) Used by compare (two runs) and advise (two cells of a run not stepped side by side)."""
+    down = np.sqrt(np.log(a / a_low) ** 2 + np.log(b_high / b) ** 2)
+    up = np.sqrt(np.log(a_high / a) ** 2 + np.log(b / b_low) ** 2)
+    return a / b * np.exp(-down), a / b * np.exp(up)
+
+
+def unpaired_ratio_p(ratio: float, low: float, high: float) -> float | None:
+    """Two-sided p-value of ratio = 1 for an unpaired_ratio_interval, its dual: on the log scale the estimate
+    is normal with the half-width on the side of 1 as 1.96·σ (z = ln r / σ, p = 2·(1 − Φ(|z|))), so p < 5 %
+    exactly when the interval excludes 1. None without an interval."""
+    values = (ratio, low, high)
+    if any(v is None or not math.isfinite(v) or v <= 0 for v in values):
+        return None
+    z_95 = _normal_quantile(1 - (1 - CONFIDENCE) / 2)
+    half = math.log(ratio / low) if ratio >= 1 else math.log(high / ratio)
+    if half <= 0:
+        return 0.0 if ratio != 1 else 1.0
+    z = abs(math.log(ratio)) / (half / z_95)
+    return math.erfc(z / math.sqrt(2))  # 2·(1 − Φ(z))
+
+
+def _normal_quantile(p: float) -> float:
+    """Φ⁻¹(p) by bisection on math.erf (1.959964 at 0.975), to 1e−12."""
+    lo, hi = -10.0, 10.0
+    while hi - lo > 1e-12:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
 def verdict(low: float | None, high: float | None, neutral: float = 1.0) -> str | None:
     """`faster` only when the whole interval is above `neutral`, `slower` only when it is below, else
     `within noise`; None when there is no interval."""

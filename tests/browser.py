@@ -1,6 +1,7 @@
 """Open a report's index.html in headless Chromium (Debian's chromium + chromedriver, through Selenium) and
 read back what a person would see: console errors, images that did not load, internal anchors without a
-target, the text of the first screen (1280×800) and the page height with every <details> closed.
+target, the text of the first screen (1280×800) and the images wholly on it, and the page height with every
+<details> closed.
 
 `why_unavailable()` says why no browser can be driven here ('' when one can), so a test can skip with it.
 """
@@ -37,6 +38,7 @@ class PageView:
     dangling_anchors: list[str]
     first_screen_text: str
     height_px: int
+    first_screen_images: list[str]
 
 
 def view(index: Path, screenshot: Path | None = None) -> PageView:
@@ -71,10 +73,14 @@ def view(index: Path, screenshot: Path | None = None) -> PageView:
             "const r = n.parentElement.getBoundingClientRect();"
             f"if (r.bottom > 0 && r.top < {WINDOW[1]} && r.width > 0) out.push(n.textContent); }}"
             "return out.join(' ')")
+        images = driver.execute_script(
+            "return Array.from(document.images).filter(i => { const r = i.getBoundingClientRect();"
+            f" return r.top >= 0 && r.bottom <= {WINDOW[1]} && r.width > 0; }})"
+            ".map(i => i.getAttribute('src'))")
         if screenshot is not None:
             driver.save_screenshot(str(screenshot))
         errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-        return PageView(errors, broken, dangling, " ".join(first.split()), int(height))
+        return PageView(errors, broken, dangling, " ".join(first.split()), int(height), images)
     finally:
         driver.quit()
 

@@ -1,127 +1,260 @@
-"""`bench advise`: the ranking with intervals and ties, memory exclusion, the projection at the target, the
-sentence pinned to advice.csv, and the exit-2 cases (nothing written)."""
+"""`bench advise`: one recipe at a time, every configuration against torch DDP's defaults with its interval
+(read back from advice.csv and recomputed from results.csv), the headline that keeps the defaults when tied,
+names the simplest tied winner, or says there is no clear winner; the projection from the row's own batch;
+memory filtering; what did not make it; best.toml planned by `bench run --dry-run`; the exit-2 cases."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from report_fixtures import CPU_ENV, row, write_run
 
 from bench.__main__ import main
+from bench.run_folder import load_run
 
 BUCKETS = [4 * 2**20, 2**20]  # bytes on the wire per bucket, as a cell records them (bucket_sizes_bytes)
+TESTS = Path(__file__).parent
 
 
-def _cell(engine, ws, step, low, high, mem, **kw):
-    r = row(engine, ws, step, peak_mem_mb=mem, compute_only_ms=step * 0.8, **kw)
-    r.update(step_time_ms_ci95_low=low, step_time_ms_ci95_high=high)
+def _cell(engine, ws, step, low, high, *, scaling="strong", grad_accum=1, global_batch=64,
+          per_rank_batch=None, paired=None, mem=1000.0, **kw):
+    """A result row with a real-format cell id, its step-time interval, and (paired: (ratio, low, high, p))
+    its speed_vs_torch against the torch cell stepped beside it."""
+    r = row(engine, ws, step, peak_mem_mb=mem, compute_only_ms=step * 0.8, scaling=scaling, device="cpu",
+            grad_accum=grad_accum, global_batch=global_batch, per_rank_batch=per_rank_batch, **kw)
+    bucket = "na" if r["bucket_cap_mb"] == "" else f"{float(r['bucket_cap_mb']):g}"
+    r["cell_id"] = (f"{engine}-mlp.tiny-ws{ws}-b{bucket}-{r['precision']}-c{r['comm_dtype']}-ga{grad_accum}"
+                    f"-{scaling}-gb{r['global_batch']}")
+    r.update(step_time_ms_ci95_low=low, step_time_ms_ci95_high=high, interleaved="true")
+    if paired:
+        r.update(zip(("speed_vs_torch", "speed_vs_torch_ci95_low", "speed_vs_torch_ci95_high",
+                      "speed_vs_torch_p"), paired))
     if ws == 1:  # the base cell: its phases are the projection's compute side
         r.update(forward_ms_p50=step * 0.3, backward_ms_p50=step * 0.6, optimizer_ms_p50=step * 0.1)
     return r
 
 
 def _rows():
-    # global batch 64 at 2 ranks: samples/s = 64 / step.
-    # overlap 48 ms [47.5, 49.2] → 1,333 samples/s [1,300.8, 1,347.4]: the best.
-    # torch 50 ms [49, 51] → 1,280 [1,254.9, 1,306.1]: its upper bound reaches overlap's lower → tied.
-    # bucketed 60 ms [59, 61] → 1,066.7 [1,049.2, 1,084.7]: below beyond the noise.
-    return [
-        _cell("torch", 1, 90.0, 89.0, 91.0, 900.0),
-        _cell("overlap", 1, 90.0, 89.0, 91.0, 1900.0),
-        _cell("bucketed", 1, 90.0, 89.0, 91.0, 900.0),
-        _cell("torch", 2, 50.0, 49.0, 51.0, 1000.0),
-        _cell("overlap", 2, 48.0, 47.5, 49.2, 2000.0),
-        _cell("bucketed", 2, 60.0, 59.0, 61.0, 1000.0),
-        row("naive", 2, None, bucket_cap_mb=None, status="failed", error="boom"),
+    # Recipe 64 at 2 ranks (4 configurations) and recipe 32 (2): 64 is the most measured, the default.
+    # torch strong ga1 (per-GPU 32): 50 ms [49, 51] — the baseline (torch, no options, 25 MiB, ga 1).
+    # overlap strong ga1: stepped beside it, its paired ratio 1.10 [1.06, 1.15] p 0.0002.
+    # bucketed weak ga2 (per-GPU 16): 40 ms [39, 41], not stepped beside it → 50/40 = 1.25 from both
+    #   intervals: down √(ln(50/49)² + ln(41/40)²), up √(ln(51/50)² + ln(40/39)²).
+    # torch weak ga2: 49 ms [45, 53] → within noise.
+    ones = [_cell(e, 1, 90.0, 89.0, 91.0) for e in ("torch", "overlap")]
+    ones += [_cell(e, 1, 45.0, 44.5, 45.5, scaling="weak", grad_accum=2, per_rank_batch=16)
+             for e in ("torch", "bucketed")]
+    return ones + [
+        _cell("torch", 2, 50.0, 49.0, 51.0),
+        _cell("overlap", 2, 45.5, 45.0, 46.0, paired=(1.10, 1.06, 1.15, 0.0002)),
+        _cell("bucketed", 2, 40.0, 39.0, 41.0, scaling="weak", grad_accum=2, per_rank_batch=16),
+        _cell("torch", 2, 49.0, 45.0, 53.0, scaling="weak", grad_accum=2, per_rank_batch=16),
+        _cell("torch", 2, 30.0, 29.5, 30.5, global_batch=32),
+        _cell("overlap", 2, 29.0, 28.5, 29.5, global_batch=32, paired=(1.03, 1.01, 1.05, 0.01)),
+        row("naive", 2, None, bucket_cap_mb=None, status="failed", error="boom", device="cpu"),
     ]
 
 
-@pytest.fixture
-def run_dir(tmp_path):
-    run = write_run(tmp_path / "run", _rows(), env={**CPU_ENV})
+def _write(tmp_path, rows, name="run"):
+    run = write_run(tmp_path / name, rows, env={**CPU_ENV})
     records = [json.loads(line) for line in (run / "cells.jsonl").read_text().splitlines()]
     (run / "cells.jsonl").write_text("".join(json.dumps({**r, "bucket_sizes_bytes": BUCKETS}) + "\n"
                                              for r in records))
     return run
 
 
+@pytest.fixture
+def run_dir(tmp_path):
+    return _write(tmp_path, _rows())
+
+
 def _advise(run_dir, *extra):
     return main(["advise", str(run_dir), "--target-gpus", "8", "--network", "ib-ndr400", *extra])
 
 
-def test_ranking_ties_and_sentence_pinned_to_the_files(run_dir, capsys):
-    assert _advise(run_dir) == 0
-    printed = capsys.readouterr().out
-    answer = printed.splitlines()[0]
+def _ranked(run_dir) -> pd.DataFrame:
     advice = pd.read_csv(run_dir / "advice" / "advice.csv")
-    assert list(advice["engine"]) == ["overlap", "torch", "bucketed"]
-    assert list(advice["rank"]) == [1, 2, 3]
-    assert list(advice["tied_with_best"]) == [False, True, False]
-    for col in ("rank", "tied_with_best", "engine", "bucket_cap_mb", "precision", "comm_dtype", "grad_accum",
-                "world_size", "samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high",
-                "projected_samples_per_s", "projected_efficiency", "dominant_loss", "why"):
-        assert col in advice.columns
-    best = advice.iloc[0]
-    assert best["samples_per_s"] == pytest.approx(64 / 0.048)
-    assert best["samples_per_s_ci95_low"] == pytest.approx(64 / 0.0492)
-    assert best["samples_per_s_ci95_high"] == pytest.approx(64 / 0.0475)
-    assert 0 < best["projected_efficiency"] <= 1
-    # the sentence: every figure in it is one of advice.csv's, formatted as written
-    low, high = best["samples_per_s_ci95_low"], best["samples_per_s_ci95_high"]
-    half = (high - low) / 2 / best["samples_per_s"] * 100
-    assert f"{half:.1f}" == "1.7"  # by hand: (1347.37 − 1300.81) / 2 / 1333.33
-    expected = (f"Use overlap, 25 MiB buckets, fp32, accumulation 1: {best['samples_per_s']:,.0f} samples/s "
-                f"at 2 ranks (±{half:.1f} %), tied with torch; projected "
-                f"{best['projected_efficiency'] * 100:.0f} % efficiency "
-                f"({best['projected_samples_per_s']:,.0f} samples/s) at 8 GPUs on ib-ndr400")
-    assert answer.startswith(expected), answer
-    from_files = {"25", "1", "2", "8", "400", f"{best['samples_per_s']:,.0f}", f"{half:.1f}",
-                  f"{best['projected_efficiency'] * 100:.0f}", f"{best['projected_samples_per_s']:,.0f}"}
-    number = r"\d[\d,.]*\d|\d"
-    from_files |= set(re.findall(number, best["precision"]))  # fp32's "32"
-    assert set(re.findall(number, answer)) <= from_files, answer
+    return advice[advice["rank"].notna()]
+
+
+def recomputed(results: pd.DataFrame, row: pd.Series, base: pd.Series) -> tuple[float, float, float]:
+    """A second witness of advice.csv's speedup: the run's paired ratio where the row was stepped beside
+    the baseline (same configuration but engine, both interleaved, a speed_vs_torch), else the ratio of the
+    medians with the two intervals combined in quadrature on the log scale, written out here."""
+    r = results.set_index("cell_id").loc[row["cell_id"]]
+    b = results.set_index("cell_id").loc[base["cell_id"]]
+    same = all(str(r[k]) == str(b[k]) for k in ("world_size", "bucket_cap_mb", "precision", "comm_dtype",
+                                                 "grad_accum", "scaling", "per_rank_batch", "global_batch"))
+    if same and pd.notna(r["speed_vs_torch"]):
+        return r["speed_vs_torch"], r["speed_vs_torch_ci95_low"], r["speed_vs_torch_ci95_high"]
+    ratio = b["step_time_ms_p50"] / r["step_time_ms_p50"]
+    down = math.hypot(math.log(b["step_time_ms_p50"] / b["step_time_ms_ci95_low"]),
+                      math.log(r["step_time_ms_ci95_high"] / r["step_time_ms_p50"]))
+    up = math.hypot(math.log(b["step_time_ms_ci95_high"] / b["step_time_ms_p50"]),
+                    math.log(r["step_time_ms_p50"] / r["step_time_ms_ci95_low"]))
+    return ratio, ratio * math.exp(-down), ratio * math.exp(up)
+
+
+def test_one_recipe_and_every_speedup_read_back_equals_results(run_dir, capsys):
+    assert _advise(run_dir) == 0
+    ranked = _ranked(run_dir)
+    assert set(ranked["global_batch"]) == {64} and len(ranked) == 4  # the most-measured recipe, alone
+    assert list(ranked["engine"]) == ["bucketed", "overlap", "torch", "torch"]
+    base = ranked[ranked["baseline"]]
+    assert len(base) == 1 and base.iloc[0]["cell_id"] == "torch-mlp.tiny-ws2-b25-fp32-cnone-ga1-strong-gb64"
+    results = load_run(run_dir).results
+    for _, r in ranked[~ranked["baseline"]].iterrows():
+        expected = recomputed(results, r, base.iloc[0])
+        got = tuple(r[f"speedup_vs_baseline{end}"] for end in ("", "_ci95_low", "_ci95_high"))
+        assert got == pytest.approx(expected, rel=1e-9), r["cell_id"]
+    by = ranked.set_index("engine")
+    # by hand: bucketed 1.25 [1.25·e^−0.031904, 1.25·e^0.032142] = [1.2108, 1.2908], not paired
+    assert by.loc["bucketed", "speedup_vs_baseline_ci95_low"] == pytest.approx(1.2108, abs=1e-4)
+    assert by.loc["bucketed", "speedup_vs_baseline_ci95_high"] == pytest.approx(1.2908, abs=1e-4)
+    assert not by.loc["bucketed", "speedup_paired"] and by.loc["overlap", "speedup_paired"]
+    # Holm over 3 comparisons: overlap's p 0.0002 ≤ 0.05/2 after bucketed's ≈ 0 — both faster
+    assert by.loc["overlap", "verdict_vs_baseline"] == "faster"
+    weak_torch = ranked[(ranked["engine"] == "torch") & ~ranked["baseline"]].iloc[0]
+    assert weak_torch["verdict_vs_baseline"] == "within noise"
+    answer = capsys.readouterr().out.splitlines()[0]
+    assert "This run also measured global batch 32 at 2 ranks" in answer
+
+
+def test_the_answer_names_the_simplest_winner_and_every_number_is_in_advice_csv(run_dir, capsys):
+    assert _advise(run_dir) == 0
+    answer = capsys.readouterr().out.splitlines()[0]
+    ranked = _ranked(run_dir)
+    use = ranked[ranked["answer_role"] == "use"].iloc[0]
+    # bucketed (rank 1) and overlap are both faster, not tied (1,600 [1,561, 1,641] and 1,407 [1,391, 1,422]
+    # samples/s do not overlap): bucketed is named, with what it changes: engine and accumulation split
+    assert use["engine"] == "bucketed"
+    s, low, high = (use[f"speedup_vs_baseline{end}"] for end in ("", "_ci95_low", "_ci95_high"))
+    assert answer.startswith(f"Use bucketed, accumulation 2 (per-GPU batch 16): {s:.2f}× [{low:.2f}, "
+                             f"{high:.2f}] torch DDP's defaults at global batch 64 (2 ranks, fp32); at 8 "
+                             f"GPUs on ib-ndr400 expect "
+                             f"{use['projected_efficiency'] * 100:.0f} % "
+                             f"[{use['projected_efficiency_low'] * 100:.0f}, "
+                             f"{use['projected_efficiency_high'] * 100:.0f}] efficiency "
+                             f"({use['projected_samples_per_s']:,.0f} samples/s; per-GPU batch "
+                             f"{int(use['projected_per_rank_batch'])}, the recipe kept)"), answer
+    from_files = {f"{use[c]:.2f}" for c in ("speedup_vs_baseline", "speedup_vs_baseline_ci95_low",
+                                             "speedup_vs_baseline_ci95_high")}
+    from_files |= {f"{use[c] * 100:.0f}" for c in ("projected_efficiency", "projected_efficiency_low",
+                                                    "projected_efficiency_high")}
+    from_files |= {f"{use['projected_samples_per_s']:,.0f}",
+                   str(int(use["projected_per_rank_batch"])), "2", "16", "64", "8", "400", "32"}
+    assert set(re.findall(r"\d[\d,.]*\d|\d", answer.split(" This run")[0])) <= from_files, answer
     md = (run_dir / "advice" / "advice.md").read_text()
     assert answer in md and "CPU run" in md
 
 
-def test_a_best_that_cannot_be_projected_names_the_best_that_can(tmp_path, capsys):
-    # strong scaling keeps the global batch (64): it does not divide among 3 ranks, so the three strong
-    # configurations cannot be projected; the weak one (per-rank batch 8, 16 / 0.02 = 800 samples/s,
-    # rank 4) can
-    weak = [_cell("torch", n, step, step - 1, step + 1, 900.0, scaling="weak", per_rank_batch=8)
-            for n, step in ((1, 15.0), (2, 20.0))]
-    run = write_run(tmp_path / "run", _rows() + weak, env={**CPU_ENV})
-    assert main(["advise", str(run), "--target-gpus", "3", "--network", "ib-ndr400"]) == 0
+def _tied_rows(a_step, b_step):
+    """overlap and bucketed both faster than torch (paired, beyond the noise) and tied with each other."""
+    return [_cell("torch", 1, 90.0, 89.0, 91.0), _cell("overlap", 1, 90.0, 89.0, 91.0),
+            _cell("bucketed", 1, 90.0, 89.0, 91.0),
+            _cell("torch", 2, 50.0, 49.5, 50.5),
+            _cell("overlap", 2, a_step, a_step - 1, a_step + 1, paired=(50 / a_step, 50 / a_step - 0.03,
+                                                                        50 / a_step + 0.03, 1e-5)),
+            _cell("bucketed", 2, b_step, b_step - 1, b_step + 1, paired=(50 / b_step, 50 / b_step - 0.03,
+                                                                         50 / b_step + 0.03, 1e-5))]
+
+
+def test_two_runs_whose_tied_winners_swap_give_one_headline(tmp_path, capsys):
+    heads = []
+    for name, (a, b) in (("one", (40.0, 40.5)), ("two", (40.5, 40.0))):
+        run = _write(tmp_path, _tied_rows(a, b), name)
+        assert _advise(run) == 0
+        heads.append(capsys.readouterr().out.splitlines()[0].split(":")[0])
+        ranked = _ranked(run)
+        named = ranked.loc[ranked["answer_role"].isin(["use", "tied"]), "engine"]
+        assert set(named) == {"overlap", "bucketed"}
+    # bucketed and overlap change one setting each; bucketed comes first in the registry's order
+    assert heads == ["Use bucketed", "Use bucketed"]
+
+
+def test_tied_with_the_baseline_keeps_torch_ddp_defaults(tmp_path, capsys):
+    rows = [_cell("torch", 1, 90.0, 89.0, 91.0), _cell("overlap", 1, 90.0, 89.0, 91.0),
+            _cell("torch", 2, 50.0, 49.5, 50.5),
+            _cell("overlap", 2, 49.8, 49.3, 50.3, paired=(1.004, 0.99, 1.02, 0.6))]
+    run = _write(tmp_path, rows)
+    assert _advise(run) == 0
     answer = capsys.readouterr().out.splitlines()[0]
-    advice = pd.read_csv(run / "advice" / "advice.csv")
-    assert advice["projected_efficiency"].notna().tolist() == [False, False, False, True]
-    r = advice.iloc[3]
-    assert ("it cannot be projected to 3 GPUs on ib-ndr400 (global batch 64 per micro-step does not divide "
-            "among 3 ranks); the best that can, rank 4 (torch, 25 MiB buckets, fp32, uncompressed gradients, "
-            "accumulation 1, weak scaling, per-rank batch 8, global batch 16, 800 samples/s), is projected "
-            f"{r['projected_efficiency'] * 100:.0f} % efficiency "
-            f"({r['projected_samples_per_s']:,.0f} samples/s)") in answer
+    assert answer.startswith("Keep torch DDP's defaults (torch DDP, 25 MiB buckets, fp32, per-GPU batch "
+                             "32): nothing measured at global batch 64 (2 ranks, fp32) is faster beyond the "
+                             "noise (the best other, overlap, is 1.00× [0.99, 1.02])"), answer
+    roles = _ranked(run).set_index("engine")["answer_role"]
+    assert roles["torch"] == "keep" and roles["overlap"] == "contender"
 
 
-def test_memory_excludes_with_the_reason(run_dir, capsys):
-    assert _advise(run_dir, "--memory-gb", "1.5") == 0
-    advice = pd.read_csv(run_dir / "advice" / "advice.csv")
-    overlap = advice[advice["engine"] == "overlap"].iloc[0]
-    assert pd.isna(overlap["rank"]) and "over --memory-gb 1.5" in overlap["why"]
-    assert advice.dropna(subset=["rank"]).iloc[0]["engine"] == "torch"
-    assert capsys.readouterr().out.startswith("Use torch,")
+def test_wide_intervals_say_no_clear_winner_and_what_to_run(tmp_path, capsys):
+    rows = [_cell("torch", 1, 90.0, 89.0, 91.0), _cell("overlap", 1, 90.0, 89.0, 91.0),
+            _cell("torch", 2, 50.0, 30.0, 80.0),
+            _cell("overlap", 2, 45.0, 30.0, 70.0, paired=(1.11, 0.6, 1.9, 0.5))]
+    run = _write(tmp_path, rows)
+    assert _advise(run) == 0
+    answer = capsys.readouterr().out.splitlines()[0]
+    assert answer.startswith("No clear winner at this precision: at global batch 64 (2 ranks, fp32) the "
+                             "best, overlap, is 1.11× [0.60, 1.90] torch DDP's defaults, and 1 of 1 "
+                             "configurations have no speedup interval or one wider than ±10 %; keep torch "
+                             "DDP's defaults"), answer
+    assert "`python -m bench run --config gpu-node --set run.target_ci_pct=2`" in answer  # env.json's command
+
+
+def test_a_recipe_that_does_not_divide_holds_the_per_gpu_batch_and_says_the_global_batch(run_dir, capsys):
+    # 64 samples per micro-step (torch strong, per-GPU 32 at 2 ranks) do not divide among 3 ranks: the
+    # per-GPU micro-batch 32 is held, global batch 96 there; bucketed's 32 per micro-step neither
+    assert main(["advise", str(run_dir), "--target-gpus", "3", "--network", "ib-ndr400"]) == 0
+    ranked = _ranked(run_dir).set_index("cell_id")
+    base = ranked.loc["torch-mlp.tiny-ws2-b25-fp32-cnone-ga1-strong-gb64"]
+    assert (base["projected_per_rank_batch"], base["projected_global_batch"]) == (32, 96)
+    assert ranked["projected_efficiency"].notna().all()  # every ranked row, rank 1 included, is projected
+    answer = capsys.readouterr().out.splitlines()[0]
+    assert ("per-GPU micro-batch 16 held: global batch 96 there, as 32 samples per micro-step do not divide "
+            "among 3 ranks") in answer
+    # at 8 ranks the recipe divides: kept
+    assert _advise(run_dir) == 0
+    assert set(_ranked(run_dir)["projected_global_batch"]) == {64}
+
+
+def test_memory_filter_reads_device_used_then_reserved_then_peak_and_lists_what_is_out(tmp_path, capsys):
+    rows = _rows()
+    for r in rows:
+        if r["world_size"] == 2 and r["engine"] == "bucketed":
+            r["device_used_mb"], r["peak_reserved_mb"] = 3000.0, 1200.0  # the GPU's figure decides
+        if r["world_size"] == 2 and r["engine"] == "overlap":
+            r["peak_reserved_mb"] = 2500.0
+    run = _write(tmp_path, rows)
+    assert _advise(run, "--memory-gb", "2") == 0
+    printed = capsys.readouterr().out
+    advice = pd.read_csv(run / "advice" / "advice.csv").set_index("engine")
+    assert pd.isna(advice.loc["bucketed", "rank"])
+    assert "3,000 MiB (device_used_mb) is over --memory-gb 2 (2,048 MiB)" in advice.loc["bucketed", "why"]
+    assert "2,500 MiB (peak_reserved_mb)" in advice.loc["overlap", "why"]
+    # the failed naive cell of the recipe and the two excluded ones are in the answer's "did not make it"
+    md = (run / "advice" / "advice.md").read_text()
+    assert "## Did not make it" in md and "failed: boom" in md
+    assert re.search(r"not ranked: naive-\S+-ws2-\S+: failed: boom", printed)
 
 
 @pytest.mark.parametrize("extra, words", [
     (("--memory-gb", "0.5"), "--memory-gb=0.5 is below every configuration"),
     (("--network", "carrier-pigeon"), "--network='carrier-pigeon' is not a preset"),
     (("--target-gpus", "0"), "--target-gpus=0"),
+    (("--global-batch", "48"), "--global-batch=48: not measured at the largest world size (2 ranks); this "
+                               "run has [32, 64]"),
+    (("--baseline", "engine=overlap,colour=red"), "'colour=red' is not KEY=VALUE"),
+    (("--baseline", "bucket_cap_mb=100"), "--baseline=bucket_cap_mb=100: no ranked configuration"),
+    (("--network", "h100-nvlink", "--target-gpus", "12"), "--target-gpus=12: h100-nvlink puts"),
+    (("--inter-network", "tin-cans"), "--inter-network='tin-cans'"),
 ])
 def test_bad_input_exits_2_and_writes_nothing(run_dir, capsys, extra, words):
-    assert _advise(run_dir, *extra) == 2
+    assert main(["advise", str(run_dir), *extra]) == 2
     assert words in capsys.readouterr().err
     assert not (run_dir / "advice").exists()
 
@@ -133,17 +266,106 @@ def test_a_run_without_ok_cells_exits_2(tmp_path, capsys):
     assert not (run / "advice").exists()
 
 
-def test_the_advice_names_engine_options_and_leaves_defaults_unsaid():
-    import pandas as pd
+def test_baseline_flag_picks_another_reference(run_dir):
+    assert _advise(run_dir, "--baseline", "engine=overlap") == 0
+    ranked = _ranked(run_dir)
+    assert ranked.loc[ranked["baseline"], "engine"].tolist() == ["overlap"]
+    torch = ranked[ranked["cell_id"] == "torch-mlp.tiny-ws2-b25-fp32-cnone-ga1-strong-gb64"].iloc[0]
+    assert torch["speedup_vs_baseline"] == pytest.approx(45.5 / 50.0)  # not paired this way round: medians
 
-    from bench.advise import answer
 
-    keys = ["engine", "bucket_cap_mb", "precision", "comm_dtype", "grad_accum", "engine_options"]
-    compiled = pd.Series({"engine": "torch", "bucket_cap_mb": 25.0, "precision": "fp32", "comm_dtype": "none",
-                          "grad_accum": 1, "engine_options": "hpowersgd.r4 inductor"})
-    assert answer.choice_words(compiled, keys) == ("torch, 25 MiB buckets, fp32, accumulation 1, "
-                                                   "with hpowersgd.r4 inductor")
-    plain = compiled.copy()
-    plain["engine_options"] = ""
-    assert answer.choice_words(plain, keys) == "torch, 25 MiB buckets, fp32, accumulation 1"
-    assert answer.differences(plain, compiled, keys) == "engine options at defaults"
+def test_best_toml_plans_the_advised_configuration_and_its_baseline(tmp_path, capsys):
+    # a run folder this suite wrote (tests/data/traces/README.md): torch, naive, overlap at 2 ranks
+    run = tmp_path / "run"
+    shutil.copytree(TESTS / "data" / "traces" / "ddpbench-cpu-run", run)
+    assert main(["advise", str(run), "--target-gpus", "16", "--network", "h100-nvlink"]) == 0
+    capsys.readouterr()
+    ranked = _ranked(run)
+    named = ranked[ranked["answer_role"].isin(["use", "keep", "unclear", "best"])].iloc[0]
+    other = ranked[ranked["answer_role"].isin(["contender"] if named["answer_role"] in ("keep", "unclear")
+                                              else ["use"]) | ranked["baseline"]]
+    best = run / "advice" / "best.toml"
+    assert main(["run", "--config", str(best), "--dry-run"]) == 0
+    planned = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("run ")]
+    # each configuration's id at the target, its engine, bucket, precision, comm dtype and accumulation kept
+    engines = {c.split("-")[0] for c in planned}
+    assert engines == set(other["engine"]) | {named["engine"]}
+    assert any("-ws16-" in c for c in planned) and all(re.search(r"-ws(1|8|16)-", c) for c in planned)
+    for cell in ranked[ranked["cell_id"].isin(other["cell_id"])].itertuples():
+        words = re.sub(r"-ws\d+-", "-ws16-", cell.cell_id).split("-strong-")[0].split("-weak-")[0]
+        assert any(c.startswith(words) for c in planned), (words, planned)
+    ddp = (run / "advice" / "ddp.md").read_text()
+    assert "torchrun --nnodes 2 --nproc-per-node 8" in ddp and f"--config {best}" in ddp
+
+
+def test_a_cpu_run_projected_to_gpus_takes_their_default_sigma_and_says_so(tmp_path):
+    from report_fixtures import H100_ENV
+
+    from bench.project import api as project
+
+    # the same rows measured on CPU and on GPU: the base cell's σ = (p90 − p50) / z90 / p50 = 0.1 / 1.2816 =
+    # 0.078027 (its p90 is 1.1 × p50); the GPU run keeps it, the CPU run takes the GPU default 0.02 on a GPU
+    # network, so the straggler terms are in the ratio 0.078027 / 0.02 = 3.9013 (same compute, same N)
+    cpu = _write(tmp_path, _rows(), "cpu")
+    gpu = _write(tmp_path, _rows(), "gpu")
+    (gpu / "env.json").write_text(json.dumps(H100_ENV))
+    cell = ["torch-mlp.tiny-ws2-b25-fp32-cnone-ga1-strong-gb64"]
+    on = {name: project.run(run, ["ib-ndr400"], [8], cells=cell, write=False)
+          for name, run in (("cpu", cpu), ("gpu", gpu))}
+    straggler = {name: p.projection.iloc[0]["straggler_ms"] for name, p in on.items()}
+    assert straggler["gpu"] / straggler["cpu"] == pytest.approx(0.1 / 1.2816 / 0.02, rel=1e-3)
+    said = "CPU run on ib-ndr400: σ 0.02 and γ 0.29, the GPU defaults"
+    assert any(n.startswith(said) for n in on["cpu"].notes)
+    assert not any(n.startswith("CPU run on") for n in on["gpu"].notes)
+
+
+def test_best_toml_names_exactly_the_cells_of_any_configuration(tmp_path):
+    # every kind of cell id the matrix makes (engine options, no buckets, fsdp2's reshard word, accumulation,
+    # both batch rules) rewritten for the target: the config best.toml is expands to exactly its `cells`
+    import tomllib
+
+    from bench.advise import to_run
+    from bench.advise.answer import Target
+    from bench.config import load_config
+    from bench.matrix import expand
+
+    options = ["matrix.engine=torch,overlap,naive,fsdp2", "matrix.compile=none,inductor",
+               "matrix.static_graph=false,true", "matrix.comm_hook=none,powersgd",
+               "matrix.reshard_after_forward=true,false"]
+    sweep = load_config("cpu-smoke", options)
+    cells = [c for c in expand(sweep) if c.world_size == 2 and not c.skip_reason]
+    base = next(c for c in cells if c.is_baseline and c.grad_accum == 1 and c.scaling == "strong")
+    assert len(cells) > 30
+    for cell in cells:
+        rows = [pd.Series(c.to_dict() | {"engine_options": c.engine_options}) for c in (cell, base)]
+        text = to_run.best_toml(rows, {"workload": {"model": "mlp", "model_size": "tiny"}},
+                                Target(16, "h100-nvlink"), "RUN")
+        (tmp_path / "best.toml").write_text(text)
+        planned = sorted(c.cell_id for c in expand(load_config(str(tmp_path / "best.toml"),
+                                                               ["run.device=cpu"])))
+        assert planned == sorted(tomllib.loads(text)["matrix"]["cells"]), cell.cell_id
+        assert any("-ws16-" in c and c.startswith(cell.engine) for c in planned), cell.cell_id
+
+
+def test_the_projections_interval_travels_into_the_sentence_when_projection_csv_has_one():
+    from bench.advise.answer import Target, projection_words
+    from bench.advise.api import with_projection
+
+    advice = pd.DataFrame([{"rank": 1, "cell_id": "c", "grad_accum": 1}])
+    projected = {"cell_id": "c", "nodes": 8, "per_rank_batch": 4, "global_batch": 256, "efficiency_pct": 81.0,
+                 "predicted_samples_per_s": 1000.0, "reason": "", "dominant_term": "exposed_comm",
+                 "bottleneck": "overlap-limited"}
+    target = Target(64, "h100-nvlink", 8, "ib-ndr400")
+    without = with_projection(advice, pd.DataFrame([projected])).iloc[0]
+    assert "expect 81 % efficiency (1,000 samples/s; per-GPU batch 4, the recipe kept)" in projection_words(
+        without, target, 256)
+    with_interval = with_projection(advice, pd.DataFrame([projected | {
+        "efficiency_pct_low": 72.0, "efficiency_pct_high": 88.0, "predicted_samples_per_s_low": 890.0,
+        "predicted_samples_per_s_high": 1090.0}])).iloc[0]
+    low, high = with_interval["projected_efficiency_low"], with_interval["projected_efficiency_high"]
+    assert (low, high) == (0.72, 0.88)
+    words = projection_words(with_interval, target, 256)
+    assert words.startswith("at 64 GPUs on h100-nvlink (8 nodes of 8, ib-ndr400 between) expect 81 % "
+                            "[72, 88] efficiency"), words
+    assert words.endswith("the loss is the exposed all-reduce of the last buckets (they become ready too "
+                          "late to hide)")

@@ -78,9 +78,9 @@ def test_after_a_run_analyze_project_and_report_are_called_as_functions(tmp_path
     assert (run / "trace_summary.csv").is_file() and (run / "projection" / "projection.csv").is_file()
     assert "report: " in out and Path(out.split("report: ")[-1].split()[0]).is_file()
     # advise runs between project and report, and the report leads with its answer
-    assert (run / "advice" / "advice.csv").is_file() and out.index("Use ") < out.index("report: ")
-    index = Path(out.split("report: ")[-1].split()[0])
     answer = (run / "advice" / "advice.md").read_text().splitlines()[2]
+    assert (run / "advice" / "advice.csv").is_file() and out.index(answer) < out.index("report: ")
+    index = Path(out.split("report: ")[-1].split()[0])
     summary = (index.parent / "summary.md").read_text()
     assert summary.index("## The answer") < summary.index("## Findings") and answer in summary
 

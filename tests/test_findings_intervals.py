@@ -194,3 +194,17 @@ def test_results_without_p_values_keep_their_verdicts_and_say_so():
     assert list(tables.family_verdicts(df)) == ["faster", "within noise", "within noise"]
     assert "uncorrected (these results have no p-values" in findings.family_of_verdicts(df)[0]
 
+
+
+def test_the_corrected_verdict_leads_the_sentence():
+    # bucketed and naive are faster before the correction (intervals above 1), but their sign-test p-values
+    # (0.04, 0.03) do not survive Holm over 3 comparisons (0.03 > 0.05/3): the sentence must not open with
+    # "faster" and then call them within noise
+    df = rows({"bucketed": (1.03, 1.01, 1.05), "naive": (1.04, 1.01, 1.07), "overlap": (1.0, 0.97, 1.03)},
+              {"torch": (10.0, 9.0, 11.0), "bucketed": (9.7, 8.8, 10.6), "naive": (9.6, 8.7, 10.5),
+               "overlap": (10.0, 9.1, 10.9)})
+    df["speed_vs_torch_p"] = [None, 0.04, 0.03, 0.9]
+    (sentence,) = findings.engines_per_world_size(df)
+    assert sentence.startswith("At 2 ranks, no engine is faster than torch DDP once corrected for the run's "
+                               "comparisons (bucketed and naive are before the correction)"), sentence
+    assert "bucketed within noise once corrected" in sentence

@@ -66,5 +66,7 @@ def test_tail_and_summary_line(tmp_path):
     ok = {"status": "ok", "cell_id": "c", "step_time_ms_p50": 1.5, "step_time_ms_p90": 2.0,
           "samples_per_s": 10.0, "exposed_comm_ms": None, "error": None}
     assert "step p50 1.50 ms" in summary_line(ok) and "exposed comm - ms" in summary_line(ok)
+    one = ok | {"world_size": 1, "exposed_comm_ms": 5.53}  # one rank communicates nothing
+    assert "sync overhead (1 rank) 5.53 ms" in summary_line(one) and "exposed comm" not in summary_line(one)
     failed = ok | {"status": "failed", "error": "Traceback...\nRuntimeError: boom"}
     assert summary_line(failed).endswith("(RuntimeError: boom)")

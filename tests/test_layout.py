@@ -175,3 +175,40 @@ def test_the_map_reader_reads_the_tree():
     tree = "bench/\n  a.py           what a is\n  run/\n    b.py, c.py   two\n  d.py\nother/\n  e.py\n"
     assert mapped_paths(tree) == {"bench/", "bench/a.py", "bench/run/", "bench/run/b.py", "bench/run/c.py",
                                   "bench/d.py", "other/", "other/e.py"}
+
+
+def test_nothing_outside_the_engines_tests_an_engine_by_name():
+    # what an engine is (the reference, bucketless, sharded, ...) is its facts' to say (engines/base.py): a
+    # comparison with a built-in engine's name elsewhere would miss a plug-in engine of the same kind
+    from bench.engines import names
+
+    engine_names = set(names())
+    found = []
+    for path in BENCH.rglob("*.py"):
+        if path.parent.name == "engines":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                literals = [s.value for s in sides if isinstance(s, ast.Constant)]
+                literals += [e.value for s in sides if isinstance(s, (ast.Tuple, ast.List, ast.Set))
+                             for e in s.elts if isinstance(e, ast.Constant)]
+                found += [f"{module_name(path)}:{node.lineno} {v!r}" for v in literals if v in engine_names]
+    assert found == []
+
+
+def test_run_folder_file_names_are_spelled_once():
+    # every file of a run folder is a constant of bench/run_folder.py, which writers and readers use; the
+    # report's own folder (reports/<run-id>/) has names of its own and is not checked here
+    from bench import run_folder
+
+    names = {v for k, v in vars(run_folder).items() if k.isupper() and isinstance(v, str)
+             and re.fullmatch(r"[\w.-]+\.(csv|json|jsonl|toml|txt|md|sbatch)", v)}
+    found = []
+    for path in BENCH.rglob("*.py"):
+        if path.name == "run_folder.py" or path.parent.name == "report":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in names:
+                found.append(f"{module_name(path)}:{node.lineno} {node.value!r}")
+    assert found == []

@@ -92,3 +92,15 @@ def test_dry_run_prints_cells_and_estimate(tmp_path, capsys):
     assert re.search(r"estimated wall time ~[\d.]+ min", text)
     assert "timed rounds per cell expected" not in text  # cpu-smoke: fixed rounds
     assert not out.exists()
+
+
+def test_cells_keeps_only_the_cells_its_patterns_name():
+    from bench.config import ConfigError
+
+    every = [c.cell_id for c in expand(load_config("cpu-smoke"))]
+    named = ["torch-mlp.tiny-ws2-b0.05-fp32-cnone-ga1-strong-gb8", "overlap-*-ws1-*-ga2-weak-*"]
+    kept = [c.cell_id for c in expand(load_config("cpu-smoke", [f"matrix.cells={','.join(named)}"]))]
+    assert kept == [c for c in every if c == named[0] or re.fullmatch(r"overlap-.*-ws1-.*-ga2-weak-.*", c)]
+    assert len(kept) == 2
+    with pytest.raises(ConfigError, match="matrix.cells="):
+        load_config("cpu-smoke", ["matrix.cells= "])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from report_fixtures import CPU_ENV, row, write_run
+from report_fixtures import CPU_ENV, H100_ENV, row, write_run
 
 from bench.__main__ import main
 from bench.project.physics import DEFAULT_INTERFERENCE
@@ -19,19 +19,20 @@ def bench_project(*argv) -> int:
     return main(["project", *map(str, argv)])
 
 
-def run_folder(tmp_path: Path, sweep: bool = True, timeline: bool = True) -> Path:
+def run_folder(tmp_path: Path, sweep: bool = True, timeline: bool = True, device: str = "cpu") -> Path:
     """One configuration (bucketed, strong, global batch 8) at world sizes 1 and 2.
 
     World size 1: forward 2, backward 4, optimizer 2 ms (phase pass), compute-only 8 ms. Trace: two 1 MB
     buckets, ready at 2 and 4 ms of a 4 ms backward (fractions 0.5 and 1). Sweep at 2 ranks: t = 50 µs +
     S / (1 GB/s), so a 1 MB bucket costs 1.05 ms.
     """
-    ws1 = row("bucketed", 1, 8.5, global_batch=8, compute_only_ms=8.0, device="cpu")
-    ws2 = row("bucketed", 2, 6.5, global_batch=8, compute_only_ms=4.1, device="cpu")
+    ws1 = row("bucketed", 1, 8.5, global_batch=8, compute_only_ms=8.0, device=device)
+    ws2 = row("bucketed", 2, 6.5, global_batch=8, compute_only_ms=4.1, device=device)
     for r in (ws1, ws2):
         r.update(forward_ms_p50=2.0, backward_ms_p50=4.0, optimizer_ms_p50=2.0, threads_per_rank=1,
                  allreduce_bytes=1_000_000, allreduce_algbw_gbps=0.9, n_buckets=2, n_params=500_000)
-    run = write_run(tmp_path / "run", [ws1, ws2], env=CPU_ENV | {"cpu_cores": 16})
+    env = CPU_ENV | {"cpu_cores": 16} if device == "cpu" else H100_ENV
+    run = write_run(tmp_path / "run", [ws1, ws2], env=env)
     if timeline:
         with open(run / "bucket_timeline.csv", "w", newline="") as f:
             w = csv.writer(f)
@@ -83,6 +84,25 @@ def test_validation_and_projection_match_the_hand_worked_step(tmp_path, capsys):
     assert f"median |error| {abs(100 * (step - 6.5) / 6.5):.1f} %" in capsys.readouterr().out
 
 
+def test_a_preset_the_run_measured_on_is_anchored_to_its_cells(tmp_path):
+    # the run measured 6.5 ms at 2 ranks; on h100-nvlink the model says s2 there. With --measured-on the
+    # 4- and 8-rank steps are the model's times 6.5 / s2 (anchored to 2), the 2-rank step is the model's
+    run = run_folder(tmp_path, device="cuda")
+    sizes = ("--network", "h100-nvlink", "--gpus-per-node", "8", "--world-sizes", "1,2,4,8")
+    assert bench_project(run, *sizes, "--out", tmp_path / "plain") == 0
+    assert bench_project(run, *sizes, "--measured-on", "h100-nvlink", "--out", tmp_path / "on") == 0
+    plain, on = (pd.read_csv(tmp_path / d / "projection.csv").set_index("world_size")
+                 for d in ("plain", "on"))
+    ratio = 6.5 / plain.loc[2, "predicted_step_ms"]
+    assert on.loc[2, "predicted_step_ms"] == plain.loc[2, "predicted_step_ms"] and pd.isna(
+        on.loc[2, "anchor_world_size"])
+    for n in (4, 8):
+        assert on.loc[n, "anchor_world_size"] == 2 and on.loc[n, "anchor_step_ratio"] == pytest.approx(ratio)
+        assert on.loc[n, "predicted_step_ms"] == pytest.approx(plain.loc[n, "predicted_step_ms"] * ratio)
+        assert on.loc[n, "interval_regime"].startswith("nvlink anchored")
+    assert plain["anchor_world_size"].isna().all()
+
+
 def test_without_sweep_the_rows_probe_gives_a_line_through_the_origin(tmp_path):
     run = run_folder(tmp_path, sweep=False)
     assert bench_project(run, "--world-sizes", "1,2", "--out", tmp_path / "o") == 0
@@ -110,6 +130,9 @@ def test_without_timeline_the_workload_layout_is_used(tmp_path):
     (["--inter-network", "carrier-pigeon"], "--inter-network='carrier-pigeon'"),
     (["--algorithm", "butterfly"], "--algorithm='butterfly'"),
     (["--gpus-per-node", "0", "--network", "h100-nvlink"], "--gpus-per-node=0"),
+    (["--network", "h100-nvlink", "--measured-on", "a100-nvlink"], "--measured-on='a100-nvlink' is not one"),
+    (["--network", "h100-nvlink", "--measured-on", "h100-nvlink"], "the run measured on 'cpu'"),
+    (["--measured-on", "measured"], "--measured-on='measured' is not one"),
 ])
 def test_bad_arguments_exit_2_naming_key_and_value(tmp_path, capsys, argv, words):
     run = run_folder(tmp_path)
@@ -122,7 +145,8 @@ def test_a_run_without_ok_cells_projects_nothing(tmp_path, capsys):
     run = write_run(tmp_path / "run", [row("torch", 1, None, status="failed", error="boom", device="cpu")],
                     env=CPU_ENV)
     assert bench_project(run) == 0
-    assert "(0 configurations, 0 of 0 rows predicted)" in capsys.readouterr().out
+    assert "(0 configurations, 0 of 0 rows predicted, 0 anchored to a measured world size)" in \
+        capsys.readouterr().out
 
 
 def test_missing_run_exits_2(tmp_path, capsys):

@@ -17,7 +17,6 @@ from bench.project.physics import OFF, Physics, expected_max_normal
 from bench.project.published import (
     LAST_LINE,
     Skip,
-    network_for,
     predict_row,
     read_corpus,
     summary_line,
@@ -25,6 +24,7 @@ from bench.project.published import (
 )
 from bench.project.simulate import Buckets, Compute, simulate_step
 from bench.project.spec import ddp_buckets
+from bench.project.systems import intra_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "published_scaling" / "train.csv"
@@ -115,7 +115,7 @@ def test_every_corpus_system_has_a_preset():
     corpus = read_corpus(CORPUS)
     multi = corpus[corpus["gpus"] > 1]
     for hardware, interconnect in set(zip(multi["hardware"], multi["interconnect"])):
-        assert network_for(hardware, interconnect)[0] in FABRICS
+        assert intra_of(hardware, interconnect)[0] in FABRICS
 
 
 # ---- the published-table validation -----------------------------------------------------------------
@@ -156,10 +156,10 @@ def test_grad_accum_mismatch_is_accounted():
 
 
 @pytest.mark.parametrize("over, words", [
-    (dict(notes="x; FLAG: superlinear"), "FLAG: superlinear"),
-    (dict(notes="STRONG SCALING: global batch fixed"), "STRONG SCALING"),
-    (dict(grad_accum=float("nan")), "grad_accum"),
+    (dict(notes="STRONG SCALING: global batch fixed", grad_accum=float("nan")), "grad_accum missing on a "
+     "STRONG SCALING row"),
     (dict(throughput_unit="tokens/s"), "no conversion of 'tokens/s'"),
+    (dict(per_gpu_batch="8 concat batches"), "per_gpu_batch='8 concat batches' is not a number"),
 ])
 def test_rows_it_cannot_predict_are_skipped_with_the_reason(over, words):
     with pytest.raises(Skip, match=words):
@@ -167,33 +167,61 @@ def test_rows_it_cannot_predict_are_skipped_with_the_reason(over, words):
                                                                 if k == "throughput_unit"}), OFF)
 
 
+def test_flagged_rows_are_predicted_but_held_out_with_the_flag():
+    # a data FLAG holds the row out of the headline; a configuration FLAG (the group key already keeps
+    # per-GPU batches apart, the row's own grad_accum is used) does not; an unstated grad_accum is 1
+    p = predict_row(_row(2, 1900.0, notes="x; FLAG: superlinear vs 1-GPU row"), _row(1, 1000.0), OFF)
+    assert p.held_out == "FLAG: superlinear vs 1-GPU row" and p.error_pct > 0
+    p = predict_row(_row(2, 1900.0, notes="FLAG: micro-batch/grad_accum differ from the smallest-GPU row"),
+                    _row(1, 1000.0), OFF)
+    assert p.held_out == ""
+    unstated = predict_row(_row(2, 1900.0, grad_accum=float("nan")), _row(1, 1000.0), OFF)
+    assert unstated.step_ms == pytest.approx(predict_row(_row(2, 1900.0), _row(1, 1000.0), OFF).step_ms)
+
+
+def test_superlinear_against_the_base_is_held_out():
+    # 2 GPUs at 2,200 img/s against 1,000 on one: 1.10× per GPU, beyond the corpora's 1.05
+    p = predict_row(_row(2, 2200.0), _row(1, 1000.0), OFF)
+    assert "superlinear beyond 1.05" in p.held_out
+
+
 def test_groups_never_mix_sources():
     corpus = pd.DataFrame([_row(1, 1000.0), _row(2, 1900.0, source_id="other")])
     preds, skipped, eligible = validate(corpus, OFF)
-    assert preds == [] and eligible == 0 and skipped[0][1] == "no 1-GPU row in its group"
+    assert preds == [] and eligible == 0 and skipped == []
 
 
 def test_summary_line_format():
-    line = summary_line([])
-    assert LAST_LINE.match(line)
+    assert LAST_LINE.match(summary_line([]))
+    assert LAST_LINE.match("rows 112 · mean |error| 8.2 % · median |error| 3.0 % · p90 27.2 % · "
+                           "worst 66.3 % · inside 90 % interval 85.7 % · median width 26.3 points")
 
 
 @pytest.mark.slow
 def test_validation_on_the_published_corpus():
-    """The whole in-project corpus through the script; thresholds: the issue's median goal (≤ 10 %) and
-    coverage (≥ 90 % of multi-GPU rows with a 1-GPU row), and the worst case this model reaches today
-    (≤ 95 %; the issue's goal of 25 % is not met: docs/projection.md says which rows and why)."""
+    """The whole in-project corpus through the script. The last line predicts every row from its base alone
+    (the issue's definition); the line before it, anchored to the largest published row below (what a run
+    that measured those sizes knows). Thresholds: coverage (≥ 90 % of the rows with a base that are not held
+    out) and ≥ 90 % inside the held-out interval on both; the issue's mean ≤ 6 % and p90 ≤ 15 % hold anchored
+    only; from the base alone the figures as measured (docs/projection.md: mean 8.4 %, p90 21.2 %, median
+    width 46 points — the goals are NOT met there)."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_projection.py"), "--corpus",
                           str(CORPUS)], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     lines = out.strip().splitlines()
     m = LAST_LINE.match(lines[-1])
     assert m, lines[-1]
-    rows, median, worst = int(m[1]), float(m[2]), float(m[3])
+    rows, mean, median, p90, worst = int(m[1]), float(m[2]), float(m[3]), float(m[4]), float(m[5])
+    inside, width = float(m[6]), float(m[7])
     coverage = [line for line in lines if line.startswith("predicted ")][0]
     predicted, eligible = (int(w) for w in coverage.split()[1:4:2])
     assert rows == predicted and predicted >= 0.9 * eligible
-    assert median <= 10.0
-    assert worst <= 95.0
+    assert median <= 5.0 and mean <= 9.0 and p90 <= 22.0 and worst <= 95.0
+    assert inside >= 90.0 and width <= 50.0
+    anchored = LAST_LINE.match(lines[-2].removeprefix("anchored (--anchored): "))
+    assert anchored and int(anchored[1]) == rows, lines[-2]
+    assert float(anchored[2]) <= 6.0 and float(anchored[4]) <= 15.0 and float(anchored[6]) >= 90.0
+    assert float(anchored[7]) <= 19.0
+    assert any(line.startswith("held out by model family") for line in lines)
 
 
 def test_validator_refuses_a_corpus_without_its_columns(tmp_path):

@@ -79,3 +79,30 @@ def test_project_spec_is_the_package_api():
     import bench.project
 
     assert bench.project.project_spec is project_spec
+
+
+@pytest.mark.parametrize("text, count", [("360M", 360_000_000), ("1.5B", 1_500_000_000), ("1e9", 10**9),
+                                         ("250000", 250_000), ("7b", 7 * 10**9), (250_000, 250_000)])
+def test_a_parameter_count_as_people_write_it(text, count):
+    from bench.project.spec import parse_count
+
+    assert parse_count("params", text) == count
+
+
+def test_lists_of_settings_compare_in_one_call(tmp_path, capsys):
+    argv = ["project", "--params", "250k", "--step-ms", "100", "--per-gpu-batch", "100", "--network", "pcie4",
+            "--world-sizes", "2,4", "--bucket-cap-mb", "1,25,100", "--comm-dtype", "none,bf16",
+            "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    rows = pd.read_csv(tmp_path / "out" / "projection.csv")
+    assert len(rows) == 3 * 2 * 2  # buckets × dtypes × world sizes
+    assert list(dict.fromkeys(zip(rows["bucket_cap_mb"], rows["comm_dtype"]))) == [
+        (1.0, "none"), (1.0, "bf16"), (25.0, "none"), (25.0, "bf16"), (100.0, "none"), (100.0, "bf16")]
+    # each combination is the single what-if of its settings
+    one = project_spec(params=250_000, step_ms=100.0, per_gpu_batch=100, network="pcie4", world_sizes=[2, 4],
+                       bucket_cap_mb=25.0, comm_dtype="bf16")
+    mine = rows[(rows["bucket_cap_mb"] == 25.0) & (rows["comm_dtype"] == "bf16")]
+    assert list(mine["predicted_step_ms"]) == pytest.approx(list(one["predicted_step_ms"]))
+    assert "6 what-ifs: bucket_cap_mb × comm_dtype" in capsys.readouterr().out
+    assert main([*argv[:-2], "--comm-dtype", "none,fp8", "--out", str(tmp_path / "bad")]) == 2
+    assert "comm_dtype='fp8'" in capsys.readouterr().err and not (tmp_path / "bad").exists()

@@ -78,3 +78,18 @@ def test_the_report_draws_the_projection_from_its_data_and_bench_project_writes_
     # one line per configuration: a table of configuration → where its terms came from, not bullets
     assert physics and all(f"- physics of {c}" not in projection and c in projection for c, _ in physics)
     assert (tmp_path / "report" / "tables" / "projection_physics.csv").is_file()
+
+
+def test_a_strong_line_that_ends_where_its_batch_stops_dividing_is_marked():
+    from bench.project.project import Configuration
+    from bench.report.projection_figure import ends_early
+
+    base = pd.Series({"cell_id": "c", "scaling": "strong"})
+    config = Configuration(base, pd.DataFrame([base]), None, None)
+    why = "global batch 8 per micro-step does not divide among 16 ranks"
+    rows = pd.DataFrame({"network": "n", "cell_id": "c", "world_size": [1, 8, 16],
+                         "efficiency_pct": [100.0, 40.0, None], "reason": [None, None, why]})
+    drawn = rows.dropna(subset=["efficiency_pct"])
+    assert ends_early(rows, config, "n", drawn)
+    assert not ends_early(rows.iloc[:2], config, "n", drawn)  # nothing beyond: the line just stops there
+    assert not ends_early(rows.assign(reason=None), config, "n", drawn)

@@ -143,7 +143,9 @@ def test_summary_md_is_the_short_answer_and_report_md_the_whole(report):
     whole = (report.parent / "report.md").read_text()
     assert len(summary.splitlines()) < 60
     assert summary.index("## The answer") < summary.index("## Findings")
-    assert "**Use " in summary and "best throughput (samples/s)" in summary
+    assert "**No clear winner at this precision" in summary  # the fixture's cells have no intervals
+    assert "speedup over torch DDP's defaults: **1.33× no interval**" in summary
+    assert "![speedup over torch DDP's defaults](plots/speedup.png)" in summary
     assert "## All cells and traces" in whole and "## All cells and traces" not in summary
 
 
@@ -158,6 +160,7 @@ def test_report_writes_every_plot_and_table_and_links_only_what_exists(report):
         "accumulation",
         "phases",
         "memory",
+        "speedup",
     }
     assert {p.stem for p in (out / "plots").glob("*.png")} == expected_plots
     for png in (out / "plots").glob("*.png"):
@@ -395,3 +398,16 @@ def test_engine_options_make_their_own_configuration_against_plain_torch():
     assert ws2.loc["", "efficiency_pct"] == pytest.approx(100.0)
     assert ws2.loc["hpowersgd.r4", "efficiency_pct"] == pytest.approx(100 / 1.2)
     assert pd.isna(ws2.loc["inductor", "efficiency_pct"])
+
+
+def test_a_one_rank_answer_calls_step_minus_compute_only_its_sync_overhead(tmp_path):
+    from bench.advise import api as advise
+    from bench.report.answer_section import headline_numbers
+
+    rows = [row("torch", 1, 50.0, compute_only_ms=45.0), row("overlap", 1, 48.0, compute_only_ms=45.0)]
+    run = write_run(tmp_path / "results" / "one-rank", rows)
+
+    numbers = headline_numbers(load_run(run).results, advise.run(run, target=None, write=False).table)
+    last = numbers.iloc[3]
+    assert last["name"] == "sync overhead (% of the step)" and "no communication" in last["of"]
+    assert "exposed communication" not in " ".join(numbers["name"])

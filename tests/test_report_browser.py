@@ -1,7 +1,8 @@
 """The report as a person sees it: index.html opened from disk in headless Chromium (tests/browser.py).
 
 No console errors, every <img> loaded, every internal anchor has its target, the first screen (1280×800)
-holds the advice sentence and the four headline numbers, the page with its tables collapsed stays under
+holds the advice sentence, the speedup figure and the four headline numbers (the speedup over torch DDP's
+defaults first), the page with its tables collapsed stays under
 8,000 px; a screenshot of the first screen is left beside the report (screenshot.png) for a person to see.
 """
 
@@ -32,9 +33,15 @@ def test_the_first_screen_answers_and_the_page_is_sound(tmp_path):
     assert page.height_px < MAX_HEIGHT_PX
     assert (out / "screenshot.png").stat().st_size > 0
     sentence = (run / "advice" / "advice.md").read_text().splitlines()[2]
-    assert sentence.startswith("Use ") and sentence in page.first_screen_text
-    numbers = headline_numbers(load_run(run).results, pd.read_csv(run / "advice" / "advice.csv"))
-    assert len(numbers) == 4
+    assert sentence.startswith(("Use ", "Keep ", "No clear winner")) and sentence in page.first_screen_text
+    advice = pd.read_csv(run / "advice" / "advice.csv")
+    advice["answer_role"] = advice["answer_role"].fillna("")
+    numbers = headline_numbers(load_run(run).results, advice)
+    assert len(numbers) == 4 and numbers.iloc[0]["name"] == "speedup over torch DDP's defaults"
+    # the speedup over torch DDP's defaults: its figure and its number, both wholly on the first screen
+    assert "plots/speedup.png" in page.first_screen_images
+    contender = advice[advice["answer_role"] == "contender"].iloc[0]
+    assert f"{contender['speedup_vs_baseline']:.2f}×" in page.first_screen_text
     for _, r in numbers.iterrows():  # each figure, its interval and what it is of, on the first screen
         for text in (r["name"], r["value"], r["interval"]):
             assert text in page.first_screen_text, text

@@ -324,3 +324,16 @@ def test_resume_retry_runs_failed_cells_again_and_the_new_record_wins(tmp_path):
     assert [r["status"] for r in read_records(out)] == ["ok", "ok"]  # one record per cell: the latest
     _, rows = read_csv(out)
     assert [r["status"] for r in rows] == ["ok", "ok"]
+
+
+def test_the_opening_line_counts_cells_to_run_done_and_skipped():
+    from bench.run.planner import plan
+    from bench.run.runner import counts_words
+
+    # torch's bf16 hook at 1 and 2 ranks: both skipped on CPU (bench.matrix skip rules), none run yet
+    made = plan("cpu-smoke", ["matrix.engine=torch", "matrix.comm_dtype=none,bf16", "matrix.grad_accum=1",
+                              "matrix.scaling=strong"])
+    runnable = list(made.runnable)
+    assert (len(made.cells), len(runnable)) == (4, 2)
+    assert counts_words(made, runnable) == "2 cells to run, 2 skipped"  # a fresh run: nothing done yet
+    assert counts_words(made, runnable[1:]) == "1 cell to run, 1 done before, 2 skipped"

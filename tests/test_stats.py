@@ -145,3 +145,18 @@ def test_group_half_width_is_the_widest_of_cells_and_ratios():
         (10 / 8 - 10 / 12) / 2 * 100)
     assert stats.group_half_width_pct([torch_ms, other], reference=None) == pytest.approx(20.0)
     assert stats.group_half_width_pct([torch_ms[:5], other[:5]], reference=0) is None  # no interval yet
+
+
+def test_unpaired_ratio_p_is_the_dual_of_its_interval():
+    import math
+
+    # Φ⁻¹(0.975) = 1.959964 (tables)
+    assert stats._normal_quantile(0.975) == pytest.approx(1.959964, abs=1e-6)
+    # an interval whose lower end touches 1: z = ln r / (ln(r/low) / 1.959964) = 1.959964 → p = 0.05
+    assert stats.unpaired_ratio_p(1.1, 1.0, 1.2) == pytest.approx(0.05, rel=1e-6)
+    assert stats.unpaired_ratio_p(1 / 1.1, 0.8, 1.0) == pytest.approx(0.05, rel=1e-6)  # upper end, below 1
+    # r = 1.1 [1.05, …]: σ = ln(1.1/1.05) / 1.959964 = 0.023735, z = ln 1.1 / σ = 4.0156, p = erfc(z/√2)
+    p = stats.unpaired_ratio_p(1.1, 1.05, 1.16)
+    assert p == pytest.approx(math.erfc(4.0156 / math.sqrt(2)), rel=1e-3)
+    assert stats.unpaired_ratio_p(1.0, 0.9, 1.1) == pytest.approx(1.0)
+    assert stats.unpaired_ratio_p(1.1, float("nan"), 1.2) is None

@@ -1,9 +1,11 @@
-"""`bench advise`: which measured configuration to run, with its ties and its projection to a target.
+"""`bench advise`: which DDP settings to run at the user's recipe, how much faster than torch DDP's defaults
+(with the interval), what to expect on the target cluster, and a config to run.
 
-rank.py ranks the configurations at the largest measured world size by throughput with intervals,
-answer.py writes the sentence from those rows, api.py (`bench.advise.run(run_dir, target) -> Advice`)
-projects them (bench.project.run) and writes advice.md and advice.csv, cli.py parses and prints. Reads the
-run folder; imported by the report, never the reverse.
+rank.py takes one recipe (the global batch at the largest measured world size) and ranks its
+configurations; baseline.py sets each against torch DDP's defaults; choice.py picks the row the answer
+names; answer.py words it from advice.csv's rows; to_run.py writes best.toml and ddp.md; api.py
+(`bench.advise.run(run_dir, target, ...) -> Advice`) projects the rows (bench.project.run) and writes the
+files; cli.py parses and prints. Reads the run folder; imported by the report, never the reverse.
 """
 
 

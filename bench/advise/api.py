@@ -1,45 +1,64 @@
-"""`bench advise` as a function: `run(run_dir, ...)` ranks the run's configurations (rank.py), projects them
-to a target cluster with `bench.project.run` (into RUN/advice/projection/), words the answer (answer.py) and
-writes advice.md and advice.csv; it returns an `Advice`. The command (cli.py) prints it; the report reads the
-files, or calls `run(..., target=None, write=False)` when the run has none.
+"""`bench advise` as a function: `run(run_dir, ...)` takes one recipe of the run (rank.py), ranks its
+configurations, sets each against torch DDP's defaults (baseline.py), projects them to a target cluster with
+`bench.project.run` (into RUN/advice/projection/), picks what the answer names (choice.py), words it
+(answer.py) and writes advice.md, advice.csv, best.toml and ddp.md (to_run.py); it returns an `Advice`. The
+command (cli.py) prints it; the report reads the files, or calls `run(..., target=None, write=False)` when
+the run has none.
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from bench import run_folder
-from bench.advise.answer import CPU_CAVEAT, Target, sentence
-from bench.advise.rank import largest_world_size, rank_configurations, swept_keys
+from bench.advise import to_run
+from bench.advise.answer import CPU_CAVEAT, Target, answer
+from bench.advise.baseline import SPEEDUP, parse_baseline, speedups
+from bench.advise.choice import NAMED, answer_roles
+from bench.advise.rank import (
+    MEASURED,
+    UsageError,
+    choice_keys,
+    choose_recipe,
+    largest_world_size,
+    rank_recipe,
+)
 from bench.project import api as project
 from bench.project.inputs import InputError
-from bench.project.network import FABRICS
-from bench.project.project import config_key
-from bench.run_folder import RunError, load_run
+from bench.project.network import FABRICS, INTER_NODE, preset_network
+from bench.run_folder import Run, RunError, load_run
+
+__all__ = ["Advice", "UsageError", "run"]
 
 DEFAULT_TARGET_GPUS = 64
-DEFAULT_NETWORK = "ib-ndr400"
+DEFAULT_NETWORK = "h100-nvlink"          # 8 nodes of 8 H100 (--gpus-per-node), NDR InfiniBand between
 NETWORKS = (*FABRICS, project.MEASURED)
-DEFAULT_TARGET = Target(DEFAULT_TARGET_GPUS, DEFAULT_NETWORK)
-
-
-class UsageError(ValueError):
-    """A bad argument, or a run with nothing to advise: the message names the key and the value."""
+DEFAULT_TARGET = Target(DEFAULT_TARGET_GPUS, DEFAULT_NETWORK, project.DEFAULT_GPUS_PER_NODE,
+                        project.DEFAULT_INTER_NETWORK)
+PROJECTED = ("projected_nodes", "projected_per_rank_batch", "projected_global_batch",
+             "projected_samples_per_s", "projected_samples_per_s_low", "projected_samples_per_s_high",
+             "projected_efficiency", "projected_efficiency_low", "projected_efficiency_high", "dominant_loss",
+             "projection_note")
+# the rounds a median needs to halve its interval's width: the width shrinks as 1/√rounds
+REMEASURE_FACTOR = 4
 
 
 @dataclass
 class Advice:
-    """The answer (one sentence), its caveats, advice.csv's rows and the keys they were ranked on, the
-    target they were projected to, and where the files went (None: not written)."""
+    """The answer, its caveats, advice.csv's rows and the keys they differ in, the recipe and the run's
+    other recipes, the target, and where the files went (None: not written)."""
 
     answer: str
     caveats: list[str]
     table: pd.DataFrame
     keys: list[str]
     target: Target
+    recipe: int
+    other_recipes: list[int] = field(default_factory=list)
     out: Path | None = None
     notes: list[str] = field(default_factory=list)  # the projection's, for advice.md's caveats
 
@@ -47,29 +66,58 @@ class Advice:
     def world_size(self) -> int:
         return int(self.table["world_size"].iloc[0])
 
+    @property
+    def left_out(self) -> pd.DataFrame:
+        """The candidates that did not make it: failed, diverged, timed out, out of memory, skipped, or over
+        --memory-gb (rank empty, `why` says which)."""
+        return self.table[self.table["rank"].isna()]
+
     def lines(self) -> list[str]:
-        """What `bench advise` prints: the answer first, its caveats, where the files are."""
+        """What `bench advise` prints: the answer first, its caveats, what did not make it, the files."""
         lines = [self.answer, *(f"note: {c}" for c in self.caveats)]
+        for _, r in self.left_out.iterrows():
+            lines.append(f"not ranked: {r['cell_id']}: {r['why']}")
         if self.out is not None:
+            ranked = int(self.table["rank"].notna().sum())
             lines.append(f"advice: {self.out / run_folder.ADVICE_MD}, {self.out / run_folder.ADVICE_CSV} "
-                         f"({len(self.table)} configurations at {self.world_size} ranks)")
+                         f"({ranked} configurations at global batch {self.recipe}, {self.world_size} ranks)")
+            lines.append(f"to run: {self.out / run_folder.BEST_TOML} (bench run --config), "
+                         f"{self.out / run_folder.DDP_MD} (your own script)")
         return lines
 
 
-def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET,
-        memory_gb: float | None = None, out: Path | str | None = None, write: bool = True) -> Advice:
-    """Rank the configurations of the run at `run_dir` at its largest measured world size, leave out those
-    over `memory_gb`, project them to `target` (None: no projection) and, with `write`, write advice.md and
-    advice.csv into `out` (default RUN/advice/). UsageError or RunError (nothing written) on bad input or a
-    run with nothing to rank."""
+def check_target(target: Target) -> None:
+    """UsageError naming the flag and its value for a target bench project cannot take."""
+    if target.gpus is None or target.gpus < 1:
+        raise UsageError(f"--target-gpus={target.gpus}: must be >= 1")
+    if target.network not in NETWORKS:
+        raise UsageError(f"--network={target.network!r} is not a preset; choose from {list(NETWORKS)}")
+    if target.gpus_per_node < 1:
+        raise UsageError(f"--gpus-per-node={target.gpus_per_node}: must be >= 1")
+    if target.inter_network not in INTER_NODE:
+        raise UsageError(f"--inter-network={target.inter_network!r} is not one of {list(INTER_NODE)}")
+    if target.network in FABRICS:
+        try:
+            preset_network(target.network, target.gpus_per_node, target.inter_network).nodes(target.gpus)
+        except ValueError:
+            raise UsageError(f"--target-gpus={target.gpus}: {target.network} puts --gpus-per-node="
+                             f"{target.gpus_per_node} GPUs in a node; give a multiple of it") from None
+
+
+def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET, memory_gb: float | None = None,
+        out: Path | str | None = None, write: bool = True, global_batch: int | None = None,
+        baseline: str | None = None) -> Advice:
+    """Advise on one recipe of the run at `run_dir` (`global_batch`, default the most measured at the
+    largest world size): its configurations within `memory_gb` ranked, each against torch DDP's defaults
+    (or `baseline`, "KEY=VALUE,…"), projected to `target` (None: no projection), and with `write` the
+    files written into `out` (default RUN/advice/). UsageError or RunError (nothing written) on bad input or
+    a run with nothing to rank."""
     run_dir = Path(run_dir)
     if target is not None:
-        if target.gpus is None or target.gpus < 1:
-            raise UsageError(f"--target-gpus={target.gpus}: must be >= 1")
-        if target.network not in NETWORKS:
-            raise UsageError(f"--network={target.network!r} is not a preset; choose from {list(NETWORKS)}")
+        check_target(target)
     if memory_gb is not None and not memory_gb > 0:
         raise UsageError(f"--memory-gb={memory_gb:g}: must be > 0")
+    spec = parse_baseline(baseline)
     try:
         loaded = load_run(run_dir)
     except RunError as exc:
@@ -78,42 +126,58 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET,
     if largest_world_size(results) is None:
         raise UsageError(f"run={str(run_dir)!r}: no cell finished with status ok and a throughput "
                          f"({len(results)} cells); nothing to rank")
-    table = rank_configurations(results, memory_gb)
+    recipe, other_recipes = choose_recipe(results, global_batch)
+    table = rank_recipe(results, recipe, memory_gb)
     if not table["rank"].notna().any():
-        low = table["peak_mem_mb"].min() / 1024
-        raise UsageError(f"--memory-gb={memory_gb:g} is below every configuration's peak memory (the "
-                         f"smallest is {low:.2f} GiB); nothing to recommend")
+        low = table["memory_mb"].min() / 1024
+        raise UsageError(f"--memory-gb={memory_gb:g} is below every configuration's memory at global batch "
+                         f"{recipe} (the smallest is {low:.2f} GiB); nothing to recommend")
+    table = speedups(table, results, spec, bucket_order(loaded.config))
     out = Path(out) if out is not None else run_dir / run_folder.ADVICE_DIR
     notes: list[str] = []
     if target is None:
         target = Target(why_not=f"`python -m bench advise {run_dir}` projects it to a target cluster")
+        table = table.assign(**{c: float("nan") for c in PROJECTED if c != "projection_note"},
+                             projection_note="")
     else:
-        projection, notes, why_not = project_at(run_dir, target, out / run_folder.PROJECTION_DIR, write)
+        ranked = list(table.loc[table["rank"].notna(), "cell_id"])
+        projection, notes, why_not = project_at(run_dir, target, ranked, out / run_folder.PROJECTION_DIR,
+                                                write)
         if projection is None:
             target = Target(why_not=f"bench project failed: {why_not}")
-        else:
-            table = with_projection(table, results, projection)
-    keys = swept_keys(results)
+        table = with_projection(table, projection)
+    table["answer_role"] = answer_roles(table)
+    keys = choice_keys(results)
+    table = table[[*FIRST, *keys, *MEASURED, *[c for c in SPEEDUP if c not in FIRST],
+                   *[c for c in PROJECTED if c not in LAST], *LAST]]
     general = [n for n in notes if not n.startswith(run_folder.PHYSICS_NOTE)]  # per configuration: notes.txt
     caveats = ([CPU_CAVEAT] if loaded.device == "cpu" else []) + general
-    advice = Advice(answer=sentence(table, keys, target), caveats=caveats, table=table, keys=keys,
-                    target=target, notes=notes)
+    text = answer(table, keys, target, other_recipes, str(run_dir),
+                  remeasure_command(run_dir, table, results, loaded))
+    advice = Advice(answer=text, caveats=caveats, table=table, keys=keys, target=target, recipe=recipe,
+                    other_recipes=other_recipes, notes=notes)
     if write:
-        out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / run_folder.ADVICE_CSV, index=False)
-        (out / run_folder.ADVICE_MD).write_text(advice_markdown(advice))
-        advice.out = out
+        write_files(advice, results, loaded.config, run_dir, out)
     return advice
 
 
-def project_at(run_dir: Path, target: Target, out: Path,
+# advice.csv's columns: FIRST, the choice keys, MEASURED, SPEEDUP, PROJECTED, LAST
+FIRST = ("rank", "answer_role", "baseline", "tied_with_best", "status")
+LAST = ("memory_mb", "cell_id", "why", "projection_note")
+
+
+def bucket_order(config: dict) -> list[float]:
+    """The preset's bucket sizes in its order (the worker's groups follow it)."""
+    return [float(b) for b in config.get("matrix", {}).get("bucket_cap_mb", [])]
+
+
+def project_at(run_dir: Path, target: Target, cells: list[str], out: Path,
                write: bool) -> tuple[pd.DataFrame | None, list[str], str]:
-    """The run projected to the target (bench.project.run into `out`): (projection rows, its notes, why
-    none)."""
-    gpus_per_node = 8 if target.gpus % 8 == 0 else target.gpus  # an NVLink node of 8 GPUs, or one node
+    """The ranked cells projected to the target, each from its own batch (bench.project.run with `cells`,
+    into `out`): (projection rows, the projection's notes, why none)."""
     try:
-        projection = project.run(run_dir, [target.network], [target.gpus], gpus_per_node=gpus_per_node,
-                                 out=out, write=write)
+        projection = project.run(run_dir, [target.network], [target.gpus], gpus_per_node=target.gpus_per_node,
+                                 inter_network=target.inter_network, cells=cells, out=out, write=write)
     except (project.UsageError, InputError, RunError) as exc:
         return None, [], str(exc)
     return projection.projection, projection.notes + projection.physics, ""
@@ -129,35 +193,118 @@ def dominant_loss(projected: dict) -> str:
     return projected["bottleneck"]
 
 
-def with_projection(advice: pd.DataFrame, results: pd.DataFrame, projection: pd.DataFrame) -> pd.DataFrame:
-    """advice rows with their configuration's projected samples/s, efficiency (a fraction) and bottleneck;
-    a configuration is matched by bench.project's own key (its base cell is its smallest world size)."""
-    by_cell = results.set_index("cell_id")
-    keyed = {config_key(by_cell.loc[c]): r
-             for c, r in zip(projection["cell_id"], projection.to_dict("records")) if c in by_cell.index}
+def with_projection(advice: pd.DataFrame, projection: pd.DataFrame | None) -> pd.DataFrame:
+    """advice rows with their projection at the target (PROJECTED; efficiency as a fraction, with the
+    projection's interval where projection.csv has one), matched by cell id (bench.project.run `cells`)."""
     advice = advice.copy()
-    for i, cell in zip(advice.index, advice["cell_id"]):
-        p = keyed.get(config_key(by_cell.loc[cell]))
+    for column in PROJECTED:
+        advice[column] = "" if column in ("dominant_loss", "projection_note") else float("nan")
+    if projection is None:
+        return advice
+    by_cell = {r["cell_id"]: r for r in projection.to_dict("records")}
+    for i, row in advice[advice["rank"].notna()].iterrows():
+        p = by_cell.get(row["cell_id"])
         if p is None:
             advice.loc[i, "projection_note"] = "not in the projection"
-        elif pd.isna(p["efficiency_pct"]):
+            continue
+        if pd.isna(p["efficiency_pct"]):
             advice.loc[i, "projection_note"] = str(p["reason"])
-        else:
-            advice.loc[i, ["projected_samples_per_s", "projected_efficiency", "dominant_loss"]] = [
-                p["predicted_samples_per_s"], p["efficiency_pct"] / 100, dominant_loss(p)]
+            continue
+        values = {"projected_nodes": p["nodes"], "projected_per_rank_batch": p["per_rank_batch"],
+                  "projected_global_batch": p["global_batch"], "projected_samples_per_s":
+                  p["predicted_samples_per_s"], "projected_efficiency": p["efficiency_pct"] / 100,
+                  "dominant_loss": dominant_loss(p)}
+        for side in ("low", "high"):  # the projection's interval, where bench project gives one
+            values[f"projected_samples_per_s_{side}"] = p.get(f"predicted_samples_per_s_{side}", float("nan"))
+            values[f"projected_efficiency_{side}"] = p.get(f"efficiency_pct_{side}", float("nan")) / 100
+        for column, value in values.items():
+            advice.loc[i, column] = value
     return advice
 
 
+def remeasure_command(run_dir: Path, table: pd.DataFrame, results: pd.DataFrame, run: Run) -> str:
+    """The run's own `bench run` command again (env.json `command`, less its folder flags) with tighter
+    intervals, for an answer that cannot separate its configurations: the adaptive rounds on
+    (run.target_ci_pct 2, its default) where they were off, and REMEASURE_FACTOR × the time budget or round
+    cap that stopped the recipe's cells."""
+    from bench.config import RunConfig
+
+    settings = run.config.get("run", {})
+    here = results[results["cell_id"].isin(table["cell_id"])]
+    stopped = set(here.get("stopped_by", pd.Series(dtype=str)).dropna().astype(str))
+    sets = []
+    if not settings.get("target_ci_pct"):
+        sets.append(f"run.target_ci_pct={RunConfig.target_ci_pct:g}")
+    if "budget" in stopped:
+        budget = float(settings.get("max_group_s", RunConfig.max_group_s))
+        sets.append(f"run.max_group_s={REMEASURE_FACTOR * budget:g}")
+    if "max_steps" in stopped:
+        cap = int(settings.get("max_timed_steps", RunConfig.max_timed_steps))
+        sets.append(f"run.max_timed_steps={REMEASURE_FACTOR * cap}")
+    words = shlex.split(str(run.env.get("command") or ""))
+    kept = words[words.index("run") + 1:] if "run" in words else ["--config", "PRESET"]  # env.json without it
+    args, skip = [], False
+    for word in kept:  # a new folder: not --out, --resume, --retry; no --report or --dry-run either
+        if skip:
+            skip = False
+        elif word in ("--out", "--retry", "--collect"):
+            skip = True
+        elif word not in ("--resume", "--report", "--dry-run", "--plan-only"):
+            args.append(word)
+    return shlex.join(["python", "-m", "bench", "run", *args, *(x for s in sets for x in ("--set", s))])
+
+
+def write_files(advice: Advice, results: pd.DataFrame, config: dict, run_dir: Path, out: Path) -> None:
+    """advice.csv, advice.md, best.toml and ddp.md into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    advice.table.to_csv(out / run_folder.ADVICE_CSV, index=False)
+    (out / run_folder.ADVICE_MD).write_text(advice_markdown(advice))
+    table, cells = advice.table, results.set_index("cell_id")
+    named = table[table["answer_role"].isin(NAMED)].iloc[0]
+    beside = table[table["answer_role"].isin(["contender"])] if named["answer_role"] in ("keep", "unclear") \
+        else table[table["baseline"].astype(bool) & (table["precision"] == named["precision"])]
+    measured = [named] + ([beside.iloc[0]] if len(beside) else [])
+    rows = [cells.loc[r["cell_id"]].copy() for r in measured]
+    for row, r in zip(rows, measured):
+        row["cell_id"] = r["cell_id"]
+    gpus = advice.target.gpus or int(named["world_size"])
+    target = advice.target if advice.target.gpus else Target(gpus, "measured")
+    best = out / run_folder.BEST_TOML
+    best.write_text(to_run.best_toml(rows, config, target, str(run_dir)))
+    there = (f"at {target.words(named['projected_nodes'])}: per-GPU micro-batch "
+             f"{int(named['projected_per_rank_batch'])}, global batch {int(named['projected_global_batch'])}"
+             if pd.notna(named["projected_global_batch"]) else "not projected to a target")
+    ddp = to_run.ddp_markdown(rows[0], advice.answer, target, str(best), there)
+    (out / run_folder.DDP_MD).write_text(ddp)
+    advice.out = out
+
+
 def advice_markdown(advice: Advice) -> str:
-    """advice.md: the answer first, then the caveats and the ranking (every column is in advice.csv)."""
-    shown = ["rank", "tied_with_best", *advice.keys, "samples_per_s", "samples_per_s_ci95_low",
-             "samples_per_s_ci95_high", "projected_efficiency", "dominant_loss", "why"]
+    """advice.md: the answer first, the caveats, the ranking (every column is advice.csv's), what did not
+    make it, and the files to run."""
+    shown = ["rank", "answer_role", "baseline", "tied_with_best", *advice.keys, "samples_per_s",
+             "speedup_vs_baseline", "speedup_vs_baseline_ci95_low", "speedup_vs_baseline_ci95_high",
+             "verdict_vs_baseline", "speedup_paired", "projected_efficiency", "dominant_loss"]
+    ranked, left = advice.table[advice.table["rank"].notna()], advice.left_out
     lines = ["# Advice", "", advice.answer, ""]
     lines += [f"> {c}" for c in advice.caveats] + ([""] if advice.caveats else [])
-    lines += ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    for _, r in advice.table.iterrows():
-        lines.append("| " + " | ".join(_cell(r[c]) for c in shown) + " |")
-    return "\n".join(lines) + "\n"
+    lines += [f"## Global batch {advice.recipe} at {advice.world_size} ranks: {len(ranked)} configurations",
+              "", _table(ranked, shown), ""]
+    if len(left):
+        lines += ["## Did not make it", "", _table(left, ["status", *advice.keys, "why"]), ""]
+    lines += ["## To run", "",
+              f"- `{run_folder.BEST_TOML}`: the advised configuration and its baseline at the target, as a "
+              "ddpbench config (`python -m bench run --config` it, or `bench slurm`).",
+              f"- `{run_folder.DDP_MD}`: the same settings in your own training script, and the launch "
+              "lines.", ""]
+    return "\n".join(lines)
+
+
+def _table(rows: pd.DataFrame, columns: list[str]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for _, r in rows.iterrows():
+        lines.append("| " + " | ".join(_cell(r[c]) for c in columns) + " |")
+    return "\n".join(lines)
 
 
 def _cell(value) -> str:

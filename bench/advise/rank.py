@@ -1,33 +1,40 @@
-"""The measured configurations ranked by throughput at the run's largest measured world size (advice.csv).
+"""One recipe's configurations, ranked by throughput with intervals and ties (advice.csv's measured half).
+
+A recipe is the global batch per optimizer step (results.csv `global_batch` = per_rank_batch × world_size ×
+grad_accum) at the run's largest measured world size: what a user's training recipe fixes (convergence, the
+learning-rate schedule), where the DDP settings (engine, bucket size, gradient dtype, comm hook, the
+accumulation split, precision, static graph, compile) are theirs to choose. Every ranked row trains it, so a
+bigger batch cannot win on samples/s. Default: the recipe with the most ok configurations there, then the
+one with a torch DDP cell, then the largest global batch (a fixed order, so two runs of a preset agree).
 
 Ranking by medians alone would pick a winner by noise: a configuration whose 95 % throughput interval
-overlaps the best one's is `tied_with_best`, and the advice names the ties instead of choosing among them.
-Throughput's interval is the step-time interval carried over (samples/s = global batch / step, bounds
-swapped), as the report's scaling tables carry it (bench.report.tables.scaling_table).
+overlaps the best one's is `tied_with_best`. Throughput's interval is the step-time interval carried over
+(samples/s = global batch / step, bounds swapped), as the report's scaling tables carry it.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from bench import engines
 from bench.schema import CONFIG_KEYS
 
-# Always in advice.csv, in this order, even when the run held them at one value: the settings a user picks.
-CHOICE_KEYS = ("engine", "bucket_cap_mb", "precision", "comm_dtype", "grad_accum")
-MEASURED = ("world_size", "samples_per_s", "samples_per_s_ci95_low", "samples_per_s_ci95_high")
-PROJECTED = ("projected_samples_per_s", "projected_efficiency", "dominant_loss")
-TAIL = ("peak_mem_mb", "cell_id", "why", "projection_note")
+# Always in advice.csv, in this order: the settings a user picks at a fixed recipe (per_rank_batch with
+# grad_accum is the accumulation split; engine_options the hook, static graph, bucket views, compile).
+CHOICE_KEYS = ("engine", "bucket_cap_mb", "precision", "comm_dtype", "grad_accum", "per_rank_batch",
+               "engine_options")
+# Not choices: fixed by the recipe (global_batch, world_size) or a label of the sweep that made the cell
+# (scaling: at one world size and recipe, strong and weak cells differ only in name).
+NOT_CHOICES = ("world_size", "global_batch", "scaling")
+MEASURED = ("world_size", "global_batch", "samples_per_s", "samples_per_s_ci95_low",
+            "samples_per_s_ci95_high")
+# memory a job is sized by, best first (docs/design.md "Memory"): what the GPU holds for the process, what
+# torch's allocator reserved, what it allocated (on CPU the peak RSS)
+MEMORY_COLUMNS = ("device_used_mb", "peak_reserved_mb", "peak_mem_mb")
 
 
-def swept_keys(results: pd.DataFrame) -> list[str]:
-    """CHOICE_KEYS, then every other configuration key (bar world size) the ranked rows hold at several
-    values."""
-    n = largest_world_size(results)
-    at_n = ok_rows(results)
-    at_n = at_n[at_n["world_size"] == n]
-    others = [k for k in CONFIG_KEYS if k not in CHOICE_KEYS and k != "world_size"
-              and at_n[k].dropna().astype(str).nunique() > 1]
-    return [*CHOICE_KEYS, *others]
+class UsageError(ValueError):
+    """A bad argument, or a run with nothing to advise: the message names the key and the value."""
 
 
 def ok_rows(results: pd.DataFrame) -> pd.DataFrame:
@@ -40,6 +47,48 @@ def largest_world_size(results: pd.DataFrame) -> int | None:
     return int(ok["world_size"].max()) if len(ok) else None
 
 
+def recipes(results: pd.DataFrame) -> pd.DataFrame:
+    """The recipes at the largest measured world size, the default first (module docstring): global_batch,
+    configurations (ok cells), has_torch."""
+    n = largest_world_size(results)
+    at_n = ok_rows(results)
+    at_n = at_n[at_n["world_size"] == n]
+    reference = engines.reference().name
+    table = at_n.groupby("global_batch").agg(configurations=("cell_id", "size"),
+                                             has_torch=("engine", lambda e: bool((e == reference).any())))
+    table = table.reset_index().astype({"global_batch": int})
+    return table.sort_values(["configurations", "has_torch", "global_batch"], ascending=False,
+                             kind="stable").reset_index(drop=True)
+
+
+def choose_recipe(results: pd.DataFrame, global_batch: int | None) -> tuple[int, list[int]]:
+    """(the recipe, the run's other recipes at that world size); UsageError naming --global-batch when the
+    run did not measure it there."""
+    table = recipes(results)
+    held = list(table["global_batch"])
+    if global_batch is None:
+        return held[0], held[1:]
+    if global_batch not in held:
+        raise UsageError(f"--global-batch={global_batch}: not measured at the largest world size "
+                         f"({largest_world_size(results)} ranks); this run has {sorted(held)}")
+    return global_batch, [b for b in held if b != global_batch]
+
+
+def choice_keys(results: pd.DataFrame) -> list[str]:
+    """CHOICE_KEYS, then every other configuration key the run holds at several values (a second model)."""
+    others = [k for k in CONFIG_KEYS if k not in CHOICE_KEYS and k not in NOT_CHOICES
+              and results[k].dropna().astype(str).nunique() > 1]
+    return [*CHOICE_KEYS, *others]
+
+
+def memory_of(row: pd.Series) -> tuple[float, str]:
+    """(MiB, column) of the best memory figure the row has (MEMORY_COLUMNS order); (NaN, "") when none."""
+    for column in MEMORY_COLUMNS:
+        if column in row.index and pd.notna(row[column]):
+            return float(row[column]), column
+    return float("nan"), ""
+
+
 def throughput_interval(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """(low, high) samples/s from the step-time interval: global batch / step, bounds swapped."""
     nan = pd.Series(float("nan"), index=rows.index)
@@ -49,49 +98,49 @@ def throughput_interval(rows: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
         rows["global_batch"] / rows["step_time_ms_ci95_low"] * 1e3
 
 
-def rank_configurations(results: pd.DataFrame, memory_gb: float | None = None) -> pd.DataFrame:
-    """advice.csv's measured half: one row per ok configuration at the largest measured world size, the
-    fittest first. `rank` is 1.. over the admitted rows (empty for one excluded by `memory_gb`, `why` says
-    why); `tied_with_best` is true when the row's interval overlaps the best one's."""
+def rank_recipe(results: pd.DataFrame, recipe: int, memory_gb: float | None = None) -> pd.DataFrame:
+    """The recipe's rows at the largest measured world size: the ok configurations within `memory_gb`
+    ranked 1.. by samples/s (`tied_with_best` when the interval overlaps rank 1's), then the ok ones over it
+    and the cells that failed, diverged, timed out, ran out of memory or were skipped there (rank empty,
+    `why` gives the reason). `memory_mb` is the row's MEMORY_COLUMNS figure, `why` names which."""
     n = largest_world_size(results)
-    keys = swept_keys(results)
-    columns = ["rank", "tied_with_best", *keys, *MEASURED, *PROJECTED, *TAIL]
-    if n is None:
-        return pd.DataFrame(columns=columns)
-    at_n = ok_rows(results)
-    at_n = at_n[at_n["world_size"] == n]
-    low, high = throughput_interval(at_n)
-    table = at_n[keys + ["world_size", "samples_per_s", "peak_mem_mb", "cell_id"]].assign(
-        samples_per_s_ci95_low=low, samples_per_s_ci95_high=high, why="", projection_note="")
-    table["world_size"] = table["world_size"].astype(int)
+    keys = choice_keys(results)
+    here = results[(results["world_size"] == n) & (results["global_batch"] == recipe)].copy()
+    here["memory_mb"], here["memory_column"] = zip(*(memory_of(r) for _, r in here.iterrows()))
+    low, high = throughput_interval(here)
+    table = here.assign(samples_per_s_ci95_low=low, samples_per_s_ci95_high=high, why="")
+    ok = (table["status"] == "ok") & table["samples_per_s"].notna()
     over = pd.Series(False, index=table.index)
     if memory_gb is not None:
-        over = table["peak_mem_mb"] > memory_gb * 1024
-        table.loc[over, "why"] = [f"excluded: peak memory {m:,.0f} MiB is over --memory-gb {memory_gb:g} "
-                                  f"({memory_gb * 1024:,.0f} MiB)" for m in table.loc[over, "peak_mem_mb"]]
-    admitted = table[~over].sort_values("samples_per_s", ascending=False, kind="stable")
-    admitted = admitted.assign(rank=range(1, len(admitted) + 1))
+        over = ok & (table["memory_mb"] > memory_gb * 1024)
+        table.loc[over, "why"] = [
+            f"excluded: {m:,.0f} MiB ({c}) is over --memory-gb {memory_gb:g} ({memory_gb * 1024:,.0f} MiB)"
+            for m, c in zip(table.loc[over, "memory_mb"], table.loc[over, "memory_column"])]
+    admitted = table[ok & ~over].sort_values("samples_per_s", ascending=False, kind="stable")
+    admitted = admitted.assign(rank=range(1, len(admitted) + 1), tied_with_best=False)
     if len(admitted):
         best = admitted.iloc[0]
         # overlap: this row's upper bound reaches the best one's lower bound (no interval: not a tie)
-        tied = admitted["samples_per_s_ci95_high"] >= best["samples_per_s_ci95_low"]
-        admitted["tied_with_best"] = tied & (admitted["rank"] > 1)
-        admitted.loc[admitted.index[0], "tied_with_best"] = False
+        admitted["tied_with_best"] = (admitted["samples_per_s_ci95_high"] >= best["samples_per_s_ci95_low"]) \
+            & (admitted["rank"] > 1)
         admitted["why"] = [_why(r, best) for _, r in admitted.iterrows()]
-    excluded = table[over].assign(rank=pd.NA, tied_with_best=False)
-    out = pd.concat([admitted, excluded]) if len(excluded) else admitted
-    for col in PROJECTED:
-        out[col] = float("nan") if col != "dominant_loss" else ""
+    failed = table[~ok].assign(why=[f"{s}: {e or 'no reason recorded'}" for s, e in
+                                    zip(table.loc[~ok, "status"], table.loc[~ok, "error"])])
+    out = pd.concat([admitted, table[over], failed])
     out["rank"] = out["rank"].astype("Int64")
-    out["tied_with_best"] = out["tied_with_best"].astype(bool)
-    return out[columns].reset_index(drop=True)
+    out["tied_with_best"] = out["tied_with_best"].fillna(False).astype(bool)
+    out["world_size"] = out["world_size"].astype(int)
+    return out[["rank", "tied_with_best", "status", *keys, *MEASURED, "memory_mb", "cell_id", "why"]] \
+        .reset_index(drop=True)
 
 
 def _why(r: pd.Series, best: pd.Series) -> str:
+    mem = f"; {r['memory_mb']:,.0f} MiB ({r['memory_column']})" if r["memory_column"] else ""
     if r["rank"] == 1:
-        return "highest median throughput at this world size"
+        return "highest median throughput at this recipe" + mem
     if pd.isna(r["samples_per_s_ci95_high"]) or pd.isna(best["samples_per_s_ci95_low"]):
-        return "no interval recorded: cannot tell whether it is tied"
+        return "no interval recorded: cannot tell whether it is tied" + mem
     if r["tied_with_best"]:
-        return "tied: its 95 % interval overlaps the best one's"
-    return f"{(1 - r['samples_per_s'] / best['samples_per_s']) * 100:.1f} % below the best, beyond the noise"
+        return "tied: its 95 % interval overlaps the best one's" + mem
+    below = (1 - r["samples_per_s"] / best["samples_per_s"]) * 100
+    return f"{below:.1f} % below the best, beyond the noise" + mem

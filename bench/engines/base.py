@@ -84,3 +84,30 @@ class Engine:
     def sync_wait_ms(self, model, device) -> float | None:
         """Host time the last backward spent waiting for its gradients at its end, if the engine says."""
         return None
+
+    # ---- the engine in the user's own training script (`bench advise`'s advice/ddp.md) ------------------
+
+    def script_wrap(self, row) -> tuple[list[str], list[str]]:
+        """(imports, lines) that wrap `model` in a user's torchrun script as this engine does for the
+        results row `row` (its bucket size, comm_dtype and options); after `model = model.cuda()`. An
+        engine that does not say raises NotImplementedError (the advice then points to its module)."""
+        raise NotImplementedError(f"engine {self.name!r} gives no script for a user's training loop")
+
+    def script_accumulate(self, k: int, micro_step: list[str]) -> list[str]:
+        """A user's loop over k micro-batches (`micro_step`: forward and backward of one) with the gradients
+        synchronised on the last only: `no_sync()` on the others, as torch DDP and ddp_core name it."""
+        return [f"for i in range({k}):", "    x, y = next(batches)",
+                f"    with contextlib.nullcontext() if i == {k - 1} else model.no_sync():",
+                *(f"        {line}" for line in micro_step)]
+
+
+def compile_line(row) -> list[str]:
+    """A script's torch.compile of the whole model before it is wrapped, when the row compiled."""
+    backend = str(row.get("compile") or "none")
+    return [] if backend in ("none", "nan") else [
+        f'model = torch.compile(model, backend="{backend}")  # compiled, then wrapped']
+
+
+def flag(value) -> str:
+    """A results row's boolean option as Python source ("True" / "False")."""
+    return "True" if str(value).strip().lower() in ("true", "1", "1.0") else "False"

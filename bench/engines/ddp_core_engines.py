@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bench.engines.base import Engine
-from bench.schema import WIRE_DTYPES
+from bench.engines.base import Engine, compile_line, flag
+from bench.schema import DEFAULT_BUCKET_MB, WIRE_DTYPES
 
 
 class DdpCore(Engine):
@@ -25,6 +25,18 @@ class DdpCore(Engine):
 
     def bucket_sizes_bytes(self, model, bucket_cap_mb):
         return [int(s) for s in model.bucket_sizes_bytes]  # naive: one per parameter
+
+    def script_wrap(self, row):
+        """This repository's package (pip install -e .): ddp_core's DistributedDataParallel."""
+        wire = WIRE_DTYPES[row["comm_dtype"]]
+        dtype = f"torch.{wire.torch_dtype}" if wire.torch_dtype else "None"
+        bucket = row["bucket_cap_mb"]
+        bucket = DEFAULT_BUCKET_MB if bucket is None or bucket != bucket else bucket
+        return ["from ddp_core import DistributedDataParallel"], [
+            *compile_line(row),
+            f'model = DistributedDataParallel(model, strategy="{self.name}", bucket_cap_mb={bucket:g},',
+            f"                                comm_dtype={dtype}, "
+            f"gradient_as_bucket_view={flag(row.get('gradient_as_bucket_view'))})"]
 
     def sync_wait_ms(self, model, device):
         """ddp_core's `last_sync_wait_ms`, on CPU only. With gloo a collective's `wait()` blocks the host

@@ -17,7 +17,7 @@ import weakref
 from contextlib import contextmanager
 from typing import ClassVar
 
-from bench.engines.base import Engine
+from bench.engines.base import Engine, flag
 from bench.schema import WIRE_DTYPES
 
 LOW_PRECISION = {"bf16": "bfloat16", "fp16": "float16"}  # precisions whose parameters FSDP2 casts
@@ -97,6 +97,30 @@ class FSDP2(Engine):
             seen |= {id(p) for p in params}
             owned.append(sum(p.numel() * p.element_size() for p in params))
         return [b for b in owned if b]
+
+    def script_wrap(self, row):
+        """fully_shard per block, then the root, over a 1-D mesh, with the row's MixedPrecisionPolicy;
+        compiled per block before sharding (as wrap_cell does)."""
+        wire = WIRE_DTYPES[row["comm_dtype"]]
+        param = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(row["precision"], "None")
+        reduce = f"torch.{wire.torch_dtype}" if wire.torch_dtype else "torch.float32"
+        reshard = flag(row.get("reshard_after_forward"))
+        backend = str(row.get("compile") or "none")
+        body = ['mesh = init_device_mesh("cuda", (dist.get_world_size(),))',
+                f"policy = MixedPrecisionPolicy(param_dtype={param}, reduce_dtype={reduce})",
+                "for block in model.layers:  # each transformer block first, then the root"]
+        if backend not in ("none", "nan"):
+            body.append(f'    block.compile(backend="{backend}")  # per block, before sharding')
+        body += [f"    fully_shard(block, mesh=mesh, reshard_after_forward={reshard}, mp_policy=policy)",
+                 f"fully_shard(model, mesh=mesh, reshard_after_forward={reshard}, mp_policy=policy)"]
+        return ["from torch.distributed.device_mesh import init_device_mesh",
+                "from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard"], body
+
+    def script_accumulate(self, k, micro_step):
+        """FSDP2 has no no_sync(): set_requires_gradient_sync(False) skips the reduce-scatter."""
+        return [f"for i in range({k}):", "    x, y = next(batches)",
+                f"    model.set_requires_gradient_sync(i == {k - 1})",
+                *(f"    {line}" for line in micro_step)]
 
     def state_bytes_per_rank(self, param_bytes, world_size, cell):
         """Everything sharded: each rank holds 1/world_size of the parameters, gradients and AdamW's two

@@ -4,7 +4,7 @@ gradient_as_bucket_view knobs. The reference every other engine is compared with
 
 from __future__ import annotations
 
-from bench.engines.base import Engine
+from bench.engines.base import Engine, compile_line, flag
 from bench.schema import WIRE_DTYPES, MiB
 
 # PowerSGD compresses from this DDP iteration on: torch's minimum with error feedback and warm start
@@ -15,6 +15,24 @@ POWERSGD_START_ITER = 2
 
 
 class TorchDDP(Engine):
+    def script_wrap(self, row):
+        wire = WIRE_DTYPES[row["comm_dtype"]]
+        views, static = flag(row.get("gradient_as_bucket_view")), flag(row.get("static_graph"))
+        imports = ["from torch.nn.parallel import DistributedDataParallel as DDP"]
+        body = [*compile_line(row),
+                f"model = DDP(model, device_ids=[local_rank], bucket_cap_mb={row['bucket_cap_mb']:g},",
+                f"            gradient_as_bucket_view={views}, static_graph={static})"]
+        if wire.torch_hook:
+            imports.append("from torch.distributed.algorithms.ddp_comm_hooks import default_hooks")
+            body.append(f"model.register_comm_hook(state=None, hook=default_hooks.{wire.torch_hook})")
+        elif str(row.get("comm_hook")) == "powersgd":
+            imports.append("from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook")
+            body += [f"state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank="
+                     f"{int(row['powersgd_rank'])},",
+                     f"                                    start_powerSGD_iter={POWERSGD_START_ITER})",
+                     "model.register_comm_hook(state=state, hook=powerSGD_hook.powerSGD_hook)"]
+        return imports, body
+
     def skip_reason(self, comm_dtype: str, device: str) -> str:
         if comm_dtype == "bf16" and device == "cpu":
             return "engine=torch, comm_dtype=bf16: torch's bf16_compress_hook needs CUDA and NCCL"

@@ -1,16 +1,21 @@
 """`bench project`: what a measured DDP configuration would do on 8 to 1,024 GPUs (docs/design.md).
 
 network      fabrics and networks: published presets, custom, and the run's own fitted probe
-collectives  alpha-beta all-reduce costs: ring, tree, hierarchical (NCCL's tuning model for latencies)
+collectives  alpha-beta costs: all-reduce ring, tree, hierarchical; all-gather and reduce-scatter rings
 fit          least-squares α and β from an all-reduce size sweep, with the fit's residual
 measured     the `measured` network: a fit per world size from the sweep, else the rows' probe
 inputs       a run's bucket timeline and sweep, read into the engine's terms
 layout       bucket sizes rebuilt from a workload on the meta device (when no trace gave them)
 simulate     one step: bucket all-reduces on one communication stream against backward
 project      configurations of a run, their projection over world sizes and the validation
+sharded      one step of a sharded engine (FSDP, FSDP2, ZeRO): per-block all-gathers and reduce-scatters
+powersgd     PowerSGD's compressed messages and compression FLOPs
 physics      the terms beyond compute and all-reduce: straggler, interference, host floor
+interval     the 90 % interval: model-error bands per regime and basis (model_error.csv), widened by
+             the inputs
 spec         what-if without a run: `project_spec(...)` (also `bench.project.project_spec`)
-published    the model against published multi-GPU tables (benchmarks/validate_projection.py)
+published    the model against published multi-GPU and multi-node tables (benchmarks/validate_projection.py)
+systems      the network of a published system from its hardware and interconnect text
 api          the functions under the command: `run(run_dir, ...)`, `what_if(keys)` → Projection
 cli          `python -m bench project`: parses, calls api, prints
 

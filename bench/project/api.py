@@ -8,7 +8,7 @@ that is not a run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -19,12 +19,16 @@ from bench.project.evidence import read_evidence
 from bench.project.inputs import read_sweep, read_timeline
 from bench.project.measured import Measured, fits_table, measured_fits
 from bench.project.network import FABRICS, INTER_NODE, custom_network, preset_network
+from bench.project.physics import DEFAULT_INTERFERENCE, DEFAULT_STEP_CV
 from bench.project.project import (
+    Configuration,
+    cells_table,
     configurations,
     median_abs_error,
     projection_table,
     validation_table,
     with_evidence,
+    workload_shapes,
 )
 from bench.run_folder import load_run
 from bench.schema import WIRE_DTYPES
@@ -62,10 +66,13 @@ class Projection:
             lines = [f"projection: {out / run_folder.PROJECTION} ({predicted} of {len(rows)} rows predicted; "
                      f"what-if, nothing measured)"]
             return lines + [f"  N={int(r['world_size']):5d}  step {r['predicted_step_ms']:9.2f} ms  "
-                            f"efficiency {r['efficiency_pct']:5.1f} %  dominant {r['dominant_term']}"
+                            f"efficiency {r['efficiency_pct']:5.1f} % (90 % interval "
+                            f"{r['efficiency_pct_low']:.1f}–{r['efficiency_pct_high']:.1f})  "
+                            f"dominant {r['dominant_term']}"
                             for _, r in rows.iterrows() if not pd.isna(r["efficiency_pct"])]
+        anchored = rows["anchor_world_size"].notna().sum()
         lines = [f"projection: {out / run_folder.PROJECTION} ({self.configurations} configurations, "
-                 f"{predicted} of {len(rows)} rows predicted)"]
+                 f"{predicted} of {len(rows)} rows predicted, {anchored} anchored to a measured world size)"]
         med, validation = median_abs_error(self.validation), out / run_folder.VALIDATION
         if med is None:
             lines.append(f"validation: {validation}: nothing to validate (needs two measured world sizes "
@@ -95,7 +102,7 @@ class Projection:
 
 def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
                  inter_network: str = DEFAULT_INTER_NETWORK, bw_gbps: float | None = None,
-                 latency_us: float | None = None) -> dict:
+                 latency_us: float | None = None, nics_per_node: int | None = None) -> dict:
     """Name → Network for every preset asked for (None for `measured`: the run's own probe), or the one
     custom network of `bw_gbps` and `latency_us`; UsageError naming the flag and its value."""
     custom = bw_gbps is not None or latency_us is not None
@@ -112,6 +119,8 @@ def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node:
         raise UsageError(f"--gpus-per-node={gpus_per_node} must be >= 1")
     if inter_network not in INTER_NODE:
         raise UsageError(f"--inter-network={inter_network!r} is not one of {list(INTER_NODE)}")
+    if nics_per_node is not None and nics_per_node < 1:
+        raise UsageError(f"--nics-per-node={nics_per_node} must be >= 1")
     out = {}
     for name in names or [MEASURED]:
         name = name.strip()
@@ -120,7 +129,7 @@ def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node:
             continue
         if name not in FABRICS:
             raise UsageError(f"--network={name!r} is not a preset; choose from {[*FABRICS, MEASURED]}")
-        net = preset_network(name, gpus_per_node, inter_network)
+        net = preset_network(name, gpus_per_node, inter_network, nics_per_node)
         for n in world_sizes:
             try:
                 net.nodes(n)
@@ -133,22 +142,40 @@ def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node:
 
 def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFAULT_WORLD_SIZES, *,
         gpus_per_node: int = DEFAULT_GPUS_PER_NODE, inter_network: str = DEFAULT_INTER_NETWORK,
-        algorithm: str = "auto", bw_gbps: float | None = None, latency_us: float | None = None,
-        out: Path | str | None = None, write: bool = True) -> Projection:
+        nics_per_node: int | None = None, algorithm: str = "auto", bw_gbps: float | None = None,
+        latency_us: float | None = None, cells: list[str] | None = None, out: Path | str | None = None,
+        write: bool = True, measured_on: str | None = None) -> Projection:
     """Project every configuration of the run at `run_dir` to `world_sizes` on each of `networks` (preset
     names, default the run's own probe; or a custom `bw_gbps` + `latency_us`), validate on the world sizes
-    it measured, and (with `write`) write RUN/projection/ or `out`."""
+    it measured, and (with `write`) write RUN/projection/ or `out`. The run's own network is anchored to
+    the world sizes it measured (project.anchor_of), and so is `measured_on`: one of `networks`, the preset
+    that describes the GPUs the run measured on. With `cells` (cell ids), projection.csv holds those cells
+    only, each from its own batch (project.from_cell: its global batch kept where it divides among the
+    ranks, else its per-rank batch held), as `bench advise` needs them.
+
+    A CPU run projected to a GPU network (a preset or custom) takes σ and γ at their GPU defaults
+    (physics.py): its own step-time spread and gloo's interference describe a loaded host, not GPUs (a
+    2-core CPU's σ, 6-8× the GPU corpus's, made the slowest rank the loss at 32 GPUs); a note says so."""
     run_dir = Path(run_dir)
     if algorithm not in ALGORITHMS:
         raise UsageError(f"--algorithm={algorithm!r} is not one of {list(ALGORITHMS)}")
     world_sizes = sorted(set(world_sizes))
-    presets = networks_for(networks, world_sizes, gpus_per_node, inter_network, bw_gbps, latency_us)
+    presets = networks_for(networks, world_sizes, gpus_per_node, inter_network, bw_gbps, latency_us,
+                           nics_per_node)
+    if measured_on is not None and (measured_on == MEASURED or measured_on not in presets):
+        raise UsageError(f"--measured-on={measured_on!r} is not one of the --network presets "
+                         f"{[n for n in presets if n != MEASURED]} (the run's own network is always "
+                         f"anchored)")
     try:
         run = load_run(run_dir)
     except run_folder.RunError as exc:
         raise run_folder.RunError(f"run={str(run_dir)!r}: {exc}") from None
+    if measured_on is not None and run.device != "cuda":
+        raise UsageError(f"--measured-on={measured_on!r}: the run measured on {run.device!r}, not on "
+                         f"the GPUs of a preset")
     timeline, sweep = read_timeline(run_dir), read_sweep(run_dir)
-    configs = configurations(run.results, timeline, _layout(run_dir, run.config.get("workload", {})))
+    workload = run.config.get("workload", {})
+    configs = configurations(run.results, timeline, _layout(run_dir, workload), workload_shapes(workload))
     evidence = read_evidence(run_dir)
     configs = [with_evidence(c, evidence) if c.compute is not None else c for c in configs]
 
@@ -156,22 +183,54 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
     measured = Measured(fits)
     network_at = {name: measured.network_at if net is None else (lambda n, dtype, net=net: (net, net.label))
                   for name, net in presets.items()}
-    if run.device == "cpu" and any(n in FABRICS for n in presets):
+    gpu_networks = [n for n in presets if n != MEASURED]
+    if run.device == "cpu" and gpu_networks:
         notes.append("compute measured on CPU, network of GPUs: a what-if, not a prediction for a GPU "
                      "cluster")
+        notes.append(f"CPU run on {', '.join(gpu_networks)}: σ {DEFAULT_STEP_CV:g} and γ "
+                     f"{DEFAULT_INTERFERENCE:g}, the GPU defaults (bench/project/physics.py), replace this "
+                     f"host's own ({cpu_physics_words(configs)}), which a loaded CPU's jitter and gloo's "
+                     f"threads set, not a GPU's")
     if timeline is None:
         notes.append("no bucket_timeline.csv (run `bench analyze` on a profiled run): buckets are assumed "
                      "ready uniformly over backward")
     # one line per configuration: notes.txt keeps them all, the printout only says where they are
     physics = [f"{run_folder.PHYSICS_NOTE}{c.base['cell_id']}: {c.physics_source}"
                for c in configs if c.physics_source]
-    projection = Projection(projection=projection_table(configs, network_at, world_sizes, algorithm),
+    gpu_configs = [gpu_physics(c) for c in configs] if run.device == "cpu" else configs
+    anchored = (MEASURED, measured_on or MEASURED)
+    tables = []
+    for name, at in network_at.items():
+        mine = configs if name == MEASURED else gpu_configs
+        if cells is None:
+            tables.append(projection_table(mine, {name: at}, world_sizes, algorithm, anchored=anchored))
+        else:
+            chosen = run.results[run.results["cell_id"].isin(cells)]
+            tables.append(cells_table(mine, chosen, {name: at}, world_sizes, algorithm, anchored=anchored))
+    projection = Projection(projection=pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0],
                             notes=notes, physics=physics,
                             validation=validation_table(configs, measured, run.env.get("cpu_cores")),
                             fits=fits_table(fits), configurations=len(configs))
     if write:
         projection.write(Path(out) if out is not None else run_dir / run_folder.PROJECTION_DIR)
     return projection
+
+
+def gpu_physics(config: Configuration) -> Configuration:
+    """A CPU-measured configuration with σ and γ at their GPU defaults (the host floor is 0 on CPU)."""
+    if config.physics is None:
+        return config
+    return replace(config, physics=replace(config.physics, step_cv=DEFAULT_STEP_CV,
+                                           interference_factor=DEFAULT_INTERFERENCE))
+
+
+def cpu_physics_words(configs: list[Configuration]) -> str:
+    """The range of σ and γ the run's own evidence gave, in words."""
+    own = [c.physics for c in configs if c.physics is not None]
+    if not own:
+        return "none measured"
+    sigma, gamma = [p.step_cv for p in own], [p.interference_factor for p in own]
+    return f"σ {min(sigma):.3g}–{max(sigma):.3g}, γ {min(gamma):.3g}–{max(gamma):.3g}"
 
 
 def _layout(run_dir: Path, workload_table: dict):

@@ -1,5 +1,6 @@
 """`python -m bench project RUN [--network P[,P...] | --bw-gbps X --latency-us Y] [--world-sizes LIST]
-[--gpus-per-node 8] [--inter-network ib-ndr400] [--algorithm auto] [--out DIR]`.
+[--gpus-per-node 8] [--nics-per-node N] [--inter-network ib-ndr400] [--algorithm auto] [--measured-on P]
+[--out DIR]`.
 
 Writes DIR (default RUN/projection/): projection.csv, validation.csv, network_fit.csv and notes.txt — data
 only; `bench report RUN` draws the figure and renders the section. Exit 2 on bad input (one line naming the
@@ -30,6 +31,7 @@ from bench.project.api import (
 from bench.project.collectives import ALGORITHMS
 from bench.project.inputs import InputError
 from bench.project.network import FABRICS, INTER_NODE
+from bench.project.spec import SpecError
 from bench.run_folder import RunError
 
 WORLD_SIZES_TEXT = ",".join(map(str, DEFAULT_WORLD_SIZES))
@@ -50,12 +52,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default: {WORLD_SIZES_TEXT})")
     parser.add_argument("--gpus-per-node", type=int, default=DEFAULT_GPUS_PER_NODE,
                         help=f"ranks sharing an NVLink preset's node (default: {DEFAULT_GPUS_PER_NODE})")
+    parser.add_argument("--nics-per-node", type=int, default=None,
+                        help="NICs per node between nodes (default: one per GPU; DGX-1: 4)")
     parser.add_argument("--inter-network", default=DEFAULT_INTER_NETWORK,
                         help=f"fabric between nodes for NVLink presets: {', '.join(INTER_NODE)} "
                              f"(default: {DEFAULT_INTER_NETWORK})")
     parser.add_argument("--algorithm", default="auto",
                         help=f"all-reduce algorithm: {', '.join(ALGORITHMS)} (default: auto, the cheapest "
                              f"per message; the measured network is ring only)")
+    parser.add_argument("--measured-on", default=None,
+                        help="the --network preset that describes the GPUs the run measured on: its "
+                             "projections are anchored to the run's measured world sizes, as the run's own "
+                             "network's always are (docs/projection.md)")
     parser.add_argument("--out", type=Path, default=None,
                         help="output folder (default: RUN/projection; what-if: ./projection)")
     what_if_flags = parser.add_argument_group("what-if without a run (docs/projection.md)")
@@ -100,8 +108,9 @@ def main(args: argparse.Namespace) -> int:
         networks = None if args.network is None else args.network.split(",")
         projection = run(args.run_dir, networks, parse_world_sizes(args.world_sizes),
                          gpus_per_node=args.gpus_per_node, inter_network=args.inter_network,
-                         algorithm=args.algorithm, bw_gbps=args.bw_gbps, latency_us=args.latency_us,
-                         out=args.out)
+                         nics_per_node=args.nics_per_node, algorithm=args.algorithm,
+                         bw_gbps=args.bw_gbps, latency_us=args.latency_us,
+                         out=args.out, measured_on=args.measured_on)
     except (UsageError, InputError, RunError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
         return 2
@@ -112,17 +121,29 @@ def main(args: argparse.Namespace) -> int:
 # what-if flags: (flag, type, help); each maps to the spec key of its name (--step-ms → step_ms)
 SPEC_FLAGS = (
     ("--model", str, "built-in workload NAME[:SIZE] (its layout is built on the meta device)"),
-    ("--params", int, "or a trainable parameter count (torch DDP's bucket layout)"),
+    ("--params", str, "or a trainable parameter count: 360M, 1.5B, 1e9 (torch DDP's bucket layout)"),
     ("--step-ms", float, "the 1-GPU step time T1 in ms"),
     ("--per-gpu-batch", int, "samples per GPU per micro-step"),
     ("--precision", str, "fp32, tf32, bf16 or fp16 (recorded; gradients are fp32 unless --comm-dtype)"),
     ("--comm-dtype", str, "none, fp16 or bf16 on the wire"),
-    ("--grad-accum", int, "micro-steps per all-reduce"),
-    ("--bucket-cap-mb", float, "DDP bucket cap (default 25)"),
+    ("--grad-accum", str, "micro-steps per all-reduce"),
+    ("--bucket-cap-mb", str, "DDP bucket cap (default 25)"),
     ("--step-cv", float, "per-rank step-time spread σ (default: the corpus fit)"),
     ("--interference", float, "compute slowdown per ms of overlapped all-reduce γ (default: the corpus fit)"),
     ("--host-ms", float, "host floor: the step cannot be shorter (default 0)"),
 )
+# flags that take a comma-separated list, compared in one call (spec.LIST_KEYS): each item's type
+LIST_FLAGS = {"--bucket-cap-mb": float, "--comm-dtype": str, "--grad-accum": int, "--precision": str}
+
+
+def _listed(flag: str, text: str):
+    """A LIST_FLAGS value: one item, or a list of them ('1,25,100'); SpecError naming the flag and value."""
+    kind = LIST_FLAGS[flag]
+    try:
+        items = [kind(x.strip()) for x in text.split(",")]
+    except ValueError:
+        raise SpecError(f"{flag}={text!r}: expected {kind.__name__} values, comma-separated") from None
+    return items if len(items) > 1 else items[0]
 
 
 def _dest(flag: str) -> str:
@@ -131,12 +152,18 @@ def _dest(flag: str) -> str:
 
 def spec_main(args: argparse.Namespace) -> int:
     """The what-if: projection.csv and notes.txt from a spec, nothing measured."""
-    from bench.project.spec import SpecError, read_spec
+    import pandas as pd
+
+    from bench import run_folder
+    from bench.project.api import Projection
+    from bench.project.spec import LIST_KEYS, read_spec, spec_grid
 
     try:
         if args.run_dir is not None:
             raise SpecError(f"run_dir={str(args.run_dir)!r}: a what-if (--spec/--model/--params) takes "
                             f"no run folder")
+        if args.measured_on is not None:
+            raise SpecError(f"--measured-on={args.measured_on!r}: a what-if measured nothing to anchor to")
         if args.bw_gbps is not None or args.latency_us is not None:
             raise SpecError(f"--bw-gbps={args.bw_gbps} --latency-us={args.latency_us}: a what-if takes a "
                             f"--network preset")
@@ -144,7 +171,7 @@ def spec_main(args: argparse.Namespace) -> int:
         for flag, _, _ in SPEC_FLAGS:
             value = getattr(args, _dest(flag))
             if value is not None:
-                keys[_dest(flag)] = value
+                keys[_dest(flag)] = _listed(flag, value) if flag in LIST_FLAGS else value
         if args.model is not None:
             keys["model"], _, keys["size"] = args.model.partition(":")
         if args.network is not None:
@@ -153,10 +180,26 @@ def spec_main(args: argparse.Namespace) -> int:
             keys["world_sizes"] = parse_world_sizes(args.world_sizes)
         keys.setdefault("gpus_per_node", args.gpus_per_node)
         keys.setdefault("inter_network", args.inter_network)
+        if args.nics_per_node is not None:
+            keys.setdefault("nics_per_node", args.nics_per_node)
         keys.setdefault("algorithm", args.algorithm)
-        projection = what_if(keys, out=args.out)
+        grid = spec_grid(keys)
+        if len(grid) == 1:
+            projection = what_if(keys, out=args.out)
+            print("\n".join(projection.lines()))
+            return 0
+        made = [what_if(k, write=False) for k in grid]  # every combination checked before anything is written
     except (SpecError, UsageError) as exc:
         print(f"bench project: {exc}", file=sys.stderr)
         return 2
-    print("\n".join(projection.lines()))
+    compared = Projection(projection=pd.concat([m.projection for m in made], ignore_index=True),
+                          notes=[n for m in made for n in m.notes], configurations=len(made), what_if=True)
+    compared.write(args.out if args.out is not None else Path(run_folder.PROJECTION_DIR))
+    print(f"projection: {compared.out / run_folder.PROJECTION} ({len(made)} what-ifs: "
+          f"{' × '.join(k for k in LIST_KEYS if isinstance(keys.get(k), list))})")
+    for k, m in zip(grid, made):
+        m.out = compared.out
+        print("  " + ", ".join(f"{key} {k[key]:g}" if isinstance(k[key], float) else f"{key} {k[key]}"
+                               for key in LIST_KEYS if isinstance(keys.get(key), list)))
+        print("\n".join(m.lines()[1:]))
     return 0

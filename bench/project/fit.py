@@ -87,4 +87,5 @@ def measured_fabric(fit: Fit, n: int, source: str) -> Fabric:
 def measured_network(fit: Fit, n: int, source: str) -> Network:
     """A flat, ring-only network from the run's own probe at world size n (see measured_fabric)."""
     fabric = measured_fabric(fit, n, source)
-    return Network("measured", fabric, fabric, gpus_per_node=1, ring_only=True)
+    error = (fit.rms_residual_pct or 0.0) / 100
+    return Network("measured", fabric, fabric, gpus_per_node=1, ring_only=True, bandwidth_rel_error=error)

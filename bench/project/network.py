@@ -17,7 +17,7 @@ Which protocol's constants a fabric uses is said at each preset.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 MiB = 2**20
 GiB = 2**30
@@ -127,6 +127,25 @@ ETH_100G = Fabric(
            "latencies: NCCL tuning.cc NET Simple",
 )
 
+
+def line_fabric(name: str, gbit_per_s: float, what: str) -> Fabric:
+    """A NIC of `gbit_per_s` line rate: busbw = line rate (Gb/s ÷ 8 = GB/s) × IB_TO_LINE, the fraction of
+    line rate NDR's published busbw reaches (no per-fabric table is at hand for the older links), with
+    NCCL's NET Simple latencies."""
+    if not gbit_per_s > 0:
+        raise ValueError(f"fabric {name!r}: line rate {gbit_per_s} Gb/s must be > 0")
+    return Fabric(name, ((1.0, gbit_per_s / 8 * IB_TO_LINE),), **_NET_LATENCIES,
+                  source=f"{what}: {gbit_per_s:g} Gb/s line rate ({gbit_per_s / 8:g} GB/s) × {IB_TO_LINE} "
+                         f"(NDR's busbw/line ratio); latencies: NCCL tuning.cc NET Simple")
+
+
+# The inter-node fabrics of NVIDIA's DGX reference configurations (one ConnectX NIC per port): HDR 200 Gb/s
+# (DGX A100 data sheet: 8 × ConnectX-6 200 Gb/s compute ports), EDR 100 Gb/s (DGX-1: 4 × EDR; DGX-2/2H:
+# 8 × EDR, their data sheets). RoCE at a stated rate is the same Ethernet link rate (RoCE v2 carries NCCL's
+# IB verbs over it; the NDR ratio is assumed for it too).
+IB_HDR200 = line_fabric("ib-hdr200", 200.0, "InfiniBand HDR 200 Gb/s (DGX A100 compute port)")
+IB_EDR100 = line_fabric("ib-edr100", 100.0, "InfiniBand EDR 100 Gb/s (DGX-1, DGX-2/2H)")
+
 # Systems without a published busbw table of their own: bus bandwidth = link rate per direction × an
 # efficiency measured on a system that has one. NVLink: A100's 229 GB/s busbw (above) over its 12 NVLink 3
 # links × 25 GB/s = 300 GB/s per direction (NVIDIA A100 datasheet) gives NVLINK_EFFICIENCY = 0.763.
@@ -175,20 +194,40 @@ B200_NVLINK = _nvlink("b200-nvlink", 18, 50.0, "HGX B200 NVLink 5 (NVSwitch)")
 # architecture white paper: 2 × 25 GB/s per direction, "100 GB/s bidirectional").
 NVLINK_BRIDGE = _nvlink("nvlink-bridge", 2, 25.0, "Turing NVLink bridge between a pair")
 PCIE3, PCIE4, PCIE5 = _pcie(3), _pcie(4), _pcie(5)
+# Intel Gaudi: 21 on-chip RoCE ports per accelerator connect it all-to-all to the 7 others of its box, 3 per
+# peer (Intel Gaudi docs, "Network Configuration": Gaudi 3's 21 × 200 Gb/s = 525 GB/s per direction).
+# HCCL's all-reduce on 8 Gaudi 3 measured 512.96 GB/s bus bandwidth at 256 MiB (Intel Gaudi docs,
+# "Collectives Performance"): 0.977 of the 525. Gaudi 2 has the same layout at 100 Gb/s per port (21 ×
+# 12.5 = 262.5 GB/s); Gaudi 3's measured ratio is assumed for it. Latencies: NCCL's NET Simple constants
+# (RoCE; HCCL publishes none).
+GAUDI_EFFICIENCY = 512.96 / 525.0
+GAUDI3 = Fabric("gaudi3", ((1.0, 512.96),), **_NET_LATENCIES,
+                source="8× Gaudi 3, 21 × 200 Gb/s RoCE all-to-all: HCCL all_reduce busbw 512.96 GB/s at "
+                       "256 MiB (Intel Gaudi docs); latencies: NCCL NET Simple")
+GAUDI2 = Fabric("gaudi2", ((1.0, 21 * 12.5 * GAUDI_EFFICIENCY),), **_NET_LATENCIES,
+                source=f"8× Gaudi 2, 21 × 100 Gb/s RoCE all-to-all = 262.5 GB/s × {GAUDI_EFFICIENCY:.3f} "
+                       f"(Gaudi 3's measured busbw/peak); latencies: NCCL NET Simple")
+# AMD Instinct MI300X: 7 Infinity Fabric links per GPU to the 7 others of an 8-GPU platform, 64 GB/s per
+# direction each (AMD Instinct MI300X data sheet: 128 GB/s bidirectional per link) = 448 GB/s; NVLink's
+# busbw/link-rate efficiency is assumed (no published RCCL table at hand).
+MI300X = _nvlink("mi300x", 7, 64.0, "AMD Instinct MI300X Infinity Fabric, fully connected 8 GPUs")
 FABRICS = {f.name: f for f in (H100_NVLINK, A100_NVLINK, V100_DGX1, V100_DGX2, B200_NVLINK, PCIE3, PCIE4,
-                               PCIE5, NVLINK_BRIDGE, IB_NDR400, ETH_100G)}
+                               PCIE5, NVLINK_BRIDGE, GAUDI2, GAUDI3, MI300X, IB_NDR400, IB_HDR200, IB_EDR100,
+                               ETH_100G)}
 # NVLink bridges join GPUs in pairs: two ranks talk over the bridge, a ring through more crosses PCIe.
 BRIDGED = {"nvlink-bridge": "pcie3"}
-INTER_NODE = ("ib-ndr400", "eth-100g")   # fabrics that can connect nodes (--inter-network)
+# fabrics that can connect nodes (--inter-network)
+INTER_NODE = ("ib-ndr400", "ib-hdr200", "ib-edr100", "eth-100g")
 
 
 @dataclass(frozen=True)
 class Network:
     """Where ranks sit and what connects them.
 
-    Ranks fill nodes of `gpus_per_node`; inside a node they share `intra`, between nodes each GPU has its own
-    `inter` NIC (rail-optimised nodes such as DGX: one NIC per GPU), so a node moves gpus_per_node × B_inter.
-    A flat network (`gpus_per_node` = 1) puts every rank behind its own link of one fabric.
+    Ranks fill nodes of `gpus_per_node`; inside a node they share `intra`, between nodes the node has
+    `nics_per_node` NICs of `inter` (None: one per GPU, rail-optimised nodes such as DGX A100/H100), so a
+    node moves nics_per_node × B_inter and each GPU's share of it is that over gpus_per_node (DGX-1: 4 NICs
+    for 8 GPUs). A flat network (`gpus_per_node` = 1) puts every rank behind its own link of one fabric.
     `ring_only`: the fabric was fitted to one algorithm's measured times (the run's probe), so only the ring
     form is defined.
     """
@@ -199,6 +238,15 @@ class Network:
     gpus_per_node: int
     ring_only: bool = False
     pair: Fabric | None = None   # the fabric of exactly two ranks when it differs (NVLink bridges)
+    nics_per_node: int | None = None
+    # relative error of the bus bandwidth (the fit's RMS residual for the measured network; 0: a preset,
+    # whose error the projection's model-error band carries)
+    bandwidth_rel_error: float = 0.0
+
+    def node_inter_gbps(self, size: float) -> float:
+        """What one node's NICs move together between nodes (GB/s) for messages of `size` bytes."""
+        nics = self.gpus_per_node if self.nics_per_node is None else self.nics_per_node
+        return nics * self.inter.bandwidth_gbps(size)
 
     def intra_at(self, n: int) -> Fabric:
         """The fabric inside a node for a collective over n ranks."""
@@ -207,6 +255,8 @@ class Network:
     def __post_init__(self):
         if self.gpus_per_node < 1:
             raise ValueError(f"gpus_per_node={self.gpus_per_node} must be >= 1")
+        if self.nics_per_node is not None and self.nics_per_node < 1:
+            raise ValueError(f"nics_per_node={self.nics_per_node} must be >= 1")
 
     def nodes(self, n: int) -> int:
         """Nodes that n ranks fill; n above a node must fill whole nodes."""
@@ -219,21 +269,27 @@ class Network:
 
     @property
     def label(self) -> str:
-        return self.name if self.gpus_per_node == 1 else f"{self.name} (+{self.inter.name} between nodes)"
+        if self.gpus_per_node == 1:
+            return self.name
+        nics = "" if self.nics_per_node is None else f"{self.nics_per_node}× "
+        return f"{self.name} (+{nics}{self.inter.name} between nodes)"
 
 
-def preset_network(name: str, gpus_per_node: int = 8, inter_name: str = "ib-ndr400") -> Network:
+def preset_network(name: str, gpus_per_node: int = 8, inter_name: str | Fabric = "ib-ndr400",
+                   nics_per_node: int | None = None) -> Network:
     """The network of a preset: an NVLink preset inside nodes of `gpus_per_node` with `inter_name` between
-    them; a network preset flat (every rank on its own NIC). KeyError names an unknown preset."""
+    them (a preset name or a Fabric; `nics_per_node` NICs per node, None: one per GPU); a network preset
+    flat (every rank on its own NIC). KeyError names an unknown preset."""
     if name not in FABRICS:
         raise KeyError(name)
     fabric = FABRICS[name]
     if name in INTER_NODE:
         return Network(name, fabric, fabric, gpus_per_node=1)
+    inter = FABRICS[inter_name] if isinstance(inter_name, str) else inter_name
     if name in BRIDGED:
-        return Network(name, FABRICS[BRIDGED[name]], FABRICS[inter_name], gpus_per_node=gpus_per_node,
-                       pair=fabric)
-    return Network(name, fabric, FABRICS[inter_name], gpus_per_node=gpus_per_node)
+        return Network(name, FABRICS[BRIDGED[name]], inter, gpus_per_node=gpus_per_node, pair=fabric,
+                       nics_per_node=nics_per_node)
+    return Network(name, fabric, inter, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node)
 
 
 def custom_network(bw_gbps: float, latency_us: float) -> Network:
@@ -245,3 +301,16 @@ def custom_network(bw_gbps: float, latency_us: float) -> Network:
     fabric = flat_fabric("custom", bw_gbps, latency_us,
                          f"--bw-gbps {bw_gbps:g} --latency-us {latency_us:g} (latency per ring step)")
     return Network("custom", fabric, fabric, gpus_per_node=1)
+
+
+def scaled_fabric(fabric: Fabric, factor: float) -> Fabric:
+    """`fabric` with every published busbw × factor (latencies unchanged)."""
+    return replace(fabric, name=f"{fabric.name}×{factor:.3g}",
+                   points=tuple((size, busbw * factor) for size, busbw in fabric.points))
+
+
+def scaled_network(net: Network, factor: float) -> Network:
+    """`net` with every fabric's bandwidth × factor: what a busbw off by its error would do."""
+    pair = scaled_fabric(net.pair, factor) if net.pair is not None else None
+    return replace(net, intra=scaled_fabric(net.intra, factor), inter=scaled_fabric(net.inter, factor),
+                   pair=pair)

@@ -3,7 +3,12 @@ the run measured (validation.csv). Definitions: docs/design.md "Projection".
 
 A configuration is every result row that shares the keys below except the world size. Its base cell is its
 smallest world size with status ok: the compute side (forward, backward, optimizer) comes from there only,
-so validation never sees the step times it predicts.
+so validation never sees the step times it predicts. On the run's own network (`measured`), and on the
+preset the user says the run measured on (`bench project --measured-on`), a projection to n is anchored to
+the largest world size the run measured between the base and n (anchor_of): the model's step times the
+measured step over the model's step there, the model predicting the change from that measurement
+(docs/design.md "Anchored projections"; checked on the published tables by bench/project/published.py).
+Another preset describes another machine, whose error the run did not measure: no anchor there.
 """
 
 from __future__ import annotations
@@ -16,13 +21,16 @@ from itertools import accumulate
 import pandas as pd
 
 from bench import engines, metrics
+from bench.project import interval
 from bench.project.evidence import TraceEvidence, host_ms_of, interference_of
 from bench.project.inputs import COMM_DTYPE_WIRE, InputError, ReadyTimes, timeline_buckets
 from bench.project.measured import Measured
-from bench.project.network import Network
+from bench.project.network import Network, scaled_network
 from bench.project.physics import Physics, expected_max_normal
-from bench.project.simulate import Buckets, Compute, simulate_step
-from bench.schema import ENGINE_OPTION_NAMES, LOSSY_COMM_HOOKS, WIRE_DTYPES
+from bench.project.powersgd import compress
+from bench.project.sharded import Sharding, estimated_blocks, simulate_sharded, uniform_blocks
+from bench.project.simulate import Buckets, Compute, Step, simulate_step
+from bench.schema import ENGINE_OPTION_NAMES, WIRE_DTYPES
 
 CONFIG_COLUMNS = ("engine", "model", "model_size", "bucket_cap_mb", "precision", "comm_dtype", "grad_accum",
                   "scaling")
@@ -30,13 +38,15 @@ PROJECTION_COLUMNS = ("cell_id",) + CONFIG_COLUMNS + (
     "network", "algorithm", "world_size", "nodes", "per_rank_batch", "global_batch", "predicted_step_ms",
     "predicted_samples_per_s", "efficiency_pct", "exposed_comm_ms", "comm_ms", "comm_latency_ms",
     "comm_bandwidth_ms", "bottleneck", "timeline_source", "network_source", "reason", "straggler_ms",
-    "interference_ms", "host_floor_ms", "dominant_term")
+    "interference_ms", "host_floor_ms", "dominant_term", "efficiency_pct_low", "efficiency_pct_high",
+    "predicted_samples_per_s_low", "predicted_samples_per_s_high", "interval_regime", "anchor_world_size",
+    "anchor_step_ratio")
 VALIDATION_COLUMNS = ("cell_id", "world_size", "measured_step_ms", "predicted_step_ms", "error_pct",
                       "base_cell_id", "measured_compute_only_ms", "predicted_compute_ms",
                       "measured_exposed_comm_ms", "predicted_exposed_comm_ms",
                       "error_with_measured_compute_pct", "conditions", "timeline_source", "network_source",
                       "reason")
-INT_COLUMNS = ("grad_accum", "world_size", "nodes", "per_rank_batch", "global_batch")
+INT_COLUMNS = ("grad_accum", "world_size", "nodes", "per_rank_batch", "global_batch", "anchor_world_size")
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,8 @@ class Configuration:
     reason: str = ""
     physics: Physics | None = None  # the terms from the run's evidence (with_evidence); None: physics_of's
     physics_source: str = ""
+    sharded: tuple[Sharding, tuple[int, ...]] | None = None   # a sharded engine: how, and its blocks
+    extra_compute_ms: float = 0.0   # compute a comm hook adds once per synced step (PowerSGD's compression)
 
     @property
     def micro_batch(self) -> int:
@@ -70,14 +82,74 @@ OPTION_COLUMNS = ENGINE_OPTION_NAMES
 
 
 def not_projected(base: pd.Series) -> str:
-    """Why the model cannot project this configuration yet ("" when it can)."""
-    collectives = engines.get(base["engine"]).collectives
-    if collectives != ("all_reduce",):
-        return (f"engine {base['engine']} issues {' + '.join(collectives)}: the model projects all-reduces "
-                "only (an all-gather and a reduce-scatter per block, with prefetch overlap, not yet)")
-    if base.get("comm_hook") in LOSSY_COMM_HOOKS:
-        return f"comm_hook={base['comm_hook']}: its compressed low-rank all-reduces are not modelled yet"
+    """Why the model cannot project this configuration ("" when it can): an engine whose collectives are
+    neither DDP's all-reduces nor a sharded engine's all-gathers and reduce-scatters."""
+    engine = engines.get(base["engine"])
+    if engine.collectives not in (("all_reduce",), ("all_gather", "reduce_scatter")):
+        return (f"engine {base['engine']} issues {' + '.join(engine.collectives)}: the model projects "
+                "all-reduces and sharded all-gathers with reduce-scatters")
     return ""
+
+
+def sharding_of(base: pd.Series) -> Sharding:
+    """How the fsdp2 engine communicates (bench/engines/fsdp2.py): FULL_SHARD-like with
+    reshard_after_forward, else SHARD_GRAD_OP-like; parameters gathered in the precision's dtype (its
+    MixedPrecisionPolicy), gradients reduced in comm_dtype's (fp32 for none); accumulation under
+    set_requires_gradient_sync(False), so only the last micro-step reduce-scatters."""
+    raf = base.get("reshard_after_forward")
+    reshard = True if pd.isna(raf) else str(raf).lower() not in ("false", "0", "0.0")
+    param_bytes = 2 if base["precision"] in ("bf16", "fp16") else 4
+    return Sharding("full" if reshard else "grad_op", param_bytes, WIRE_DTYPES[base["comm_dtype"]].bytes,
+                    reduce_every_micro_step=False)
+
+
+def sharded_blocks(base: pd.Series, layout: Callable[[pd.Series], list[int]] | None) -> tuple[tuple[int, ...],
+                                                                                             str]:
+    """(parameters per fully_shard group in forward order, source): the cell's recorded groups (the
+    engine's bucket_sizes_bytes: fp32 bytes in backward order, on the wire at comm_dtype), else equal
+    blocks of the row's n_params at the transformer estimate (sharded.estimated_blocks)."""
+    why = "no workload layout"
+    if layout is not None:
+        try:
+            wire = WIRE_DTYPES[base["comm_dtype"]].bytes
+            sizes = [max(1, round(s / wire)) for s in layout(base)]
+            if sizes:
+                return tuple(reversed(sizes)), "fully_shard groups (recorded layout)"
+            why = "the layout has no groups"
+        except (ValueError, ImportError, OSError, RuntimeError) as exc:  # e.g. an hf: checkpoint not here
+            why = f"layout failed: {exc}"
+    if pd.isna(base.get("n_params")):
+        raise ValueError(f"base cell {base['cell_id']} has neither its fully_shard groups nor n_params "
+                         f"({why})")
+    params = int(base["n_params"])
+    blocks = estimated_blocks(params)
+    return (uniform_blocks(params, blocks),
+            f"{blocks} equal blocks of n_params (transformer estimate; {why})")
+
+
+def powersgd_of(base: pd.Series, buckets: Buckets, shapes: Callable[[pd.Series], list] | None
+                ) -> tuple[Buckets, float]:
+    """PowerSGD's messages (three per bucket, each ready when its bucket is: bench/project/powersgd.py) and
+    its compression compute (ms) at the FLOP rate the base cell's model computed at; ValueError says what is
+    missing."""
+    if shapes is None:
+        raise ValueError("comm_hook=powersgd: the parameter shapes are needed (no workload to rebuild)")
+    # the model's FLOP rate while it computes: model_tflops_per_s is per whole step (hook included), so
+    # its FLOPs per step over the compute-only step
+    achieved, step, compute_ms = (base.get(c) for c in ("model_tflops_per_s", "step_time_ms_p50",
+                                                         "compute_only_ms_p50"))
+    if any(pd.isna(x) or not x > 0 for x in (achieved, step, compute_ms)):
+        raise ValueError(f"comm_hook=powersgd: base cell {base['cell_id']} has no model_tflops_per_s, step "
+                         "and compute-only times: no rate its compression's FLOPs would run at")
+    rate = achieved * step / compute_ms
+    try:
+        per_bucket = shapes(base)
+    except (KeyError, ImportError, OSError, RuntimeError) as exc:
+        raise ValueError(f"comm_hook=powersgd: parameter shapes not rebuilt: {exc}") from None
+    compressed = compress(per_bucket, int(base["powersgd_rank"]))
+    ready = [buckets.ready[min(b, len(buckets.ready) - 1)] for b in compressed.bucket_of]
+    source = f"{buckets.source}; PowerSGD rank {int(base['powersgd_rank'])} messages"
+    return Buckets(compressed.messages, tuple(ready), source), compressed.flops / (rate * 1e12) * 1e3
 
 
 def compute_of(row: pd.Series) -> Compute:
@@ -144,8 +216,10 @@ def buckets_of(rows: pd.DataFrame, base: pd.Series, timeline: pd.DataFrame | Non
 
 
 def configurations(results: pd.DataFrame, timeline: pd.DataFrame | None,
-                   layout: Callable[[pd.Series], list[int]] | None) -> list[Configuration]:
-    """Every configuration with at least one ok cell, each from its smallest ok world size."""
+                   layout: Callable[[pd.Series], list[int]] | None,
+                   shapes: Callable[[pd.Series], list] | None = None) -> list[Configuration]:
+    """Every configuration with at least one ok cell, each from its smallest ok world size. `shapes`:
+    the parameter shapes per DDP bucket (bench.project.layout.bucket_shapes), for PowerSGD."""
     ok = results[results["status"] == "ok"]
     out: list[Configuration] = []
     if ok.empty:
@@ -157,12 +231,82 @@ def configurations(results: pd.DataFrame, timeline: pd.DataFrame | None,
             out.append(Configuration(base, rows, None, None, reason=not_projected(base)))
             continue
         try:
-            out.append(Configuration(base, rows, compute_of(base), buckets_of(rows, base, timeline, layout)))
+            out.append(_configuration(base, rows, timeline, layout, shapes))
         except InputError:  # a broken file is the run's error, not this configuration's
             raise
         except ValueError as exc:
             out.append(Configuration(base, rows, None, None, reason=str(exc)))
     return out
+
+
+def workload_shapes(workload_table: dict) -> Callable[[pd.Series], list]:
+    """A configuration's parameter shapes per DDP bucket, its workload rebuilt on the meta device
+    (bench.project.layout imports torch, on first use)."""
+    def shapes(base: pd.Series) -> list:
+        from bench.project.layout import bucket_shapes, workload_options
+
+        cap = None if pd.isna(base["bucket_cap_mb"]) else float(base["bucket_cap_mb"])
+        return bucket_shapes(base["model"], base["model_size"], cap, workload_options(workload_table))
+
+    return shapes
+
+
+def _configuration(base, rows, timeline, layout, shapes) -> Configuration:
+    compute = compute_of(base)
+    if engines.get(base["engine"]).sharded:
+        blocks, source = sharded_blocks(base, layout)
+        sharding = sharding_of(base)
+        # the reduce-scatters' bytes as one message: what timeline_source and validation's conditions read
+        summary = Buckets((max(1, int(sum(blocks) * sharding.grad_bytes)),), (1.0,), source)
+        return Configuration(base, rows, compute, summary, sharded=(sharding, blocks))
+    buckets = buckets_of(rows, base, timeline, layout)
+    if base.get("comm_hook") == "powersgd":
+        buckets, extra = powersgd_of(base, buckets, shapes)
+        return Configuration(base, rows, compute, buckets, extra_compute_ms=extra)
+    return Configuration(base, rows, compute, buckets)
+
+
+def step_of(config: Configuration, compute: Compute, net: Network | None, n: int, algorithm: str,
+            physics: Physics) -> Step:
+    """The configuration's step on n ranks: sharded (sharded.py) or DDP's buckets (simulate.py), with the
+    compute a comm hook adds once per synced step (none at n = 1: DDP runs no hook on one rank here)."""
+    if config.sharded is not None:
+        return simulate_sharded(compute, config.sharded[1], config.sharded[0], net, n, physics)
+    if n > 1 and config.extra_compute_ms:
+        compute = replace(compute, optimizer_ms=compute.optimizer_ms + config.extra_compute_ms)
+    return simulate_step(compute, config.buckets, net, n, algorithm, physics)
+
+
+def bands() -> dict:
+    """The stored model-error bands (bench/project/interval.py, model_error.csv)."""
+    return interval.read_bands()[0]
+
+
+def interval_of(config: Configuration, compute: Compute, net: Network | None, n: int, algorithm: str,
+                physics: Physics, step: Step, efficiency_pct: float, samples: float,
+                band_table: dict, anchored: bool = False) -> dict:
+    """The 90 % interval columns of one projected row (bench/project/interval.py): the band of its regime
+    and basis (`anchored`), widened by the busbw fit's residual (measured networks) and, for samples/s, by
+    T1's own interval."""
+    t1_rel = interval.t1_relative_90(config.base.get("step_time_half_width_pct"))
+    if n == 1:   # nothing projected: the measured compute's interval only
+        low, high = math.exp(-t1_rel), math.exp(t1_rel)
+        return dict(efficiency_pct_low=efficiency_pct, efficiency_pct_high=efficiency_pct,
+                    predicted_samples_per_s_low=samples * low, predicted_samples_per_s_high=samples * high,
+                    interval_regime="none (one rank: T1's interval)")
+    delta_bw = 0.0
+    if net is not None and net.bandwidth_rel_error > 0:
+        # the fit's RMS relative residual as a standard deviation; floor 0.05: a busbw never goes to 0
+        slow = scaled_network(net, max(0.05, 1 - interval.HALF_90 * net.bandwidth_rel_error))
+        delta_bw = math.log(step_of(config, compute, slow, n, algorithm, physics).step_ms / step.step_ms)
+    name = interval.band_name(interval.regime_of_network(config.sharded is not None, net, n),
+                              interval.ANCHORED if anchored else "")
+    band = band_table[name]
+    eff = interval.bounds(efficiency_pct, band, delta_bw)
+    rate = interval.bounds(samples, band, delta_bw + t1_rel)
+    return dict(efficiency_pct_low=eff[0], efficiency_pct_high=eff[1], predicted_samples_per_s_low=rate[0],
+                predicted_samples_per_s_high=rate[1],
+                interval_regime=name + (" (pooled band)" if band.pooled else ""))
 
 
 Z90 = 1.2816  # the standard normal's 90th percentile
@@ -219,11 +363,47 @@ def _row(config: Configuration, **values) -> dict:
     return base | values
 
 
+def per_rank_of(config: Configuration, n: int) -> tuple[int, int]:
+    """(per-rank batch on n ranks, the batch T1 is taken at): weak scaling keeps the base's per-rank batch,
+    strong scaling its global batch per micro-step; ValueError when that does not divide among n."""
+    if config.base["scaling"] == "strong":
+        if config.micro_batch % n:
+            raise ValueError(f"global batch {config.micro_batch} per micro-step does not divide among {n} "
+                             "ranks")
+        return config.micro_batch // n, config.micro_batch
+    per_rank = int(config.base["per_rank_batch"])
+    return per_rank, per_rank
+
+
+def anchor_of(config: Configuration, n: int, network_at: NetworkAt, algorithm: str,
+              physics: Physics) -> tuple[int, float] | None:
+    """(m, measured step / model step at m): the configuration's largest ok world size m between its base
+    and n with a step time, and how far the model's step there is from the measured one (module
+    docstring); None when there is none or the model cannot step there."""
+    rows = config.rows
+    between = rows[(rows["world_size"] > int(config.base["world_size"])) & (rows["world_size"] < n)]
+    between = between.dropna(subset=["step_time_ms_p50"]).sort_values("world_size")
+    if between.empty:
+        return None
+    cell = between.iloc[-1]
+    m = int(cell["world_size"])
+    try:
+        net, _ = network_at(m, COMM_DTYPE_WIRE[config.base["comm_dtype"]])
+        model = step_of(config, config.compute.at_batch(per_rank_of(config, m)[0]), net, m, algorithm,
+                        physics).step_ms
+    except (LookupError, ValueError):
+        return None
+    return m, float(cell["step_time_ms_p50"]) / model
+
+
 def project(config: Configuration, network_name: str, network_at: NetworkAt, world_sizes: list[int],
-            algorithm: str, physics: Physics | None = None) -> list[dict]:
+            algorithm: str, physics: Physics | None = None, anchored: bool = False) -> list[dict]:
     """projection.csv rows of one configuration on one network; a world size that cannot be predicted is
-    a row with empty numbers and its reason. `physics`: the terms (default physics_of(config))."""
+    a row with empty numbers and its reason. `physics`: the terms (default physics_of(config));
+    `anchored`: the network describes the machine the run measured on, so each world size is anchored to
+    the largest measured one below it (anchor_of)."""
     physics = physics_of(config) if physics is None and config.compute is not None else physics
+    band_table = bands()
     rows = []
     k = int(config.base["grad_accum"])
     for n in world_sizes:
@@ -231,36 +411,70 @@ def project(config: Configuration, network_name: str, network_at: NetworkAt, wor
         if config.compute is None:
             rows.append(_row(config, **row, reason=config.reason))
             continue
-        if config.base["scaling"] == "strong":
-            if config.micro_batch % n:
-                why = f"global batch {config.micro_batch} per micro-step does not divide among {n} ranks"
-                rows.append(_row(config, **row, reason=why))
-                continue
-            per_rank, t1_batch = config.micro_batch // n, config.micro_batch
-        else:
-            per_rank = t1_batch = int(config.base["per_rank_batch"])
+        try:
+            per_rank, t1_batch = per_rank_of(config, n)
+        except ValueError as exc:
+            rows.append(_row(config, **row, reason=str(exc)))
+            continue
         try:
             net, source = network_at(n, COMM_DTYPE_WIRE[config.base["comm_dtype"]]) if n > 1 else (None, "")
-            step = simulate_step(config.compute.at_batch(per_rank), config.buckets, net, n, algorithm,
-                                 physics)
+            compute = config.compute.at_batch(per_rank)
+            step = step_of(config, compute, net, n, algorithm, physics)
         except (LookupError, ValueError) as exc:
             rows.append(_row(config, **row, per_rank_batch=per_rank, reason=str(exc).strip("'\"")))
             continue
+        anchor = anchor_of(config, n, network_at, algorithm, physics) if anchored and n > 1 else None
+        step_ms = step.step_ms * (anchor[1] if anchor else 1.0)
         t1 = config.compute.at_batch(t1_batch).step_ms
-        eff = (metrics.strong_scaling_efficiency(t1, step.step_ms, n) if config.base["scaling"] == "strong"
-               else metrics.weak_scaling_efficiency(t1, step.step_ms))
+        eff = (metrics.strong_scaling_efficiency(t1, step_ms, n) if config.base["scaling"] == "strong"
+               else metrics.weak_scaling_efficiency(t1, step_ms))
         global_batch = per_rank * n * k
+        samples = metrics.throughput(global_batch, step_ms)
         rows.append(_row(
             config, **row, algorithm="+".join(step.algorithms) or "none",
             nodes=_nodes(net, n), per_rank_batch=per_rank, global_batch=global_batch,
-            predicted_step_ms=step.step_ms,
-            predicted_samples_per_s=metrics.throughput(global_batch, step.step_ms),
+            predicted_step_ms=step_ms, predicted_samples_per_s=samples,
             efficiency_pct=eff * 100, exposed_comm_ms=step.exposed_comm_ms, comm_ms=step.comm_ms,
             comm_latency_ms=step.latency_ms, comm_bandwidth_ms=step.bandwidth_ms, bottleneck=step.bottleneck,
             timeline_source=config.buckets.source, network_source=source, reason="",
             straggler_ms=step.straggler_ms, interference_ms=step.interference_ms,
-            host_floor_ms=step.host_floor_ms, dominant_term=step.dominant_term))
+            host_floor_ms=step.host_floor_ms, dominant_term=step.dominant_term,
+            anchor_world_size=anchor[0] if anchor else None, anchor_step_ratio=anchor[1] if anchor else None,
+            **interval_of(config, compute, net, n, algorithm, physics, step, eff * 100, samples, band_table,
+                          anchored=anchor is not None)))
     return rows
+
+
+def from_cell(config: Configuration, cell: pd.Series, n: int) -> Configuration:
+    """`config` re-based on one of its cells for a projection to n ranks (`bench advise`: the user's recipe
+    at the target): strong scaling from the cell's global micro-batch (per_rank_batch × world_size, the
+    recipe kept) where that divides among n ranks, else weak scaling from its per-rank batch (the per-GPU
+    micro-batch held, the global batch growing with n). The compute side is the configuration's own (it
+    scales with the per-rank batch); the rows' cell_id is the cell's, their scaling the rule used."""
+    micro, per_rank = int(cell["per_rank_batch"]) * int(cell["world_size"]), int(cell["per_rank_batch"])
+    keep = micro % n == 0
+    base = config.base.copy()
+    base["cell_id"], base["scaling"] = cell["cell_id"], "strong" if keep else "weak"
+    base["per_rank_batch"], base["world_size"] = (micro, 1) if keep else (per_rank, 1)
+    return replace(config, base=base)
+
+
+def cells_table(configs: list[Configuration], cells: pd.DataFrame, networks: dict[str, NetworkAt],
+                world_sizes: list[int], algorithm: str, anchored: tuple[str, ...] = ()) -> pd.DataFrame:
+    """projection.csv's rows for the given cells only, each from its own batch (from_cell) within its
+    configuration; a cell of no projected configuration (not ok) is left out. The networks named in
+    `anchored` are the run's own (projection_table)."""
+    by_key = {config_key(c.base): c for c in configs}
+    rows = []
+    for _, cell in cells.iterrows():
+        config = by_key.get(config_key(cell))
+        if config is None:
+            continue
+        for name, at in networks.items():
+            for n in world_sizes:
+                rows += project(from_cell(config, cell, n), name, at, [n], algorithm,
+                                anchored=name in anchored)
+    return _typed(pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS)))
 
 
 def _nodes(net: Network | None, n: int) -> int | None:
@@ -279,10 +493,11 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def projection_table(configs: list[Configuration], networks: dict[str, NetworkAt], world_sizes: list[int],
-                     algorithm: str) -> pd.DataFrame:
-    """projection.csv: every configuration × network × world size."""
-    rows = [r for c in configs for name, at in networks.items() for r in project(c, name, at, world_sizes,
-                                                                                   algorithm)]
+                     algorithm: str, anchored: tuple[str, ...] = ()) -> pd.DataFrame:
+    """projection.csv: every configuration × network × world size; the networks named in `anchored` are
+    the run's own (project's `anchored`)."""
+    rows = [r for c in configs for name, at in networks.items()
+            for r in project(c, name, at, world_sizes, algorithm, anchored=name in anchored)]
     return _typed(pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS)))
 
 
@@ -333,14 +548,13 @@ def validation_table(configs: list[Configuration], measured: Measured,
                 continue
             compute = config.compute.at_batch(int(cell["per_rank_batch"]))
             physics = physics_of(config)
-            step = simulate_step(compute, config.buckets, net, n, physics=physics)
+            step = step_of(config, compute, net, n, "auto", physics)
             diagnostic = math.nan
             if not pd.isna(cell["compute_only_ms_p50"]):
                 f = cell["compute_only_ms_p50"] / compute.step_ms
                 own = replace(compute, forward_ms=compute.forward_ms * f, backward_ms=compute.backward_ms * f,
                               optimizer_ms=compute.optimizer_ms * f)
-                diagnostic = _error_pct(simulate_step(own, config.buckets, net, n, physics=physics).step_ms,
-                                        measured_ms)
+                diagnostic = _error_pct(step_of(config, own, net, n, "auto", physics).step_ms, measured_ms)
             rows.append(row | {
                 "predicted_step_ms": step.step_ms, "error_pct": _error_pct(step.step_ms, measured_ms),
                 "predicted_compute_ms": compute.step_ms, "predicted_exposed_comm_ms": step.exposed_comm_ms,

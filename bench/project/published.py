@@ -1,41 +1,73 @@
-"""The projection against published multi-GPU tables (benchmarks/validate_projection.py; docs/projection.md).
+"""The projection against published multi-GPU and multi-node tables (benchmarks/validate_projection.py;
+docs/projection.md).
 
-A corpus row is one published training throughput (columns: CORPUS_COLUMNS; tests/data/published_scaling/
-README.md). A group is (source_id, model, framework, hardware, precision, per_gpu_batch): its 1-GPU row
-gives the compute side, and each of its N-GPU rows is predicted from it alone — never a 1-GPU row of another
-source, never a constant chosen per row or per model:
+A corpus row is one published training throughput (columns: CORPUS_COLUMNS, `nodes` optional; the READMEs
+of tests/data/published_scaling/ and published_multinode/). A group is (source_id, model, framework,
+hardware, precision) and, unless the row is `STRONG SCALING` (global batch fixed, the per-GPU batch and
+accumulation change with N), its per-GPU batch. A row's base is its group's row of one whole node when the
+row spans several nodes and the table has one, else the group's smallest row (1 GPU, or one node: base_of);
+every larger row is predicted from its base — never a row of another source, never a constant chosen
+per row or model:
 
-    micro-step  m  = per_gpu_batch · units_per_sample / throughput_1   (the 1-GPU row's grad_accum_1
-                     micro-steps each took m: throughput counts all their samples)
-    compute        = grad_accum_N micro-steps, backward BACKWARD_SHARE of each, optimizer 0
-    buckets        = params · 4 B in torch DDP's layout (first bucket 1 MiB, then 25 MiB, the rest
-                     last), gradients arriving uniformly over the last backward
-    network        = the preset of the row's hardware and interconnect (NETWORK_RULES)
-    step_N         = simulate_step(compute, buckets, network, N, physics)   (bench/project/simulate.py)
-    predicted      = N · per_gpu_batch · grad_accum_N · units_per_sample / step_N
-    |error|        = |predicted − published| / published
+    step_b     = per_gpu_batch_b · k_b · units / (throughput_b / N_b)      the base's published step (ms)
+    micro-step m such that simulate(m, N_b) = step_b                        (m = step_b / k_b at N_b = 1:
+                                                                             the base's own communication,
+                                                                             straggler and interference
+                                                                             are taken out of it)
+    compute    = k_N micro-steps of m · batch_N / batch_b, backward BACKWARD_SHARE of each, optimizer 0
+    engine     DDP: buckets = params · 4 B in torch DDP's layout (spec.ddp_buckets), simulate_step;
+               sharded (FSDP, ZeRO: sharding_of the framework and notes): blocks of the model
+               (sharded.estimated_blocks), simulate_sharded
+    network    = the row's system (bench/project/systems.py: hardware, interconnect, GPUs, nodes)
+    predicted  = N · per_gpu_batch_N · k_N · units / step_N
+    |error|    = |predicted − published| / published; efficiency = per-GPU throughput over the base's
 
-Skipped, each with its reason: rows with `FLAG:` (published data that looks wrong) or `STRONG SCALING` in
-their notes or their 1-GPU row's, rows missing a field, and units without a conversion from the source.
+Anchored (what a run that measured the world sizes between its base and N has, bench/project/project.py
+does the same): when the row's group has rows between the base and the row, the largest of them that is
+in the headline is its anchor A, and the model predicts the change from A rather than the level:
+
+    predicted_eff = model_eff(N) · published_eff(A) / model_eff(A)       (the same factor on throughput)
+
+— the model's error at A (a harness's data pipeline, clocks, launcher: none of the model's inputs shows
+them) carried to N. `from_base_eff` keeps the model's own prediction; the validator prints both.
+
+k is the row's grad_accum (empty: 1 — the table states no accumulation — except for STRONG SCALING rows,
+whose accumulation must be stated). Rows the validation predicts but leaves out of its headline, each
+reported with its reason: FLAG rows whose flag is not about a configuration the group key already
+separates (CONFIG_FLAG), and rows faster per GPU than their base by more than SUPERLINEAR (data parallelism
+cannot do that; the corpora FLAG the same threshold). Skipped with the reason: rows missing a field, a unit
+without a conversion, a group without a single smallest row.
 """
 
 from __future__ import annotations
 
+import math
 import re
-import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 
-from bench.project.network import preset_network
+from bench.project.interval import ANCHORED, Band, band_name, family_of, regime
 from bench.project.physics import Physics
+from bench.project.sharded import Sharding, estimated_blocks, simulate_sharded, uniform_blocks
 from bench.project.simulate import Compute, simulate_step
 from bench.project.spec import DEFAULT_BACKWARD_SHARE, ddp_buckets
+from bench.project.systems import gpus_per_node_of, system_of
 
 CORPUS_COLUMNS = ("source_id", "model", "params", "framework", "hardware", "interconnect", "precision",
                   "per_gpu_batch", "grad_accum", "gpus", "throughput", "throughput_unit", "notes")
-GROUP_KEY = ("source_id", "model", "framework", "hardware", "precision", "per_gpu_batch")
+NODES = "nodes"   # optional column: nodes as printed
+GROUP_KEY = ("source_id", "model", "framework", "hardware", "precision")
+STRONG = "STRONG SCALING"
+# The corpora's own FLAG threshold for superlinear rows (> 1.05·N: tests/data/published_scaling/README.md)
+SUPERLINEAR = 1.05
+# A FLAG about a configuration that changes inside a table (micro-batch, per-GPU batch, accumulation): the
+# group key keeps per-GPU batches apart and the row's own grad_accum is used, so the row is predicted from
+# a base of its own configuration and counted.
+CONFIG_FLAG = re.compile(r"micro-batch|per-GPU batch|batch size|grad_accum|accumulation", re.I)
+DATA_FLAG = re.compile(r"superlinear|efficiency|contradict|typo|dip", re.I)
+BISECTIONS = 40   # halvings of the calibration's bracket: m to 2^-40 of the base's step, far below its noise
 
 # Every source trains with fp32 parameters (AMP keeps fp32 weights and autocasts the math), so DDP
 # all-reduces fp32 gradients: 4 bytes per parameter (spec.FP32_GRAD_BYTES); backward is
@@ -65,20 +97,34 @@ CONVERSIONS: tuple[tuple[str, str, float, str], ...] = (
     (r"^WaveGlow", "samples/s", 16000.0,
      "Lambda's WaveGlow samples/s are audio samples (≈47k/s at batch 8 on a V100); segment 16000"),
 )
+# A unit that counts the batch's own samples, for any model (after CONVERSIONS' model-specific rules: a
+# WaveGlow "samples/s" is audio samples).
+BATCH_UNITS = re.compile(r"^(images?|img|sequences?|seqs?|samples?|sentences?|utterances?|items?)\s*"
+                         r"(/\s*s|/\s*sec|per second)$", re.I)
+PER_GPU_UNIT = re.compile(r"\s*(?:/|per )\s*GPU\b", re.I)
+# A sequence length the model name or the notes state ("seq2048", "seq len 2048", "sequence length 1024",
+# "seq_len=8192"): tokens per sequence for a tokens/s unit.
+SEQ_LENGTH = re.compile(r"\bseq(?:uence)?[ _-]?(?:len(?:gth)?)?[ _=:-]*(\d{2,6})\b", re.I)
+# Spellings of one unit: (pattern, the CONVERSIONS spelling); "wps" is torchtitan's words (tokens) per second.
+UNIT_SPELLINGS = ((r"\s*/\s*sec(?:ond)?\b|\s+per\s+second\b", "/s"), (r"^tok/s$|^wps$|^tps$", "tokens/s"),
+                  (r"^img/s$", "images/s"), (r"^seqs?/s$", "sequences/s"))
 
-# (hardware pattern, interconnect pattern, preset, why): first match wins; patterns re.search, case-blind.
-NETWORK_RULES: tuple[tuple[str, str, str, str], ...] = (
-    (r"", r"NVLink bridges", "nvlink-bridge", "NVLink-bridged pairs, PCIe gen 3 between pairs (Turing)"),
-    (r"DGX-2", r"", "v100-dgx2", "DGX-2: NVSwitch"),
-    (r"V100-SXM2", r"", "v100-dgx1", "V100 SXM2 8-GPU board: DGX-1 hybrid cube mesh"),
-    (r"B200", r"", "b200-nvlink", "HGX B200: NVLink 5 / NVSwitch"),
-    (r"H100-SXM|H200", r"", "h100-nvlink", "HGX H100/H200: NVLink 4 / NVSwitch"),
-    (r"A100-SXM", r"", "a100-nvlink", "A100 SXM4: NVLink 3 / NVSwitch"),
-    (r"H100-PCIe", r"", "pcie5", "H100 PCIe: PCIe gen 5"),
-    (r"V100|RTX 20|Quadro RTX", r"", "pcie3", "Volta/Turing PCIe cards: PCIe gen 3"),
-    (r"A100-PCIe|A40|RTX 30|RTX A\d|RTX 40|RTX 6000 Ada", r"", "pcie4",
-     "Ampere/Ada PCIe cards: PCIe gen 4"),
+# Sharded engines in the framework and notes text: (pattern, mode, why). First match wins; FSDP without a
+# stated strategy is FULL_SHARD, FSDP's default ShardingStrategy (torch.distributed.fsdp docs).
+SHARDING_RULES: tuple[tuple[str, str, str], ...] = (
+    (r"NO_SHARD", "", "NO_SHARD: DDP's all-reduce"),
+    (r"HYBRID_SHARD", "hybrid", "HYBRID_SHARD"),
+    (r"SHARD_GRAD_OP", "grad_op", "SHARD_GRAD_OP"),
+    (r"FULL_SHARD|ZeRO[- ]?3|stage[ -]?3", "full", "FULL_SHARD / ZeRO-3"),
+    (r"reshard_after_forward\W+(?:False|0)", "grad_op", "FSDP2 reshard_after_forward=False"),
+    (r"fully_shard|FSDP2", "full", "FSDP2 fully_shard (reshard_after_forward=True, its default)"),
+    (r"ZeRO[- ]?2|stage[ -]?2|distributed optimi[sz]er", "zero2", "ZeRO-2 / distributed optimizer"),
+    (r"ZeRO[- ]?1|stage[ -]?1", "zero1", "ZeRO-1"),
+    (r"FSDP", "full", "FSDP without a stated strategy: FULL_SHARD, its default"),
 )
+LOW_PRECISION = re.compile(r"bf16|fp16|half|amp|mixed", re.I)
+REDUCE_FP32 = re.compile(r"MP mode DEFAULT|MP mode FULL|reduce[_ ]dtype\W+(?:fp32|float32)", re.I)
+PARAMS_FP32 = re.compile(r"MP mode FULL|param[_ ]dtype\W+(?:fp32|float32)", re.I)
 
 
 class Skip(Exception):
@@ -88,16 +134,31 @@ class Skip(Exception):
 @dataclass(frozen=True)
 class Prediction:
     row: pd.Series
-    one: pd.Series
-    network: str
+    base: pd.Series
+    network: str           # the system, in words
+    regime: str            # interval.REGIMES
     units_source: str
-    t1_ms: float
+    t1_ms: float           # the base's calibrated compute per step, at the row's batch and accumulation
     step_ms: float
     predicted: float
     published_eff: float
     predicted_eff: float
     error_pct: float
     dominant: str
+    held_out: str = ""     # why the row is predicted but not in the headline ("" when it is)
+    anchor_gpus: int | None = None        # the anchor's GPUs (None: predicted from the base alone)
+    from_base_eff: float | None = None    # the model's efficiency from the base alone (None: predicted_eff)
+    from_base_error_pct: float | None = None
+
+    @property
+    def basis(self) -> str:
+        """The interval's basis (interval.BASES): anchored or from the base alone."""
+        return ANCHORED if self.anchor_gpus is not None else ""
+
+    @property
+    def band(self) -> str:
+        """The name of the interval band the prediction takes (interval.band_name)."""
+        return band_name(self.regime, self.basis)
 
 
 def read_corpus(path: Path) -> pd.DataFrame:
@@ -109,18 +170,37 @@ def read_corpus(path: Path) -> pd.DataFrame:
     return df
 
 
-def units_per_sample(model: str, unit: str) -> tuple[float, str]:
+def _text(value) -> str:
+    return "" if pd.isna(value) else str(value)
+
+
+def normalized_unit(unit: str) -> str:
+    """The unit without a per-GPU suffix, in CONVERSIONS' spelling (UNIT_SPELLINGS)."""
+    unit = PER_GPU_UNIT.sub("", unit).strip()
+    for pattern, spelling in UNIT_SPELLINGS:
+        unit = re.sub(pattern, spelling, unit, flags=re.I)
+    return unit
+
+
+def units_per_sample(model: str, unit: str, notes: str = "") -> tuple[float, str]:
+    """(units of `unit` per sample of the batch, source) for a model's throughput unit (a per-GPU unit
+    converts as its aggregate); tokens/s needs a sequence length, from the model name or the notes."""
+    unit = normalized_unit(unit)
     for pattern, rule_unit, factor, source in CONVERSIONS:
         if unit == rule_unit and re.search(pattern, model):
             return factor, source
+    for where, text in (("model name", model), ("notes", notes)):
+        if unit == "tokens/s" and (m := SEQ_LENGTH.search(text)):
+            return float(m.group(1)), f"sequence length {m.group(1)} stated in the {where}"
+    if BATCH_UNITS.match(unit):
+        return 1.0, "batch in its own unit"
     raise Skip(f"no conversion of {unit!r} to samples of the batch for {model!r} in the source")
 
 
-def network_for(hardware: str, interconnect: str) -> tuple[str, str]:
-    for hw, ic, preset, why in NETWORK_RULES:
-        if re.search(hw, hardware, re.I) and re.search(ic, str(interconnect), re.I):
-            return preset, why
-    raise Skip(f"no network preset for hardware {hardware!r} / interconnect {interconnect!r}")
+def per_gpu(row: pd.Series, units: float) -> float:
+    """Samples per second per GPU: the table's aggregate over its GPUs, unless its unit says per GPU."""
+    tput = float(row["throughput"]) / units
+    return tput if PER_GPU_UNIT.search(_text(row["throughput_unit"])) else tput / int(row["gpus"])
 
 
 def _int(value, key: str) -> int:
@@ -133,71 +213,273 @@ def _int(value, key: str) -> int:
     return int(number)
 
 
-def _flags(row: pd.Series) -> str | None:
-    notes = str(row["notes"]) if not pd.isna(row["notes"]) else ""
-    if "FLAG:" in notes:
-        return "FLAG: " + notes.split("FLAG:", 1)[1].split(";")[0].strip()
-    if "STRONG SCALING" in notes:
-        return "STRONG SCALING (global batch fixed; the table's 1-GPU row is another configuration)"
-    return None
+def flags_of(row: pd.Series) -> list[str]:
+    """The row's FLAG notes, each one sentence."""
+    return ["FLAG: " + part.split(";")[0].strip() for part in _text(row["notes"]).split("FLAG:")[1:]]
 
 
-def predict_row(row: pd.Series, one: pd.Series, physics: Physics) -> Prediction:
-    """One N-GPU row from its group's 1-GPU row (module docstring); Skip with the reason."""
-    for r, which in ((row, "row"), (one, "1-GPU row")):
-        flag = _flags(r)
-        if flag:
-            raise Skip(flag if which == "row" else f"{which}: {flag}")
-    batch = _int(row["per_gpu_batch"], "per_gpu_batch")
+def data_flags(row: pd.Series) -> list[str]:
+    """FLAGs that say the published number itself looks wrong (not a configuration change the group key
+    already separates: CONFIG_FLAG)."""
+    return [f for f in flags_of(row) if DATA_FLAG.search(f) or not CONFIG_FLAG.search(f)]
+
+
+def is_strong(row: pd.Series) -> bool:
+    return STRONG in _text(row["notes"])
+
+
+def group_key(row: pd.Series) -> tuple:
+    """GROUP_KEY, plus the per-GPU batch unless the row is strong scaling (module docstring)."""
+    key = tuple(_text(row[c]) for c in GROUP_KEY)
+    return key + (("strong",) if is_strong(row) else (_text(row["per_gpu_batch"]),))
+
+
+def accumulation(row: pd.Series) -> tuple[int, str]:
+    """(micro-steps per all-reduce, how known): the stated grad_accum, else 1 unless strong scaling."""
+    if pd.isna(row["grad_accum"]) or _text(row["grad_accum"]) == "":
+        if is_strong(row):
+            raise Skip("grad_accum missing on a STRONG SCALING row (its accumulation changes with N)")
+        return 1, "not stated: 1"
+    return _int(row["grad_accum"], "grad_accum"), "stated"
+
+
+def sharding_of(row: pd.Series) -> tuple[Sharding | None, str]:
+    """(how a sharded engine communicates, why) from the framework and notes; None: DDP's all-reduce.
+    Parameters are all-gathered in the low precision a bf16/fp16 row computes in (the mixed-precision
+    policy's param_dtype) and reduced in it (FSDP's reduce_dtype defaults to param_dtype), unless the text
+    states fp32 (Composer's MP mode DEFAULT reduces in fp32, FULL keeps everything fp32)."""
+    text = f"{_text(row['framework'])}; {_text(row['notes'])}"
+    for pattern, mode, why in SHARDING_RULES:
+        if re.search(pattern, text, re.I):
+            if not mode:
+                return None, why
+            low = bool(LOW_PRECISION.search(_text(row["precision"])))
+            params = 4 if PARAMS_FP32.search(text) or not low else 2
+            grads = 4 if REDUCE_FP32.search(text) or params == 4 else 2
+            no_sync = re.search(r"no_sync|requires_gradient_sync", text, re.I)
+            return Sharding(mode, params, grads, reduce_every_micro_step=not no_sync), why
+    return None, "data parallel (all-reduce)"
+
+
+def _compute(micro_ms: float, k: int, batch: int) -> Compute:
+    return Compute(forward_ms=k * micro_ms * (1 - BACKWARD_SHARE), backward_ms=k * micro_ms * BACKWARD_SHARE,
+                   optimizer_ms=0.0, grad_accum=k, per_rank_batch=batch)
+
+
+def _simulate(compute: Compute, params: int, sharding: Sharding | None, net, n: int, physics: Physics):
+    if sharding is None:
+        return simulate_step(compute, ddp_buckets(params), net, n, "auto", physics)
+    blocks = uniform_blocks(params, estimated_blocks(params))
+    return simulate_sharded(compute, blocks, sharding, net, n, physics)
+
+
+def calibrate(step_ms: float, k: int, batch: int, params: int, sharding, net, n: int,
+              physics: Physics) -> float:
+    """The micro-step compute m whose simulated step on n ranks is `step_ms` (bisection: the step grows
+    with m); Skip when even m → 0 would be slower (the modelled communication alone exceeds the step)."""
+    if n == 1:
+        return step_ms / k
+    lo, hi = 0.0, step_ms / k
+    if _simulate(_compute(hi * 1e-9, k, batch), params, sharding, net, n, physics).step_ms > step_ms:
+        raise Skip(f"the base's published step ({step_ms:.1f} ms) is shorter than its modelled "
+                   f"communication on {n} GPUs")
+    for _ in range(BISECTIONS):
+        mid = (lo + hi) / 2
+        if _simulate(_compute(mid, k, batch), params, sharding, net, n, physics).step_ms > step_ms:
+            hi = mid
+        else:
+            lo = mid
+    return (lo + hi) / 2
+
+
+def predict_row(row: pd.Series, base: pd.Series, physics: Physics) -> Prediction:
+    """One row from its group's base (module docstring); Skip with the reason."""
     params = _int(row["params"], "params")
-    kn = _int(row["grad_accum"], "grad_accum")
-    n = _int(row["gpus"], "gpus")
-    tput1, tputn = float(one["throughput"]), float(row["throughput"])
-    if not (tput1 > 0 and tputn > 0):
+    n, nb = _int(row["gpus"], "gpus"), _int(base["gpus"], "gpus")
+    batch, batch_b = _int(row["per_gpu_batch"], "per_gpu_batch"), _int(base["per_gpu_batch"], "per_gpu_batch")
+    k, _ = accumulation(row)
+    kb, _ = accumulation(base)
+    if not (float(base["throughput"]) > 0 and float(row["throughput"]) > 0):
         raise Skip("throughput missing")
-    if one["throughput_unit"] != row["throughput_unit"]:
-        raise Skip(f"unit {row['throughput_unit']!r} differs from the 1-GPU row's {one['throughput_unit']!r}")
-    units, units_source = units_per_sample(row["model"], row["throughput_unit"])
-    preset, _ = network_for(row["hardware"], row["interconnect"])
-    micro_ms = batch * units / tput1 * 1e3  # throughput_1 counts every micro-step's samples
-    compute = Compute(forward_ms=kn * micro_ms * (1 - BACKWARD_SHARE),
-                      backward_ms=kn * micro_ms * BACKWARD_SHARE,
-                      optimizer_ms=0.0, grad_accum=kn, per_rank_batch=batch)
-    net = preset_network(preset, gpus_per_node=max(n, 8))
-    step = simulate_step(compute, ddp_buckets(params), net, n, "auto", physics)
-    predicted = n * batch * kn * units / step.step_ms * 1e3
-    return Prediction(row, one, preset, units_source, compute.step_ms, step.step_ms, predicted,
-                      tputn / (n * tput1), predicted / (n * tput1),
-                      100 * abs(predicted - tputn) / tputn, step.dominant_term)
+    if _text(base["throughput_unit"]) != _text(row["throughput_unit"]):
+        raise Skip(f"unit {row['throughput_unit']!r} differs from the base's {base['throughput_unit']!r}")
+    units, units_source = units_per_sample(_text(row["model"]), _text(row["throughput_unit"]),
+                                           _text(row["notes"]))
+    system = system_of(_text(row["hardware"]), row["interconnect"], n, row.get(NODES), NODES in row.index)
+    net = system.network()
+    try:
+        net.nodes(nb)
+        row_nodes = net.nodes(n)
+    except ValueError as exc:
+        raise Skip(str(exc)) from None
+    sharding, _ = sharding_of(row)
+    base_rate, row_rate = per_gpu(base, units), per_gpu(row, units)   # samples/s per GPU
+    step_b = batch_b * kb / base_rate * 1e3
+    micro = calibrate(step_b, kb, batch_b, params, sharding, net, nb, physics) * batch / batch_b
+    compute = _compute(micro, k, batch)
+    step = _simulate(compute, params, sharding, net, n, physics)
+    predicted_rate = batch * k / step.step_ms * 1e3
+    held_out = "; ".join(data_flags(row))
+    if not held_out and row_rate > SUPERLINEAR * base_rate:
+        held_out = (f"published {row_rate / base_rate:.2f}× its base's per-GPU throughput: superlinear "
+                    f"beyond {SUPERLINEAR} (contradicts the base)")
+    name = regime(sharding is not None, row_nodes, system.intra)
+    return Prediction(row, base, system.words, name, units_source, compute.step_ms, step.step_ms,
+                      predicted_rate * n * units, row_rate / base_rate, predicted_rate / base_rate,
+                      100 * abs(predicted_rate - row_rate) / row_rate, step.dominant_term, held_out)
 
 
-def validate(corpus: pd.DataFrame, physics: Physics) -> tuple[list[Prediction], list[tuple[pd.Series, str]],
-                                                             int]:
-    """(predictions, skipped rows with reasons, multi-GPU rows that have a 1-GPU row)."""
+def anchored(p: Prediction, anchor: Prediction) -> Prediction:
+    """p predicted as the change from its anchor (module docstring): its efficiency and throughput times
+    the anchor's published over predicted efficiency."""
+    ratio = anchor.published_eff / anchor.predicted_eff
+    eff = p.predicted_eff * ratio
+    # both efficiencies are per-GPU rates over the base's: their ratio is the throughputs' (in any unit)
+    return replace(p, predicted=p.predicted * ratio, predicted_eff=eff,
+                   error_pct=100 * abs(eff - p.published_eff) / p.published_eff,
+                   anchor_gpus=int(anchor.row["gpus"]), from_base_eff=p.predicted_eff,
+                   from_base_error_pct=p.error_pct)
+
+
+def unanchored(p: Prediction) -> Prediction:
+    """p as the model predicts it from its base alone (itself when it has no anchor)."""
+    if p.anchor_gpus is None:
+        return p
+    ratio = p.predicted_eff / p.from_base_eff
+    return replace(p, predicted=p.predicted / ratio, predicted_eff=p.from_base_eff,
+                   error_pct=p.from_base_error_pct, anchor_gpus=None, from_base_eff=None,
+                   from_base_error_pct=None)
+
+
+def anchor_all(predictions: list[Prediction]) -> list[Prediction]:
+    """Every prediction of one group anchored to the largest headline prediction of the same base between
+    the base and it, when there is one (module docstring)."""
+    out = []
+    for p in predictions:
+        n = int(p.row["gpus"])
+        below = [q for q in predictions if not q.held_out and q.base.name == p.base.name
+                 and int(q.row["gpus"]) < n]
+        out.append(anchored(p, max(below, key=lambda q: int(q.row["gpus"]))) if below else p)
+    return out
+
+
+def _per_node(row: pd.Series) -> int:
+    return gpus_per_node_of(int(row["gpus"]), row.get(NODES), _text(row["hardware"]), NODES in row.index)
+
+
+def base_of(group: pd.DataFrame, row: pd.Series) -> tuple[pd.Series | None, str]:
+    """The row's base in its group: for a row on several nodes, the group's row of one whole node when the
+    table has one (what a user measures before asking "what will 64 GPUs do?": everything a node shares,
+    its data pipeline among them, is in it); else the group's smallest row. None and why when several rows
+    are at that size."""
+    size = int(group["gpus"].min())
+    g = _per_node(row)
+    if int(row["gpus"]) > g and (group["gpus"] == g).any():
+        size = g
+    at = group[group["gpus"] == size]
+    if len(at) != 1:
+        return None, f"{len(at)} rows at the base's size ({size} GPUs) in its group"
+    return at.iloc[0], ""
+
+
+def validate(corpus: pd.DataFrame, physics: Physics, anchor: bool = False
+             ) -> tuple[list[Prediction], list[tuple[pd.Series, str]], int]:
+    """(predictions, skipped rows with reasons, rows that have a base): every row above its group's smallest
+    one, from its base (base_of) — the question a user with one node's measurement asks — and with `anchor`,
+    anchored where the group has a row between (anchor_all: what a run that measured those sizes knows). A
+    base that is itself data-FLAGged makes its rows held out (predicted, reported apart)."""
     predictions, skipped, eligible = [], [], 0
-    key = [c for c in GROUP_KEY]
-    for _, group in corpus.groupby(key, sort=False, dropna=False):
-        ones = group[group["gpus"] == 1]
-        for _, row in group[group["gpus"] > 1].iterrows():
-            if len(ones) != 1:
-                skipped.append((row, "no 1-GPU row in its group" if ones.empty else
-                                f"{len(ones)} 1-GPU rows in its group"))
+    corpus = corpus.copy()
+    corpus["gpus"] = pd.to_numeric(corpus["gpus"], errors="coerce")
+    for _, group in corpus.groupby(corpus.apply(group_key, axis=1), sort=False):
+        mine = []
+        for _, row in group[group["gpus"] > group["gpus"].min()].iterrows():
+            base, why = base_of(group, row)
+            if base is None:
+                skipped.append((row, why))
                 continue
             eligible += 1
             try:
-                predictions.append(predict_row(row, ones.iloc[0], physics))
+                p = predict_row(row, base, physics)
             except Skip as exc:
                 skipped.append((row, str(exc)))
+                continue
+            base_flags = data_flags(base)
+            if base_flags and not p.held_out:
+                p = replace(p, held_out=f"base row: {'; '.join(base_flags)}")
+            mine.append(p)
+        predictions += anchor_all(mine) if anchor else mine
     return predictions, skipped, eligible
 
 
-def summary_line(predictions: list[Prediction]) -> str:
-    """The validator's last line."""
-    errors = [p.error_pct for p in predictions]
+@dataclass(frozen=True)
+class Scored:
+    """A prediction with its 90 % interval (bench/project/interval.py): the band it was given and whether
+    the published value fell inside."""
+
+    prediction: Prediction
+    band: Band
+    inside: bool
+    width_points: float
+
+
+def residual(p: Prediction) -> float:
+    """ln(published / predicted): the model error the interval's bands are fitted to."""
+    return math.log(p.published_eff / p.predicted_eff)
+
+
+def bases_of(p: Prediction) -> list[tuple[str, float]]:
+    """(band, residual) of a prediction on every basis it has: from the base alone always (its from-base
+    efficiency when anchored), and anchored when it is. Every row thus trains the from-base band of its
+    regime, whatever its size: a projection from one node to 64 nodes with nothing measured between is
+    judged by the errors of every such prediction, not only of the first size above a base."""
+    out = [(band_name(p.regime), math.log(p.published_eff / (p.from_base_eff or p.predicted_eff)))]
+    if p.anchor_gpus is not None:
+        out.append((p.band, residual(p)))
+    return out
+
+
+def score(predictions: list[Prediction], bands: dict, held_out: dict, unit: str = "source") -> list[Scored]:
+    """Each prediction with its band: fitted without its own source (`unit` "family": its model family,
+    interval.family_of) when that is among the training rows (`held_out`: source or family → bands,
+    interval.held_out_bands), else `bands` (the training corpora's)."""
+    out = []
+    for p in predictions:
+        key = _text(p.row["source_id"]) if unit == "source" else family_of(_text(p.row["model"]))
+        chosen = held_out.get(key, bands)[p.band]
+        r = residual(p)
+        out.append(Scored(p, chosen, chosen.contains(r), chosen.width_points(100 * p.predicted_eff)))
+    return out
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    """The q-quantile by linear interpolation between order statistics (numpy's default)."""
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (pos - lo)
+
+
+def stats_of(scored: list[Scored]) -> dict:
+    """rows, mean, median, p90 and worst |error| %, % inside the interval, median width (points)."""
+    errors = [s.prediction.error_pct for s in scored]
     if not errors:
-        return "rows 0 · median |error| nan % · worst nan %"
-    median, worst = statistics.median(errors), max(errors)
-    return f"rows {len(errors)} · median |error| {median:.1f} % · worst {worst:.1f} %"
+        return dict(rows=0, mean=float("nan"), median=float("nan"), p90=float("nan"), worst=float("nan"),
+                    inside=float("nan"), width=float("nan"))
+    return dict(rows=len(errors), mean=sum(errors) / len(errors), median=_quantile(errors, 0.5),
+                p90=_quantile(errors, 0.9), worst=max(errors),
+                inside=100 * sum(s.inside for s in scored) / len(scored),
+                width=_quantile([s.width_points for s in scored], 0.5))
 
 
-LAST_LINE = re.compile(r"^rows (\d+) · median \|error\| ([\d.]+|nan) % · worst ([\d.]+|nan) %$")
+def summary_line(scored: list[Scored]) -> str:
+    """The validator's last line (the issue's format)."""
+    s = stats_of(scored)
+    return (f"rows {s['rows']} · mean |error| {s['mean']:.1f} % · median |error| {s['median']:.1f} % · "
+            f"p90 {s['p90']:.1f} % · worst {s['worst']:.1f} % · inside 90 % interval {s['inside']:.1f} % · "
+            f"median width {s['width']:.1f} points")
+
+
+_NUM = r"([\d.]+|nan)"
+LAST_LINE = re.compile(rf"^rows (\d+) · mean \|error\| {_NUM} % · median \|error\| {_NUM} % · p90 {_NUM} % · "
+                       rf"worst {_NUM} % · inside 90 % interval {_NUM} % · median width {_NUM} points$")

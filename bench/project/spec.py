@@ -18,10 +18,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench import engines
 from bench.project.collectives import ALGORITHMS
 from bench.project.network import FABRICS, INTER_NODE, preset_network
 from bench.project.physics import DEFAULT_INTERFERENCE, DEFAULT_STEP_CV, Physics
 from bench.project.project import PROJECTION_COLUMNS, Configuration, _typed, project
+from bench.project.sharded import MODES, Sharding, estimated_blocks, uniform_blocks
 from bench.project.simulate import Buckets, Compute
 from bench.schema import DEFAULT_BUCKET_MB, PRECISIONS, WIRE_DTYPES
 
@@ -54,6 +56,7 @@ class Spec:
     grad_accum: int = 1
     network: str = "h100-nvlink"
     gpus_per_node: int = 8
+    nics_per_node: int | None = None   # NICs per node between nodes (None: one per GPU)
     inter_network: str = "ib-ndr400"
     algorithm: str = "auto"
     world_sizes: tuple[int, ...] = DEFAULT_WORLD_SIZES
@@ -61,6 +64,8 @@ class Spec:
     step_cv: float = DEFAULT_STEP_CV
     interference: float = DEFAULT_INTERFERENCE
     host_ms: float = 0.0
+    sharding: str = "none"             # none (DDP), or a sharded engine's mode (sharded.MODES)
+    blocks: int | None = None          # sharded: fully_shard groups (None: the model's, else the estimate)
 
     def __post_init__(self):
         def bad(key: str, why: str):
@@ -79,6 +84,15 @@ class Spec:
             bad("network", f"is not a preset; choose from {list(FABRICS)}")
         if self.inter_network not in INTER_NODE:
             bad("inter_network", f"is not one of {list(INTER_NODE)}")
+        nics = self.nics_per_node
+        if nics is not None and not (isinstance(nics, int) and nics >= 1):
+            bad("nics_per_node", "must be an integer >= 1")
+        if self.sharding != "none" and self.sharding not in MODES:
+            bad("sharding", f"is not one of {['none', *MODES]}")
+        if self.blocks is not None and not (isinstance(self.blocks, int) and self.blocks >= 1):
+            bad("blocks", "must be an integer >= 1")
+        if self.sharding != "none" and self.bucket_sizes is not None:
+            bad("sharding", "needs params or a model (its parameters are sharded, not bucketed)")
         if self.algorithm not in ALGORITHMS:
             bad("algorithm", f"is not one of {list(ALGORITHMS)}")
         if not _positive(self.bucket_cap_mb):
@@ -100,7 +114,7 @@ class Spec:
             bad("params", "must be an integer >= 1")
         if self.bucket_sizes is not None and any(not isinstance(s, int) or s < 1 for s in self.bucket_sizes):
             bad("bucket_sizes", "must be positive integers (bytes on the wire)")
-        net = preset_network(self.network, self.gpus_per_node, self.inter_network)
+        net = preset_network(self.network, self.gpus_per_node, self.inter_network, self.nics_per_node)
         for n in self.world_sizes:
             try:
                 net.nodes(n)
@@ -143,8 +157,8 @@ def spec_buckets(spec: Spec) -> Buckets:
     from bench.project.layout import engine_bucket_sizes, workload_options
 
     try:
-        sizes = engine_bucket_sizes("torch", spec.model, spec.size, spec.bucket_cap_mb, spec.comm_dtype,
-                                    workload_options({}))
+        sizes = engine_bucket_sizes(engines.reference().name, spec.model, spec.size, spec.bucket_cap_mb,
+                                    spec.comm_dtype, workload_options({}))
     except (ValueError, KeyError) as exc:
         raise SpecError(f"model={spec.model!r} size={spec.size!r}: {exc}") from None
     return _uniform(sizes, f"workload {spec.model}:{spec.size} layout, uniform over backward")
@@ -155,9 +169,45 @@ def project_spec(**keys) -> pd.DataFrame:
     return projection_of(spec_from_keys(keys))
 
 
+# a count's suffixes, as model cards write parameter counts (360M, 1.5B, 7B)
+COUNT_SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+# the keys a what-if may give several values of, compared in one call (spec_grid): the DDP settings
+LIST_KEYS = ("bucket_cap_mb", "comm_dtype", "grad_accum", "precision")
+
+
+def parse_count(key: str, text) -> int:
+    """'360M', '1.5B', '1e9' or 250000 → an integer count; SpecError naming the key and the value."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    word = str(text).strip().replace("_", "")
+    scale = COUNT_SUFFIXES.get(word[-1:].lower(), 1) if word[-1:].isalpha() else 1
+    try:
+        value = float(word[:-1] if scale != 1 else word) * scale
+    except ValueError:
+        raise SpecError(f"{key}={text!r}: not a count (e.g. 360M, 1.5B, 1e9, 250000)") from None
+    if not math.isfinite(value) or value != int(value) or value < 1:
+        raise SpecError(f"{key}={text!r}: must be a whole number >= 1")
+    return int(value)
+
+
+def spec_grid(keys: dict) -> list[dict]:
+    """Every combination of the LIST_KEYS given as lists (a TOML list, or a comma-separated flag): one
+    what-if each, in the order the values were given (the first key varies slowest)."""
+    listed = [k for k in LIST_KEYS if isinstance(keys.get(k), (list, tuple))]
+    grid = [dict(keys)]
+    for key in listed:
+        values = list(keys[key])
+        if not values:
+            raise SpecError(f"{key}=[]: give at least one value")
+        grid = [g | {key: v} for g in grid for v in values]
+    return grid
+
+
 def spec_from_keys(keys: dict) -> Spec:
     """A Spec from a dict of its keys (a TOML file's, or project_spec's); SpecError names a bad one."""
     keys = dict(keys)
+    if isinstance(keys.get("params"), (str, float)):
+        keys["params"] = parse_count("params", keys["params"])
     known = {f.name for f in fields(Spec)}
     for key in keys:
         if key not in known:
@@ -171,19 +221,40 @@ def spec_from_keys(keys: dict) -> Spec:
         raise SpecError(str(exc)) from None
 
 
+def spec_sharding(spec: Spec) -> tuple[Sharding, tuple[int, ...]] | None:
+    """A sharded spec's mode and blocks: `blocks` equal groups of `params`, else the workload's fully_shard
+    groups (bench/project/layout.py), else the transformer estimate; parameters gathered in the precision's
+    dtype, gradients reduced in comm_dtype's (fp32 for none), every micro-step reducing."""
+    if spec.sharding == "none":
+        return None
+    if spec.model and spec.blocks is None:
+        from bench.project.layout import block_params, workload_options
+
+        try:
+            blocks = tuple(block_params(spec.model, spec.size, workload_options({})))
+        except (ValueError, KeyError) as exc:
+            raise SpecError(f"model={spec.model!r} size={spec.size!r}: {exc}") from None
+    else:
+        params = spec.params if spec.params else sum(spec_buckets(spec).sizes) // FP32_GRAD_BYTES
+        blocks = uniform_blocks(params, spec.blocks or estimated_blocks(params))
+    param_bytes = 2 if spec.precision in ("bf16", "fp16") else 4
+    return Sharding(spec.sharding, param_bytes, WIRE_DTYPES[spec.comm_dtype].bytes), blocks
+
+
 def projection_of(spec: Spec) -> pd.DataFrame:
     buckets = spec_buckets(spec)
     k = spec.grad_accum
     compute = Compute(forward_ms=spec.step_ms * (1 - spec.backward_share) * k,
                       backward_ms=spec.step_ms * spec.backward_share * k, optimizer_ms=0.0, grad_accum=k,
                       per_rank_batch=spec.per_gpu_batch)
-    base = pd.Series({"cell_id": "spec", "engine": "torch", "model": spec.model or "(params)",
-                      "model_size": spec.size, "bucket_cap_mb": spec.bucket_cap_mb,
-                      "precision": spec.precision,
+    base = pd.Series({"cell_id": "spec",
+                      "engine": engines.reference().name if spec.sharding == "none" else "sharded",
+                      "model": spec.model or "(params)", "model_size": spec.size,
+                      "bucket_cap_mb": spec.bucket_cap_mb, "precision": spec.precision,
                       "comm_dtype": spec.comm_dtype, "grad_accum": k, "scaling": "weak",
                       "per_rank_batch": spec.per_gpu_batch, "world_size": 1})
-    config = Configuration(base, pd.DataFrame([base]), compute, buckets)
-    net = preset_network(spec.network, spec.gpus_per_node, spec.inter_network)
+    config = Configuration(base, pd.DataFrame([base]), compute, buckets, sharded=spec_sharding(spec))
+    net = preset_network(spec.network, spec.gpus_per_node, spec.inter_network, spec.nics_per_node)
     physics = Physics(step_cv=spec.step_cv, interference_factor=spec.interference, host_ms=spec.host_ms)
     rows = project(config, spec.network, lambda n, dtype: (net, net.label), sorted(set(spec.world_sizes)),
                    spec.algorithm, physics)

@@ -1,9 +1,11 @@
-"""The report's first screen: the advice (`bench advise`), four headline numbers with their intervals, what a
-CPU run can and cannot tell, the cells that failed, and the two figures that carry the story.
+"""The report's first screen: the advice (`bench advise`), the speedup figure, four headline numbers with
+their intervals, what a CPU run can and cannot tell, the cells that failed, and the two figures that carry
+the story.
 
-The advice sentence is advice.md's when `bench advise` has run; otherwise bench.advise writes it now without
-a projection (nothing is written into the run folder), and it says how to get one. The headline numbers are
-one table (`headline_numbers`), so index.html and summary.md show the same figures.
+The advice is advice.md's and advice.csv's when `bench advise` has run; otherwise bench.advise makes it now
+without a projection (nothing is written into the run folder), and it says how to get one. Nothing here
+ranks or compares configurations again. The headline numbers are one table (`headline_numbers`), so
+index.html and summary.md show the same figures.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import run_folder, stats
+from bench import run_folder
 from bench.advise import api as advise
-from bench.advise.answer import CPU_CAVEAT
-from bench.report import tables
+from bench.advise.answer import CPU_CAVEAT, setting_words
+from bench.advise.choice import NAMED
+from bench.advise.rank import choice_keys
+from bench.report import plots, tables
 from bench.report.render import Section, md_cell
 from bench.run_folder import Run
 
@@ -26,21 +30,34 @@ STORY_PLOTS = (
     (("strong_scaling.png", "strong scaling"), ("weak_scaling.png", "weak scaling")),
     (("why_breakdown.png", "why: breakdown of a profiled step"), ("phases.png", "phase breakdown")),
 )
+SPEEDUP_PNG = "speedup.png"                 # beside the headline numbers (plots.speedup_plot)
 
 
 def advice(run: Run) -> tuple[str, pd.DataFrame]:
-    """(the answer sentence, advice.csv's rows): `bench advise`'s files, else bench.advise's answer made
-    now without a projection (nothing written); ("", no rows) when the run has nothing to rank."""
+    """(the answer, advice.csv's rows): `bench advise`'s files, else bench.advise's answer made now without a
+    projection (nothing written; also for an advice.csv written before `answer_role` existed); ("", no rows)
+    when the run has nothing to rank."""
     folder = run.path / run_folder.ADVICE_DIR
     md, csv = folder / run_folder.ADVICE_MD, folder / run_folder.ADVICE_CSV
     if md.is_file() and csv.is_file():
+        table = pd.read_csv(csv)
         lines = [line for line in md.read_text().splitlines() if line.strip()]
-        return (lines[1] if len(lines) > 1 else ""), pd.read_csv(csv)
+        if "answer_role" in table.columns and len(lines) > 1:
+            table["answer_role"] = table["answer_role"].fillna("")
+            return lines[1], table
     try:
         made = advise.run(run.path, target=None, write=False)
     except advise.UsageError:
-        return "", pd.DataFrame(columns=["rank"])
+        return "", pd.DataFrame(columns=["rank", "answer_role"])
     return made.answer, made.table
+
+
+def named_row(ranked: pd.DataFrame) -> pd.Series | None:
+    """The row the answer is about (advice.csv answer_role); None without one."""
+    if "answer_role" not in ranked.columns:
+        return None
+    named = ranked[ranked["answer_role"].isin(NAMED)]
+    return named.iloc[0] if len(named) else None
 
 
 def _interval(value: float, low: float, high: float, fmt: str, unit: str) -> tuple[str, str]:
@@ -53,19 +70,19 @@ def _interval(value: float, low: float, high: float, fmt: str, unit: str) -> tup
 
 
 def headline_numbers(results: pd.DataFrame, ranked: pd.DataFrame) -> pd.DataFrame:
-    """Four figures of the recommended (rank 1) cell, each with its 95 % interval: throughput, scaling
-    efficiency at its world size, exposed communication's share of the step, and the verdict of the
-    fastest ddp_core engine against torch DDP on its configuration. Columns: name, value, interval, of."""
-    best = ranked[ranked["rank"] == 1]
-    if not len(best):
+    """Four figures of the configuration the answer names (advice.csv answer_role), each with its 95 %
+    interval: its speedup over torch DDP's defaults (the best other configuration's when the answer keeps
+    the defaults), its throughput, its scaling efficiency at its world size, and exposed communication's
+    share of its step. Columns: name, value, interval, of."""
+    best = named_row(ranked)
+    if best is None:
         return pd.DataFrame(columns=["name", "value", "interval", "of"])
-    best = best.iloc[0]
     cell = results[results["cell_id"] == best["cell_id"]].iloc[0]
     n = int(cell["world_size"])
-    where = f"{best['engine']} at {n} rank{'s' if n > 1 else ''}"
-    rows = [("best throughput (samples/s)",
-             *_interval(best["samples_per_s"], best["samples_per_s_ci95_low"],
-                        best["samples_per_s_ci95_high"], ",.0f", ""), where)]
+    where = f"{best['engine']} at {n} rank{'s' if n > 1 else ''}, global batch {int(cell['global_batch'])}"
+    rows = [_speedup_card(ranked, best),
+            ("throughput (samples/s)", *_interval(best["samples_per_s"], best["samples_per_s_ci95_low"],
+                                                  best["samples_per_s_ci95_high"], ",.0f", ""), where)]
     # efficiency = T1 / (N T_N) (strong) or T1 / T_N (weak): its interval from T_N's, T1 held at its median
     table = tables.scaling_table(results, cell["scaling"])
     mine = table[table["cell_id"] == cell["cell_id"]]
@@ -76,29 +93,35 @@ def headline_numbers(results: pd.DataFrame, ranked: pd.DataFrame) -> pd.DataFram
                  f"{where} against 1 rank (T₁ at its median)"))
     step, exposed = cell["step_time_ms_p50"], tables.exposed_comms(cell.to_frame().T).iloc[0]
     share = exposed / step * 100
-    rows.append(("exposed communication (% of the step)",
-                 *_interval(share, cell.get("exposed_comm_ms_ci95_low", float("nan")) / step * 100,
-                            cell.get("exposed_comm_ms_ci95_high", float("nan")) / step * 100, ".1f", " %"),
-                 f"{where}: step − compute-only step"))
-    rows.append(("ddp_core against torch DDP", *_against_torch(results, cell)))
+    # one rank communicates nothing: step − compute-only is then the sync work no_sync skips
+    name, of = (("exposed communication (% of the step)", f"{where}: step − compute-only step") if n > 1 else
+                ("sync overhead (% of the step)", f"{where}: no communication; step − compute-only step"))
+    low, high = (cell.get(f"exposed_comm_ms_ci95_{e}", float("nan")) / step * 100 for e in ("low", "high"))
+    rows.append((name, *_interval(share, low, high, ".1f", " %"), of))
     return pd.DataFrame(rows, columns=["name", "value", "interval", "of"])
 
 
-def _against_torch(results: pd.DataFrame, cell: pd.Series) -> tuple[str, str, str]:
-    """The fastest non-torch engine's speed_vs_torch on `cell`'s configuration (engine and bucket size
-    free) at its world size, with the interval and the verdict."""
-    keys = tables.config_keys_except("engine", "bucket_cap_mb")
-    same = results[(tables.config_key(results, keys) == tables.config_key(cell.to_frame().T, keys).iloc[0])
-                   & (results["engine"] != "torch") & (results["status"] == "ok")]
-    same = same.dropna(subset=["speed_vs_torch"]) if "speed_vs_torch" in same else same.iloc[0:0]
-    if not len(same):
-        return "—", "no engine measured beside torch DDP here", "speed_vs_torch"
-    r = same.loc[same["speed_vs_torch"].idxmax()]
-    low, high = r.get("speed_vs_torch_ci95_low"), r.get("speed_vs_torch_ci95_high")
-    verdict = stats.verdict(low, high) or "no interval"
-    bucket = "" if pd.isna(r["bucket_cap_mb"]) else f", {r['bucket_cap_mb']:g} MiB"
-    value, interval = _interval(r["speed_vs_torch"], low, high, ".2f", "×")
-    return f"{value} {verdict}", interval, f"{r['engine']}{bucket} vs torch (> 1: faster), same rounds"
+def _speedup_card(ranked: pd.DataFrame, best: pd.Series) -> tuple[str, str, str, str]:
+    """The named configuration's speedup over its baseline; for the baseline itself, its contender's."""
+    row = best
+    if best["answer_role"] in ("keep", "unclear"):
+        contender = ranked[ranked["answer_role"] == "contender"]
+        if not len(contender):
+            return "speedup over torch DDP's defaults", "1.00×", "the defaults: nothing else measured", \
+                "torch DDP"
+        row = contender.iloc[0]
+    if pd.isna(row.get("speedup_vs_baseline")):
+        return "speedup over torch DDP's defaults", "—", "no torch DDP baseline at this recipe", \
+            str(row["engine"])
+    value, interval = _interval(row["speedup_vs_baseline"], row["speedup_vs_baseline_ci95_low"],
+                                row["speedup_vs_baseline_ci95_high"], ".2f", "×")
+    verdict = row.get("verdict_vs_baseline")
+    verdict = verdict if isinstance(verdict, str) and verdict else "no interval"
+    who = "the best other configuration, " if row is not best else ""
+    paired = "measured side by side" if str(row.get("speedup_paired")) in ("True", "true", "1") else \
+        "from both cells' intervals"
+    return ("speedup over torch DDP's defaults", f"{value} {verdict}", interval,
+            f"{who}{row['engine']} ({paired}; Holm-corrected verdict)")
 
 
 def answer_section(run: Run, out_dir: Path) -> Section:
@@ -112,16 +135,21 @@ def answer_section(run: Run, out_dir: Path) -> Section:
     if run.device == "cpu":
         sec.para(CPU_CAVEAT, "warn")
     numbers = headline_numbers(run.results, ranked)
-    if len(numbers):
-        cards = "".join(
-            f'<div class="card"><div class="lbl">{html.escape(r["name"])}</div><div class="big">'
-            f'{html.escape(r["value"])}</div><div>{html.escape(r["interval"])}</div><div class="lbl">'
-            f'{html.escape(r["of"])}</div></div>' for _, r in numbers.iterrows())
-        sec.raw(f'<div class="cards" id="headline">{cards}</div>',
+    cards = "".join(
+        f'<div class="card"><div class="lbl">{html.escape(r["name"])}</div><div class="big">'
+        f'{html.escape(r["value"])}</div><div>{html.escape(r["interval"])}</div><div class="lbl">'
+        f'{html.escape(r["of"])}</div></div>' for _, r in numbers.iterrows())
+    figure = speedup_figure(run, ranked, out_dir)
+    if cards or figure:
+        image = (f'<p><a href="plots/{figure}"><img src="plots/{figure}" alt="speedup over torch DDP\'s '
+                 f'defaults"></a></p>') if figure else ""
+        sec.raw(f'<div class="verdict"><div class="cards" id="headline">{cards}</div>{image}</div>',
                 "\n".join(f"- {r['name']}: **{r['value']}** ({r['interval']}; {r['of']})"
-                          for _, r in numbers.iterrows()) + "\n")
+                          for _, r in numbers.iterrows()) + "\n"
+                + (f"\n![speedup over torch DDP's defaults](plots/{figure})\n" if figure else ""))
     _failed(sec, run.results)
-    sec.raw('<p>The ranking: <a href="tables/advice.csv">tables/advice.csv</a>. How to read every number: '
+    sec.raw('<p>The ranking: <a href="tables/advice.csv">tables/advice.csv</a> (every configuration of the '
+            'recipe, its speedup and interval, what did not make it and why). How to read every number: '
             '<a href="#findings">findings</a>, then the sections below.</p>',
             "Ranking: tables/advice.csv\n")
     ranked.to_csv(out_dir / "tables" / "advice.csv", index=False)
@@ -133,6 +161,23 @@ def answer_section(run: Run, out_dir: Path) -> Section:
             f'<p><a href="plots/{n}"><img src="plots/{n}" alt="{alt}"></a></p>' for n, alt in figures)
             + "</div>", "".join(f"![{alt}](plots/{name})\n" for name, alt in figures))
     return sec
+
+
+def speedup_figure(run: Run, ranked: pd.DataFrame, out_dir: Path) -> str | None:
+    """plots/speedup.png from advice.csv's rows (its file name), None when nothing to draw."""
+    if "speedup_vs_baseline" not in ranked.columns or named_row(ranked) is None:
+        return None
+    keys = [k for k in choice_keys(run.results) if k in ranked.columns]
+    base = ranked[ranked["baseline"].astype(bool)]
+    labels = {}
+    for _, r in ranked.iterrows():
+        mine = base[base["precision"] == r["precision"]]
+        if r["baseline"] or mine.empty:
+            labels[r["cell_id"]] = "torch DDP's defaults" if r["baseline"] else setting_words(r, keys)
+        else:
+            labels[r["cell_id"]] = setting_words(r, keys, mine.iloc[0])
+    path = plots.speedup_plot(ranked, labels, out_dir / "plots" / SPEEDUP_PNG)
+    return None if path is None else SPEEDUP_PNG
 
 
 def _failed(sec: Section, results: pd.DataFrame) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from bench import stats
@@ -195,14 +194,9 @@ def _join_pair(base: pd.DataFrame, other: pd.DataFrame, label_a: str, label_b: s
 
 def ratio_interval(merged: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """The 95 % interval of throughput b / a = step a / step b from each side's achieved 95 % interval of
-    its median step time (a cell measured to ±1 % and one to ±8 % each bring their own precision).
-
-    The two runs are independent, so on the log scale the ratio's half-widths add in quadrature, each
-    side's lower and upper distances kept apart (the order-statistic intervals are not symmetric):
-    low = r · exp(−√(ln(a/a_low)² + ln(b_high/b)²)), high = r · exp(√(ln(a_high/a)² + ln(b/b_low)²)), with
-    a, b the medians and r = a / b. (Two normal estimates' 95 % half-widths 1.96·σ combine to 1.96·√(σa² +
-    σb²): an interval of 95 %, where the extremes a_low / b_high … a_high / b_low cover more, and so miss
-    differences that two precise cells resolve.) NaN where a side has no interval."""
+    its median step time (a cell measured to ±1 % and one to ±8 % each bring their own precision): the two
+    runs are independent, so `stats.unpaired_ratio_interval` (log-scale quadrature). NaN where a side has
+    no interval or is not ok."""
     def col(name, side):
         key = f"{name}_{side}"
         ok = merged.get(f"status_{side}") == "ok"
@@ -210,12 +204,9 @@ def ratio_interval(merged: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
                                                                                             index=merged.index)
         return values.where(ok)
 
-    a, b = col("step_time_ms_p50", "a"), col("step_time_ms_p50", "b")
-    a_low, a_high = col("step_time_ms_ci95_low", "a"), col("step_time_ms_ci95_high", "a")
-    b_low, b_high = col("step_time_ms_ci95_low", "b"), col("step_time_ms_ci95_high", "b")
-    down = np.sqrt(np.log(a / a_low) ** 2 + np.log(b_high / b) ** 2)
-    up = np.sqrt(np.log(a_high / a) ** 2 + np.log(b / b_low) ** 2)
-    return a / b * np.exp(-down), a / b * np.exp(up)
+    return stats.unpaired_ratio_interval(
+        col("step_time_ms_p50", "a"), col("step_time_ms_ci95_low", "a"), col("step_time_ms_ci95_high", "a"),
+        col("step_time_ms_p50", "b"), col("step_time_ms_ci95_low", "b"), col("step_time_ms_ci95_high", "b"))
 
 
 def verdict_counts(joined: pd.DataFrame) -> pd.DataFrame:

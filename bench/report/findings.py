@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench import stats
+from bench import engines, stats
 from bench.nvidia import topology_has_nvlink
 from bench.project.collectives import allreduce_cost
 from bench.project.network import FABRICS, preset_network
@@ -95,15 +95,24 @@ def _lead(at_n: pd.DataFrame, paired: pd.DataFrame) -> str:
     if best is not None:
         return (f"{best['engine']} is fastest ({best['_thr']:,.0f} samples/s, its step-time interval below "
                 f"every other engine's)")
-    verdicts = [(r["engine"], stats.verdict(r["speed_vs_torch_ci95_low"], r["speed_vs_torch_ci95_high"]))
-                for _, r in paired.iterrows()]
-    faster = [engine for engine, v in verdicts if v == "faster"]
+    raw = [stats.verdict(r["speed_vs_torch_ci95_low"], r["speed_vs_torch_ci95_high"])
+           for _, r in paired.iterrows()]
+    # the corrected verdict leads (tables.family_verdicts, `_verdict`); the uncorrected one only follows it
+    corrected = [r.get("_verdict", v) for (_, r), v in zip(paired.iterrows(), raw)]
+    faster = [e for e, v in zip(paired["engine"], corrected) if v == "faster"]
     if not faster:
+        before = [e for e, v in zip(paired["engine"], raw) if v == "faster"]
+        if before:
+            return (f"no engine is faster than torch DDP once corrected for the run's comparisons "
+                    f"({_names(before)} {'are' if len(before) > 1 else 'is'} before the correction)")
         return "no engine is fastest beyond the noise (step-time intervals overlap)"
-    names = " and ".join([", ".join(faster[:-1]), faster[-1]] if len(faster) > 1 else faster)
     are = "are" if len(faster) > 1 else "is"
-    return (f"{names} {are} faster than torch DDP beyond the noise, yet no engine is fastest (the step-time "
-            f"intervals of the quickest overlap)")
+    return (f"{_names(faster)} {are} faster than torch DDP beyond the noise, yet no engine is fastest (the "
+            f"step-time intervals of the quickest overlap)")
+
+
+def _names(engines: list[str]) -> str:
+    return " and ".join([", ".join(engines[:-1]), engines[-1]] if len(engines) > 1 else engines)
 
 
 def engines_per_world_size(df: pd.DataFrame) -> list[str]:
@@ -127,7 +136,7 @@ def engines_per_world_size(df: pd.DataFrame) -> list[str]:
             out.append(f"At {n} {rank_word}, {r['engine']} (the only engine measured) runs {r['_thr']:,.0f} "
                        f"samples/s (p50 step {r['step_time_ms_p50']:.2f} ms) [{_setting(r)}].")
             continue
-        paired = at_n[at_n["engine"] != "torch"]
+        paired = at_n[at_n["engine"] != engines.reference().name]
         if "speed_vs_torch_ci95_low" in paired:
             paired = paired[paired["speed_vs_torch_ci95_low"].notna()]
         if len(paired) and "speed_vs_torch_ci95_low" in paired:

@@ -19,8 +19,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter  # noqa: E402
 
 from bench import style as look  # noqa: E402
+from bench.advise.choice import NAMED  # noqa: E402
+from bench.engines import get as engine_facts  # noqa: E402
 from bench.engines import names as engine_names  # noqa: E402
 from bench.report import slices, tables  # noqa: E402
 from bench.schema import PRECISIONS  # noqa: E402
@@ -37,7 +40,7 @@ SOLID = COMM_STYLES[0]
 def _subtitle(t: pd.DataFrame, held: dict[str, str], scaling: str | None, examined) -> str:
     """The slice in words: 'held at: strong scaling · fp32 · comm none · grad_accum 1 · …'."""
     rule = held.get("scaling", scaling or "strong")
-    naive = "bucket_cap_mb" in held and (slices.rows_at(t, held)["engine"] == "naive").any()
+    bucketless = [e for e in set(slices.rows_at(t, held)["engine"]) if not engine_facts(e).has_buckets]
     words = {
         "scaling": f"{rule} scaling",
         "model": f"{held.get('model', '')} {held.get('model_size', '')}".strip(),
@@ -45,7 +48,8 @@ def _subtitle(t: pd.DataFrame, held: dict[str, str], scaling: str | None, examin
         "precision": held.get("precision", ""),
         "comm_dtype": f"comm {held.get('comm_dtype')}",
         "grad_accum": f"grad_accum {held.get('grad_accum')}",
-        "bucket_cap_mb": f"bucket {held.get('bucket_cap_mb')} MiB" + (" (naive: none)" if naive else ""),
+        "bucket_cap_mb": f"bucket {held.get('bucket_cap_mb')} MiB" + (
+            f" ({', '.join(sorted(bucketless))}: none)" if "bucket_cap_mb" in held and bucketless else ""),
         "engine_options": f"options {held['engine_options']}" if held.get("engine_options") else "",
         "_batch": f"per-rank batch {held.get('_batch')}"
         if rule == "weak"
@@ -314,17 +318,20 @@ def side_by_side(scaling_tables: dict[str, pd.DataFrame], scaling_name: str, pat
 
 
 def bucket_sweep(table: pd.DataFrame, path: Path, cells: pd.DataFrame | None = None) -> Path | None:
-    """Throughput vs bucket size (log axis), one panel per world size, one line per engine; naive (no
-    buckets) from `cells` as a flat dashed reference where it ran in the same slice."""
+    """Throughput vs bucket size (log axis), one panel per world size, one line per engine; an engine without
+    buckets (naive, fsdp2: Engine.has_buckets) from `cells` as a flat dashed reference where it ran in the
+    same slice."""
     if not (table["status"] == "ok").any():
         return None
     rows, subtitle, held = _drawn_slice(table, ("engine", "world_size", "bucket_cap_mb"))
     sizes = tables.world_sizes(rows)
-    naive = pd.DataFrame()
-    if cells is not None and (cells["engine"] == "naive").any():
-        naive = slices.rows_at(slices.with_batch(cells[cells["engine"] == "naive"]), held)
-        naive = naive[naive["world_size"].isin(sizes)]
-        naive = naive.assign(throughput=tables.throughputs(naive))
+    flat = pd.DataFrame()
+    if cells is not None:
+        bucketless = cells[[not engine_facts(e).has_buckets for e in cells["engine"]]]
+        if len(bucketless):
+            flat = slices.rows_at(slices.with_batch(bucketless), held)
+            flat = flat[flat["world_size"].isin(sizes)]
+            flat = flat.assign(throughput=tables.throughputs(flat))
     fig, sub, axes = _figure("bucket-size sweep: throughput per engine", subtitle, len(sizes))
     slots: Counter = Counter()
     names = _engines(rows)
@@ -334,26 +341,21 @@ def bucket_sweep(table: pd.DataFrame, path: Path, cells: pd.DataFrame | None = N
         for engine in names:
             g = here[here["engine"] == engine]
             _line(ax, g, "bucket_cap_mb", "throughput_samples_per_s", _engine_color(engine), SOLID, slots)
-        for _, r in naive[naive["world_size"] == n].iterrows() if len(naive) else []:
+        failed = 0
+        for _, r in flat[flat["world_size"] == n].iterrows() if len(flat) else []:
             if r["status"] == "ok":
-                ax.axhline(r["throughput"], ls="--", lw=1.4, color=_engine_color("naive"))
+                ax.axhline(r["throughput"], ls="--", lw=1.4, color=_engine_color(r["engine"]))
             else:
-                ax.text(
-                    0.03,
-                    0.95,
-                    f"naive: {r['status']}",
-                    transform=ax.transAxes,
-                    va="top",
-                    fontsize=8,
-                    fontweight="bold",
-                    color=_engine_color("naive"),
-                )
+                ax.text(0.03, 0.95 - 0.07 * failed, f"{r['engine']}: {r['status']}", transform=ax.transAxes,
+                        va="top", fontsize=8, fontweight="bold", color=_engine_color(r["engine"]))
+                failed += 1
     _log_x(axes.flat[0], sorted(set(rows["bucket_cap_mb"].dropna())), 10)
     sub.supxlabel("bucket_cap_mb (MiB, log scale)", fontsize=10)
     sub.supylabel(THROUGHPUT, fontsize=10)
     handles = [_legend_line(e, _engine_color(e)) for e in names]
-    if len(naive) and (naive["status"] == "ok").any():
-        handles.append(_legend_line("naive (no buckets)", _engine_color("naive"), ("--", None), lw=1.4))
+    drawn = flat[flat["status"] == "ok"] if len(flat) else flat
+    handles += [_legend_line(f"{e} (no buckets)", _engine_color(e), ("--", None), lw=1.4)
+                for e in _engines(drawn)] if len(drawn) else []
     return _save(fig, path, handles)
 
 
@@ -498,3 +500,66 @@ def engines(df: pd.DataFrame, path: Path) -> Path | None:
     handles = [Patch(color=_engine_color(e), label=e) for e in names]
     handles.append(Line2D([], [], color="black", lw=1.2, label="p90 step time"))
     return _save(fig, path, handles)
+
+
+# the speedup figure's rows at most: the ranked configurations of the answer's precision, best first (the
+# advised one and the baseline always among them); advice.csv has every row
+MAX_SPEEDUP_ROWS = 14
+TIED_SHADE = "#fde9b8"          # rows tied with the best (advice.csv tied_with_best), behind the bars
+WIDE_SPEEDUP_RANGE = 2.5        # largest / smallest value beyond which the speedup axis is logarithmic
+SPEEDUP_TICKS = (0.1, 0.25, 0.5, 0.67, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 8.0)  # its labelled ticks
+
+
+def speedup_plot(advice: pd.DataFrame, labels: dict[str, str], path: Path) -> Path | None:
+    """Each ranked configuration's speedup over torch DDP's defaults with its 95 % interval (advice.csv),
+    at the answer's precision, on a log axis with the baseline's 1× line; the rows tied with the best are
+    shaded and the row the answer names is drawn bold. `labels`: cell id → the row's words. None when no
+    row has a speedup."""
+    ranked = advice[advice["rank"].notna() & advice["speedup_vs_baseline"].notna()].sort_values("rank")
+    named = advice[advice["answer_role"].isin(NAMED)]
+    if ranked.empty or named.empty:
+        return None
+    precision = named.iloc[0]["precision"]
+    ranked = ranked[ranked["precision"] == precision]
+    keep = set(ranked.index[:MAX_SPEEDUP_ROWS - 2]) | set(ranked.index[ranked["answer_role"] != ""]) | set(
+        ranked.index[ranked["baseline"].astype(bool)])
+    rows = ranked.loc[sorted(keep, key=lambda i: ranked.loc[i, "rank"])]
+    fig, ax = plt.subplots(figsize=(6.4, 0.9 + 0.32 * len(rows)))
+    for y, (_, r) in enumerate(rows.iloc[::-1].iterrows()):
+        if r["tied_with_best"] or r["rank"] == 1:
+            ax.axhspan(y - 0.45, y + 0.45, color=TIED_SHADE, lw=0, zorder=0)
+        low, high = r["speedup_vs_baseline_ci95_low"], r["speedup_vs_baseline_ci95_high"]
+        bold = r["answer_role"] in NAMED
+        color = ENGINE_COLORS.get(r["engine"], SPARE_COLORS[0])
+        if pd.notna(low) and pd.notna(high):
+            ax.plot([low, high], [y, y], "-", color=color, lw=3 if bold else 1.6, zorder=2)
+        ax.plot([r["speedup_vs_baseline"]], [y], "D" if r["baseline"] else "o", color=color,
+                ms=7 if bold else 5, zorder=3)
+        ax.text(1.005, y, f"{r['speedup_vs_baseline']:.2f}×", transform=ax.get_yaxis_transform(), va="center",
+                fontsize=7.5, fontweight="bold" if bold else "normal")
+    ax.axvline(1.0, color=look.IDEAL, lw=1, ls="--", zorder=1)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([labels.get(c, c) for c in rows["cell_id"].iloc[::-1]], fontsize=7.5)
+    for tick, role in zip(ax.get_yticklabels(), rows["answer_role"].iloc[::-1]):
+        tick.set_fontweight("bold" if role in NAMED else "normal")
+    ends = pd.concat([rows["speedup_vs_baseline"], rows["speedup_vs_baseline_ci95_low"],
+                      rows["speedup_vs_baseline_ci95_high"]]).dropna()
+    wide = ends.max() / ends.min() > WIDE_SPEEDUP_RANGE
+    if wide:  # a log axis: 0.5× and 2× sit as far from the baseline
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(FixedLocator([t for t in SPEEDUP_TICKS if ends.min() <= t <= ends.max()]
+                                                or [1.0]))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.set_xlabel("speedup over torch DDP's defaults (95 % interval" + ("; log scale)" if wide else ")"),
+                  fontsize=8.5)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.grid(axis="x", alpha=0.3, which="both")
+    n = int(named.iloc[0]["world_size"])
+    ax.set_title(f"global batch {int(named.iloc[0]['global_batch'])} at {n} ranks, {precision} "
+                 f"(shaded: tied with the best; bold: the answer's)", fontsize=8.5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return path

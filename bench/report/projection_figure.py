@@ -62,6 +62,17 @@ def reference_slice(configs: list[Configuration]) -> tuple[list[Configuration], 
     return kept, words
 
 
+END_MARKER = "x"  # the last world size a strong-scaling configuration's global batch divides among
+
+
+def ends_early(projection: pd.DataFrame, config: Configuration, network: str, line: pd.DataFrame) -> bool:
+    """True when projection.csv has world sizes beyond the drawn line that this configuration's global
+    batch does not divide among (their rows are empty with that reason)."""
+    mine = projection[(projection["network"] == network) & (projection["cell_id"] == config.base["cell_id"])]
+    beyond = mine[(mine["world_size"] > line["world_size"].max()) & mine["efficiency_pct"].isna()]
+    return bool(beyond["reason"].fillna("").astype(str).str.contains("does not divide").any())
+
+
 def efficiency_figure(projection: pd.DataFrame, configs: list[Configuration], path: Path) -> Path | None:
     """Write the figure: a row of panels per network, a column per engine, the reference slice's
     configurations only (reference_slice); None when nothing to draw."""
@@ -70,7 +81,7 @@ def efficiency_figure(projection: pd.DataFrame, configs: list[Configuration], pa
         return None
     configs, slice_words = reference_slice(configs)
     networks = list(dict.fromkeys(drawn["network"]))
-    # engines with a projected line only (fsdp2 and PowerSGD rows carry the reason they are not projected)
+    # engines with a projected line only (a configuration the model cannot project carries its reason)
     projected = set(drawn["cell_id"])
     engines = list(dict.fromkeys(c.base["engine"] for c in configs if c.base["cell_id"] in projected))
     if not engines:
@@ -88,6 +99,9 @@ def efficiency_figure(projection: pd.DataFrame, configs: list[Configuration], pa
                 if not line.empty:
                     ax.plot(line["world_size"], line["efficiency_pct"], "-", color=color, lw=1.2,
                             label=label(config))
+                    if ends_early(projection, config, network, line):  # the batch divides no further
+                        last = line.loc[line["world_size"].idxmax()]
+                        ax.plot([last["world_size"]], [last["efficiency_pct"]], END_MARKER, color=color, ms=7)
                 points = measured_efficiency(config)
                 if not points.empty:
                     ax.plot(points["world_size"], points["efficiency_pct"], "o", color=color, ms=4)
@@ -101,7 +115,9 @@ def efficiency_figure(projection: pd.DataFrame, configs: list[Configuration], pa
                 ax.set_ylabel("efficiency (%)")
             if row == 0 and col == len(engines) - 1:
                 ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    fig.suptitle(f"projected scaling efficiency (lines) and measured (points) · {slice_words}", fontsize=10)
+    fig.suptitle(f"projected scaling efficiency (lines) and measured (points) · {slice_words}\n"
+                 f"{END_MARKER}: a strong-scaling line ends where its global batch no longer divides among "
+                 "the ranks", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)

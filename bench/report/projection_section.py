@@ -41,6 +41,24 @@ def efficiency_by_world_size(projection: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def interval_by_world_size(projection: pd.DataFrame) -> pd.DataFrame | None:
+    """Per network and configuration, the predicted efficiency with its 90 % interval at each world size
+    ("83 % (76–88)") and the regime whose model-error band it carries. None for a projection.csv written
+    before the interval columns existed."""
+    if "efficiency_pct_low" not in projection.columns:
+        return None
+    rows = []
+    for (network, cell_id), group in projection.groupby(["network", "cell_id"], sort=False):
+        row = {"network": network, "cell_id": cell_id}
+        predicted = group.dropna(subset=["efficiency_pct"])
+        for _, r in predicted.iterrows():
+            row[f"ws{int(r['world_size'])}"] = (f"{r['efficiency_pct']:.0f} % ({r['efficiency_pct_low']:.0f}–"
+                                                f"{r['efficiency_pct_high']:.0f})")
+        regimes = [str(x) for x in predicted["interval_regime"].dropna().unique()
+                   if not str(x).startswith("none")]
+        row["error band"] = ", ".join(regimes)
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def dominant_by_world_size(projection: pd.DataFrame) -> pd.DataFrame | None:
@@ -81,8 +99,21 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
     write_csv(table, out_dir / "tables" / "projection_efficiency.csv")
     sec.para("Predicted efficiency per world size, from each configuration's smallest measured world size "
              "and the chosen network (alpha-beta all-reduce model, buckets queued on one communication "
-             "stream as they become ready). Not a measurement.", "formula")
+             "stream as they become ready). Not a measurement. Strong scaling keeps the global batch, so "
+             "each rank's share (its compute) shrinks with more ranks while its all-reduces do not: those "
+             "curves fall toward 0 % and end (×) at the largest world size the global batch divides among; "
+             "beyond it projection.csv's rows are empty, with the reason. Weak scaling holds the per-rank "
+             "batch.", "formula")
     sec.table(table, "tables/projection_efficiency.csv")
+    intervals = interval_by_world_size(projection)
+    if intervals is not None and len(intervals):
+        write_csv(intervals, out_dir / "tables" / "projection_interval.csv")
+        sec.para("Each projected efficiency with its 90 % interval: the model's own error on published "
+                 "multi-GPU and multi-node tables in the same regime (NVLink or PCIe inside a node, across "
+                 "nodes, sharded), held out by source, widened by the measured inputs' intervals "
+                 "(docs/projection.md, The interval). projection.csv has the samples/s interval too.",
+                 "formula")
+        sec.table(intervals, "tables/projection_interval.csv")
     dominant = dominant_by_world_size(projection)
     if dominant is not None and len(dominant):
         write_csv(dominant, out_dir / "tables" / "projection_dominant_term.csv")
@@ -91,7 +122,7 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
                  "by the all-reduces it overlaps), straggler (the slowest rank's expected lag) or the host "
                  "floor (docs/design.md, Projection).", "formula")
         sec.table(dominant, "tables/projection_dominant_term.csv")
-    validation = _read(folder / "validation.csv")
+    validation = _read(folder / run_folder.VALIDATION)
     if validation is not None and validation["error_pct"].notna().any():
         errors = validation["error_pct"].dropna()
         sec.para(f"Validation against this run's own larger world sizes: median |error| "
@@ -100,7 +131,7 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
         write_csv(validation, out_dir / "tables" / "projection_validation.csv")
         shown = ["cell_id", "world_size", "measured_step_ms", "predicted_step_ms", "error_pct"]
         sec.table(validation[shown], "tables/projection_validation.csv")
-    fits = _read(folder / "network_fit.csv")
+    fits = _read(folder / run_folder.NETWORK_FIT)
     if fits is not None and len(fits):
         write_csv(fits, out_dir / "tables" / "projection_network_fit.csv")
         sec.para("The network fitted to this run's all-reduce probe (alpha-beta per world size).")

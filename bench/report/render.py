@@ -48,6 +48,8 @@ details { margin: 6px 0; } summary { cursor: pointer; color: #27466e; }
 .card { border: 1px solid #d8dce3; border-radius: 6px; padding: 8px 12px; min-width: 220px; flex: 1; }
 .card .big { font-size: 22px; font-weight: 600; } .card .lbl { color: #5b6475; font-size: 12.5px; }
 .story { display: flex; gap: 12px; } .story p { flex: 1; margin: 0; }
+.verdict { display: flex; gap: 12px; align-items: flex-start; } .verdict .cards { flex: 1; margin: 0; }
+.verdict p { flex: 1; margin: 0; } .verdict img { max-height: 330px; margin: 0; }
 a.cell { font-size: 11px; color: #5b6475; }
 """
 FORMULAS = '<details class="formulas"><summary>Definitions</summary>'

@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from bench import metrics, stats
+from bench import engines, metrics, stats
 from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB, without_comm_hook
 
 
@@ -227,12 +227,18 @@ def _interval_throughput(rows: pd.DataFrame, step_column: str) -> pd.Series:
     return rows["global_batch"] / rows[step_column] * 1e3
 
 
+def is_reference(df: pd.DataFrame) -> pd.Series:
+    """Rows of plain torch DDP: the reference engine (bench.engines.reference) with every option at its
+    default, what every other configuration is compared with."""
+    return (df["engine"] == engines.reference().name) & (engine_options(df) == "")
+
+
 def _torch_match(df: pd.DataFrame) -> list[int]:
     """For every row of `df` (index 0..n-1), the row of the torch DDP cell it is compared with, -1 for none:
     the same configuration and bucket size; naive (no buckets) → torch at its default bucket size, else at its
     fastest bucket size in that configuration."""
     # plain torch DDP (every option at its default) is the reference, also for torch with a hook or compiled
-    torch_rows = df[(df["engine"] == "torch") & (engine_options(df) == "")]
+    torch_rows = df[is_reference(df)]
     keys = config_keys_except("engine", "bucket_cap_mb", "engine_options")
     candidates: dict[str, list[int]] = {}
     for k, i in zip(config_key(torch_rows, keys), torch_rows.index):
@@ -299,7 +305,7 @@ def engines_vs_torch(df: pd.DataFrame) -> pd.DataFrame:
     same configuration.
     """
     df = df.reset_index(drop=True)
-    mine = (df["engine"] != "torch") | (engine_options(df) != "")  # torch with a hook or compiled too
+    mine = ~is_reference(df)  # torch with a hook or compiled too
     if not mine.any():
         return pd.DataFrame()
     cells = df[mine].reset_index(drop=True)

@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+from bench import run_folder
 from bench.schema import TRACE_GLOB
 
 PLUGIN_ENTRY_POINT = "torch_profiler"  # torch-tb-profiler's [tensorboard_plugins] entry point
@@ -22,7 +23,7 @@ PLUGIN_ROUTE = "pytorch_profiler"  # its plugin_name: the URL fragment and /data
 
 def check_traces(run_dir: Path) -> str:
     """Why the run's traces cannot be served ('' when they can)."""
-    traces = run_dir / "traces"
+    traces = run_dir / run_folder.TRACES
     if not traces.is_dir():
         return (
             f"{traces}: no traces folder. Was the run profiled ([profile] in the preset)? "
@@ -70,7 +71,7 @@ def serve(run_dir: Path, port: int, host: str) -> None:
     SIGTERM."""
     from tensorboard import program
 
-    traces = run_dir / "traces"
+    traces = run_dir / run_folder.TRACES
     tb = program.TensorBoard()
     # --load_fast=false: traces need no event-file loading, so skip the Rust data-server subprocess.
     argv = [None, "--logdir", str(traces.resolve()), "--port", str(port), "--host", host, "--load_fast=false"]

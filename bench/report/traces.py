@@ -10,6 +10,7 @@ import html
 import os
 from pathlib import Path
 
+from bench import run_folder
 from bench.report.render import Section
 from bench.run_folder import Run
 from bench.schema import TRACE_GLOB, MiB
@@ -53,7 +54,7 @@ def viewers_section(run: Run, out_dir: Path, files: dict[str, list[Path]]) -> Se
     size_text = f"{size / MiB:.1f} MiB" if size >= MiB else f"{size / 1024:.0f} KiB"
     sec.para(
         f"{n_files} trace files in {len(traced)} cells ({size_text} gzipped), "
-        f"one per rank, under {run.path / 'traces'}. Each cell's links are in the table above."
+        f"one per rank, under {run.path / run_folder.TRACES}. Each cell's links are in the table above."
     )
     here = out_dir.resolve()
     listing = [
@@ -85,7 +86,7 @@ def _viewer_commands(sec: Section, run: Run, example_cell: str) -> None:
     sec.raw("<h3>HolisticTraceAnalysis</h3>", "### HolisticTraceAnalysis\n")
     sec.code(
         "from hta.trace_analysis import TraceAnalysis  # pip install HolisticTraceAnalysis\n"
-        f'analyzer = TraceAnalysis(trace_dir="{run.path / "traces" / example_cell}")\n'
+        f'analyzer = TraceAnalysis(trace_dir="{run.path / run_folder.TRACES / example_cell}")\n'
         "analyzer.get_temporal_breakdown()  # idle / compute / non-compute time per rank\n"
         "analyzer.get_comm_comp_overlap()   # how much communication hides behind compute"
     )

@@ -128,7 +128,7 @@ class Launch:
         self.nccl_parsed: dict[Path, tuple[int, Counter]] = {}  # path → (size when parsed, its counts)
 
     def command(self) -> list[str]:
-        plan_path = self.logs / run_folder.launch_file(self.k, "plan.json")
+        plan_path = self.logs / run_folder.launch_file(self.k, run_folder.PLAN)
         write_plan(plan_path, self.config, self.sweep.run_dir, self.pending, launcher_pid=os.getpid(),
                    profile=self.to_profile)
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
@@ -296,9 +296,12 @@ def summary_line(record: dict) -> str:
         value = record.get(key)
         return "-" if value is None else format(value, fmt)
 
+    # one rank communicates nothing: step − compute-only is then the sync work no_sync skips (design.md,
+    # "Two witnesses": sync_overhead_ms), not exposed communication
+    comm = "sync overhead (1 rank)" if record.get("world_size") == 1 else "exposed comm"
     line = (f"{record['status']:<8} {record['cell_id']}  step p50 {num('step_time_ms_p50', '.2f')} ms"
             f"  p90 {num('step_time_ms_p90', '.2f')} ms  {num('samples_per_s', '.1f')} samples/s"
-            f"  exposed comm {num('exposed_comm_ms', '.2f')} ms")
+            f"  {comm} {num('exposed_comm_ms', '.2f')} ms")
     if record["status"] not in ("ok",) and record.get("error"):
         lines = record["error"].strip().splitlines()
         line += f"  ({next((x for x in lines if EXCEPTION_LINE.match(x.strip())), lines[-1])[:160]})"

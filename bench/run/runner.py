@@ -21,6 +21,15 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def counts_words(plan: Plan, todo: list) -> str:
+    """'32 cells to run, 2 skipped' on a fresh run; a resumed one adds how many it has already done."""
+    skipped = len(plan.cells) - len(plan.runnable)
+    done = len(plan.runnable) - len(todo)
+    parts = [f"{len(todo)} cell{'' if len(todo) == 1 else 's'} to run"]
+    parts += ([f"{done} done before"] if done else []) + ([f"{skipped} skipped"] if skipped else [])
+    return ", ".join(parts)
+
+
 def sweep(folder: RunFolder, plan: Plan) -> int:
     """Run the plan's cells that `folder` has no record of and print the totals. The exit code: 0 done
     (failed cells are recorded, not fatal), 1 the folder stopped taking writes, 130 interrupted (Ctrl-C or
@@ -29,7 +38,7 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
     from bench.run.progress import Progress
 
     run_dir, config, todo = folder.path, plan.config, folder.todo(plan)
-    print(f"run folder: {run_dir}  ({len(todo)} cells to run, {len(plan.cells) - len(todo)} done or skipped)")
+    print(f"run folder: {run_dir}  ({counts_words(plan, todo)})")
     progress = Progress(total=len(todo), profiled=len(plan.profiled(todo)))
     runner = Sweep(config, run_dir, progress)
     t0 = time.perf_counter()

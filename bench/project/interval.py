@@ -1,0 +1,319 @@
+"""The 90 % interval on every projected number (docs/projection.md "The interval"; docs/design.md).
+
+The model's own error, per band: r = ln(published / predicted) of the published rows the validator
+predicts (benchmarks/validate_projection.py; rows it holds out of its headline are not used). A band is
+named by the regime and the basis of the prediction (band_name). Two bases: a prediction from the base
+alone, and one `anchored` to a measured world size between the base and the projected one (the model
+predicts the change from that measurement: bench/project/published.py, project.py). Anchored rows have
+their own bands because most of the model's error is already there at the first world size above the
+base (a harness's data pipeline, clocks, launcher: no input of the model shows it) and the anchor has
+measured it; what is left is the error of the change, about half as wide on the corpora
+(docs/projection.md). A band is the shortest [low, high] holding k = ⌈level·(n + 1)⌉ of its n residuals
+(the split-conformal rank: were rows exchangeable, a new row would fall inside with probability ≥ level).
+Rows are not exchangeable across sources (each table has its own harness and cluster) nor across model
+families (each has its own data pipeline and kernels), so each band's level is calibrated on held-out
+data twice: leave-one-source-out and leave-one-model-family-out (UNITS), each giving the smallest of 0.90,
+0.91, … 0.99 at which bands fitted without a unit hold at least 90 % of that band's rows of that unit, over
+all training rows; the band takes the larger of the two (calibrated_levels: the one number per band
+chosen on held-out data). A family is the model name's first word (family_of). A band with fewer than
+MIN_ROWS residuals or MIN_SOURCES sources takes the pooled band of its basis (all of that basis's
+regimes), and says so; with no anchored residuals at all, the anchored bands are the base's pooled band.
+The bands of the in-project corpora are stored in model_error.csv (`validate_projection.py
+--fit-interval` writes it; a test checks it is current).
+
+Regimes (`regime`): `fsdp` (a sharded engine), `inter-node` (more than one node), `nvlink` (one node on an
+NVLink/NVSwitch preset), `pcie` (one node on PCIe or NVLink bridges; also the measured and custom
+networks, whose model error no published table measures: the PCIe band is the wider of the two
+within-node bands on the corpora, docs/projection.md).
+
+A projected number x (efficiency or samples/s) then gets
+
+    [x · e^(low − δ), x · e^(high + δ)]
+
+δ = the measured inputs' own 90 % half-widths, relative, added (not in quadrature: they are not independent
+of the model error, and adding is the conservative side): T1's (the base cell's step-time interval, 95 %
+→ 90 % by z 1.645/1.960) for samples/s, and for both numbers the change a busbw off by the fit's RMS
+residual makes to the simulated step (measured network; a preset has no interval of its own: its error is
+in the band).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+
+COVERAGE = 0.90
+REGIMES = ("nvlink", "pcie", "inter-node", "fsdp")
+POOLED = "pooled"
+ANCHORED = "anchored"
+BASES = ("", ANCHORED)   # a band's basis: "" from the base alone, ANCHORED to a measured world size
+MIN_ROWS = 10   # fewer residuals than this cannot place a 90 % band's ends (k = ⌈0.9·11⌉ = 10 of 10)
+# Rows of one source share its harness and cluster: a regime's own band is trusted only when leave-one-
+# source-out can check it, i.e. when fitting it without any one source still leaves two (Lambda's PCIe
+# rows come from two snapshots of one harness: the pcie regime takes the pooled band).
+MIN_SOURCES = 3
+NVLINK_PRESETS = ("h100-nvlink", "a100-nvlink", "b200-nvlink", "v100-dgx1", "v100-dgx2")
+FLAT_WITHIN = ("measured", "custom")   # flat networks whose error no table measures: the pcie band
+# half-widths of two-sided normal intervals, in standard deviations: 95 % (z 0.975) and 90 % (z 0.95)
+HALF_95, HALF_90 = 1.959964, 1.644854
+STORED = Path(__file__).with_name("model_error.csv")
+STORED_COLUMNS = ("band", "rows", "low", "high", "pooled", "level")
+# the levels calibrated_levels tries: 0.90 … 0.99
+LEVELS = tuple(round(0.90 + 0.01 * i, 2) for i in range(10))
+# what a band is held out by when its level is calibrated (Residual's fields)
+UNITS = ("source", "family")
+
+
+class Residual(NamedTuple):
+    """One published row's model error: its source, band (band_name), ln(published / predicted) and model
+    family (family_of; "" when unknown: then no family is held out)."""
+
+    source: str
+    band: str
+    r: float
+    family: str = ""
+
+
+def family_of(model: str) -> str:
+    """A model's family: its name's first word, lower case ("ResNet-50 v1.5" → "resnet", "Transformer-XL
+    Base" → "transformer", "efficientnet-b0" → "efficientnet")."""
+    return re.split(r"[\s\-_]", model.strip(), maxsplit=1)[0].lower()
+
+
+def _rows(residuals: Iterable[tuple]) -> list[Residual]:
+    """Residuals from (source, band, r[, family]) tuples."""
+    return [Residual(*row) for row in residuals]
+
+
+def regime(sharded: bool, nodes: int | None, intra: str) -> str:
+    """The regime of a prediction (module docstring)."""
+    if sharded:
+        return "fsdp"
+    if nodes is not None and nodes > 1:
+        return "inter-node"
+    return "nvlink" if intra in NVLINK_PRESETS else "pcie"
+
+
+def band_name(name: str, basis: str = "") -> str:
+    """The band of a regime (or POOLED) on a basis (BASES): "nvlink", "nvlink anchored"."""
+    if basis not in BASES:
+        raise ValueError(f"basis={basis!r} is not one of {BASES}")
+    return f"{name} {basis}" if basis else name
+
+
+def basis_of(name: str) -> str:
+    """The basis of a band name (band_name's inverse)."""
+    return ANCHORED if name.endswith(f" {ANCHORED}") else ""
+
+
+def regime_of_network(sharded: bool, net, n: int) -> str:
+    """The regime of a projected row on a Network (bench/project/network.py): a node-structured network by
+    its nodes and intra-node fabric; a flat preset between nodes (ib-ndr400, eth-100g: every rank on its own
+    NIC) `inter-node`; the measured and custom networks `pcie` (module docstring)."""
+    if net is None:
+        return regime(sharded, 1, "")
+    if net.gpus_per_node > 1:
+        return regime(sharded, net.nodes(n), net.intra.name)
+    return regime(sharded, n if net.name not in FLAT_WITHIN else 1, net.name)
+
+
+@dataclass(frozen=True)
+class Band:
+    """ln(published / predicted) bounds of one band (band_name); `pooled`: fitted on all regimes of its
+    basis (too few rows or sources of its own)."""
+
+    name: str
+    rows: int
+    low: float
+    high: float
+    pooled: bool = False
+
+    def contains(self, residual: float) -> bool:
+        return self.low <= residual <= self.high
+
+    def width_points(self, efficiency_pct: float) -> float:
+        """The band's width in points of efficiency around a predicted efficiency (%)."""
+        return efficiency_pct * (math.exp(self.high) - math.exp(self.low))
+
+
+def shortest(values: list[float], coverage: float = COVERAGE) -> tuple[float, float]:
+    """The shortest [low, high] holding k = ⌈coverage·(n + 1)⌉ of the values (all of them when k > n)."""
+    if not values:
+        raise ValueError("no residuals to fit a band to")
+    xs = sorted(values)
+    n = len(xs)
+    k = min(n, math.ceil(coverage * (n + 1) - 1e-12))
+    i = min(range(n - k + 1), key=lambda j: xs[j + k - 1] - xs[j])
+    return xs[i], xs[i + k - 1]
+
+
+Levels = dict[str, float]   # regime (and POOLED) → the level its band is fitted at
+
+
+def _level(levels: Levels | float, name: str) -> float:
+    return levels if isinstance(levels, float) else levels.get(name, COVERAGE)
+
+
+# residuals by band name (and each basis's pooled name), sorted, with each band's sources
+Grouped = tuple[dict[str, list[float]], dict[str, set[str]]]
+
+
+def _group(rows: list[Residual]) -> Grouped:
+    by_name: dict[str, list[float]] = {}
+    sources: dict[str, set[str]] = {}
+    for source, name, r, _ in rows:
+        by_name.setdefault(name, []).append(r)
+        sources.setdefault(name, set()).add(source)
+    for basis in BASES:
+        mine = [r for name, rs in by_name.items() if basis_of(name) == basis for r in rs]
+        if mine:
+            by_name[band_name(POOLED, basis)] = mine
+    return {name: sorted(rs) for name, rs in by_name.items()}, sources
+
+
+def _bands(grouped: Grouped, levels: Levels | float) -> dict[str, Band]:
+    by_name, sources = grouped
+    bands: dict[str, Band] = {}
+    for basis in BASES:
+        pooled_name = band_name(POOLED, basis)
+        mine = by_name.get(pooled_name)
+        if mine:
+            pooled = Band(pooled_name, len(mine), *shortest(mine, _level(levels, pooled_name)), pooled=True)
+        else:   # no residual of this basis: the base's pooled band (module docstring)
+            pooled = replace(bands[POOLED], name=pooled_name, rows=0)
+        bands[pooled_name] = pooled
+        for regime_name in REGIMES:
+            name = band_name(regime_name, basis)
+            rs = by_name.get(name, [])
+            own = len(rs) >= MIN_ROWS and len(sources.get(name, ())) >= MIN_SOURCES
+            bands[name] = (Band(name, len(rs), *shortest(rs, _level(levels, name))) if own
+                           else Band(name, len(rs), pooled.low, pooled.high, pooled=True))
+    return bands
+
+
+def fit_bands(residuals: Iterable[tuple], levels: Levels | float = COVERAGE) -> dict[str, Band]:
+    """A band per regime and basis from Residual rows (or (source, band name, residual) tuples), each at its
+    level, and each basis's pooled band (module docstring)."""
+    return _bands(_group(_rows(residuals)), levels)
+
+
+def _held_out_groups(rows: list[Residual], unit: str) -> dict[str, Grouped]:
+    """For each source (or family: `unit`), every other one's rows, grouped."""
+    values = {getattr(row, unit) for row in rows}
+    return {v: _group([row for row in rows if getattr(row, unit) != v]) for v in values}
+
+
+def held_out_bands(residuals: Iterable[tuple], levels: Levels | float = COVERAGE,
+                   unit: str = "source") -> dict[str, dict[str, Band]]:
+    """Leave-one-out by `unit` (UNITS): for each source (or family), the bands fitted on every other one's
+    rows."""
+    return {v: _bands(g, levels) for v, g in _held_out_groups(_rows(residuals), unit).items()}
+
+
+def all_names() -> tuple[str, ...]:
+    """Every regime's band name on every basis (POOLED's excluded)."""
+    return tuple(band_name(g, basis) for basis in BASES for g in REGIMES)
+
+
+def held_out_coverage(residuals: Iterable[tuple], levels: Levels | float, names: Iterable[str] | None = None,
+                      unit: str = "source", groups: dict[str, Grouped] | None = None) -> float:
+    """The fraction of the rows of the bands `names` (default all) inside their band fitted without their
+    own source (or family: `unit`); `groups`: _held_out_groups of these rows by `unit`, when at hand."""
+    rows = _rows(residuals)
+    groups = _held_out_groups(rows, unit) if groups is None else groups
+    names = set(all_names() if names is None else names)
+    mine = [row for row in rows if row.band in names]
+    held = {v: _bands(groups[v], levels) for v in {getattr(row, unit) for row in mine}}
+    return (sum(held[getattr(row, unit)][row.band].contains(row.r) for row in mine) / len(mine) if mine
+            else float("nan"))
+
+
+def _first_that_holds(tried: list[tuple[float, float]]) -> tuple[float, float]:
+    """The first (level, coverage) reaching COVERAGE; when none does, the one that holds most (shortest
+    windows need not nest, so coverage need not grow with the level)."""
+    return next(((lv, c) for lv, c in tried if c >= COVERAGE), max(tried, key=lambda t: t[1]))
+
+
+def _calibrated(rows: list[Residual], groups: dict[str, dict[str, Grouped]], levels: Levels,
+                setting: list[str], served: list[str]) -> tuple[float, float]:
+    """(level, held-out coverage) for the bands `setting`, judged on the rows of the bands `served`: per
+    held-out unit with at least two values (`groups`: unit → _held_out_groups), the smallest LEVELS entry
+    whose coverage reaches COVERAGE (the best one when none does); the largest of those levels, and the
+    smallest coverage at it."""
+    if not groups:   # one source and one family: nothing to hold out
+        return LEVELS[0], float("nan")
+    chosen = []
+    for unit, held in groups.items():
+        tried = [(lv, held_out_coverage(rows, levels | {g: lv for g in setting}, served, unit, held))
+                 for lv in LEVELS]
+        chosen.append(_first_that_holds(tried)[0])
+    level = max(chosen)
+    return level, min(held_out_coverage(rows, levels | {g: level for g in setting}, served, unit, held)
+                      for unit, held in groups.items())
+
+
+def calibrated_levels(residuals: Iterable[tuple]) -> dict[str, tuple[float, float]]:
+    """Per band and per basis's POOLED: (level, held-out coverage), the smallest LEVELS entry at which
+    leave-one-out coverage of the rows the band serves reaches COVERAGE, by source and by model family
+    (the larger of the two levels; the best one when none holds; module docstring), and the smaller of the
+    two coverages at it. Sources and families differ more than rows of one do, so a band fitted at 90 % of
+    the other units' rows holds fewer than 90 % of a new one's: the level is raised until it holds. A
+    basis's pooled band serves its regimes without a band of their own (all of its rows when every regime
+    has one); it is set first, the base's before the anchored one's (the anchored falls back to it)."""
+    rows = _rows(residuals)
+    fitted = fit_bands(rows)
+    groups = {unit: _held_out_groups(rows, unit) for unit in UNITS
+              if len({getattr(row, unit) for row in rows}) > 1}
+    by_source = groups.get("source")
+    levels: Levels = {}
+    out: dict[str, tuple[float, float]] = {}
+    present = {row.band for row in rows}
+    for basis in BASES:
+        names = [band_name(g, basis) for g in REGIMES]
+        pooled_name = band_name(POOLED, basis)
+        own = [name for name in names if not fitted[name].pooled]
+        takers = [name for name in names if name not in own]
+        served = takers if present & set(takers) else names
+        level, covered = _calibrated(rows, groups, levels, [pooled_name, *takers], served)
+        levels |= {pooled_name: level} | {g: level for g in takers}
+        out[pooled_name] = (level, covered)
+        out |= {g: (level, held_out_coverage(rows, levels, [g], "source", by_source) if by_source
+                        else float("nan")) for g in takers}
+        for name in own:
+            levels[name], covered = _calibrated(rows, groups, levels, [name], [name])
+            out[name] = (levels[name], covered)
+    return out
+
+
+def write_bands(bands: dict[str, Band], levels: Levels, path: Path = STORED) -> None:
+    rows = [{"band": b.name, "rows": b.rows, "low": round(b.low, 6), "high": round(b.high, 6),
+             "pooled": b.pooled,
+             "level": levels[band_name(POOLED, basis_of(b.name)) if b.pooled else b.name]}
+            for b in bands.values()]
+    pd.DataFrame(rows, columns=list(STORED_COLUMNS)).to_csv(path, index=False)
+
+
+def read_bands(path: Path = STORED) -> tuple[dict[str, Band], Levels]:
+    """The stored bands (model_error.csv) and the level each was fitted at."""
+    df = pd.read_csv(path)
+    bands = {r["band"]: Band(r["band"], int(r["rows"]), float(r["low"]), float(r["high"]), bool(r["pooled"]))
+             for _, r in df.iterrows()}
+    return bands, {r["band"]: float(r["level"]) for _, r in df.iterrows()}
+
+
+def t1_relative_90(half_width_pct_95: float | None) -> float:
+    """T1's relative 90 % half-width from its 95 % half-width in % (0 when not measured)."""
+    if half_width_pct_95 is None or not half_width_pct_95 == half_width_pct_95 or half_width_pct_95 < 0:
+        return 0.0
+    return half_width_pct_95 / 100 * HALF_90 / HALF_95
+
+
+def bounds(value: float, band: Band, delta: float) -> tuple[float, float]:
+    """[value · e^(low − δ), value · e^(high + δ)] (module docstring)."""
+    return value * math.exp(band.low - delta), value * math.exp(band.high + delta)

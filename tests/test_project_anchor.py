@@ -1,0 +1,143 @@
+"""Anchored projections (issue 35 follow-up): a prediction as the change from the largest measured world
+size between the base and it, on the published tables and in `bench project`, and the interval's bands per
+basis (from the base alone / anchored); each against numbers worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from bench.project import interval
+from bench.project.interval import ANCHORED, POOLED, band_name, fit_bands
+from bench.project.network import custom_network
+from bench.project.physics import OFF
+from bench.project.project import Configuration, project
+from bench.project.published import validate
+from bench.project.simulate import Buckets, Compute
+
+
+def _row(gpus: int, per_gpu: float, nodes: int = 1, notes: str = "", per_gpu_unit: bool = False) -> pd.Series:
+    # one parameter: its all-reduce is 4 bytes, microseconds against a 1-second step, so the model's
+    # efficiency is 1 to within 1e-4 at every size and only the anchor moves a prediction
+    return pd.Series(dict(source_id="S", model="M", params=1, framework="PyTorch DDP",
+                          hardware="A100-SXM4-80GB", interconnect="NVSwitch; 8x 200 Gb/s HDR per node",
+                          precision="amp_fp16", per_gpu_batch=32, grad_accum=1, gpus=gpus, nodes=nodes,
+                          throughput=per_gpu if per_gpu_unit else per_gpu * gpus,
+                          throughput_unit="sequences/s per GPU" if per_gpu_unit else "sequences/s",
+                          notes=notes))
+
+
+def _by_gpus(group: pd.DataFrame) -> dict:
+    preds, skipped, _ = validate(group, OFF, anchor=True)
+    assert not skipped
+    return {int(p.row["gpus"]): p for p in preds}
+
+
+@pytest.mark.parametrize("per_gpu_unit", [False, True])
+def test_a_row_is_predicted_as_the_change_from_its_anchor(per_gpu_unit):
+    # base 32 sequences/s per GPU; published 2 GPUs at 90 % of it, 4 GPUs at 85 %. The model says ~100 %
+    # everywhere; anchored to 2, the 4-GPU row is 100 % · 0.90 / 1.00 = 90 %: |error| |0.90 − 0.85| / 0.85
+    # = 5.88 % (from the base alone: |1.00 − 0.85| / 0.85 = 17.6 %), whether the table prints aggregate or
+    # per-GPU throughput.
+    p = _by_gpus(pd.DataFrame([_row(n, rate, per_gpu_unit=per_gpu_unit)
+                               for n, rate in ((1, 32.0), (2, 28.8), (4, 27.2))]))
+    assert p[2].anchor_gpus is None and p[2].basis == "" and p[2].band == "nvlink"
+    assert p[2].predicted_eff == pytest.approx(1.0, abs=1e-4)
+    four = p[4]
+    assert (four.anchor_gpus, four.basis, four.band) == (2, ANCHORED, "nvlink anchored")
+    assert four.predicted_eff == pytest.approx(0.90, rel=1e-4)
+    assert four.from_base_eff == pytest.approx(1.0, abs=1e-4)
+    assert four.error_pct == pytest.approx(100 * 0.05 / 0.85, rel=1e-3)
+    assert four.from_base_error_pct == pytest.approx(100 * 0.15 / 0.85, rel=1e-3)
+    # the throughput moves by the same factor (a second witness: samples/s, not efficiency)
+    assert four.predicted == pytest.approx(4 * 32.0 * 0.90, rel=1e-4)
+
+
+def test_the_anchor_is_a_headline_row_of_the_same_base():
+    # a FLAGged 2-GPU row (its number looks wrong) anchors nothing: the 4-GPU row is from the base alone
+    flagged = _row(2, 10.0, notes="FLAG: efficiency < 50 %")
+    p = _by_gpus(pd.DataFrame([_row(1, 32.0), flagged, _row(4, 27.2)]))
+    assert p[2].held_out and p[4].anchor_gpus is None
+    # across nodes: the 16- and 32-GPU rows have the one-node row as base; the 32 is anchored to the 16
+    # (same base), the 16 to nothing (no row between 8 and 16); the 8 (base 1) to the largest below it, 4
+    group = pd.DataFrame([_row(1, 32.0), _row(2, 31.5), _row(4, 31.0), _row(8, 30.0), _row(16, 27.0, nodes=2),
+                          _row(32, 24.0, nodes=4)])
+    p = _by_gpus(group)
+    assert (p[4].anchor_gpus, p[8].anchor_gpus, p[16].anchor_gpus, p[32].anchor_gpus) == (2, 4, None, 16)
+    # 32 from the node row (30/GPU), anchored to 16 (27/30 = 0.9 published, ~1 modelled): 0.9; published
+    # 24/30 = 0.8
+    assert p[32].predicted_eff == pytest.approx(0.9, rel=1e-3) and p[32].published_eff == pytest.approx(0.8)
+
+
+def test_bands_per_basis():
+    # base residuals of three sources spread ±0.2; anchored ones 0, 1, … 19 units of 2⁻¹⁰ (exact in
+    # binary, so the windows tie exactly) in each of three sources: 60 values, k = ⌈0.9 · 61⌉ = 55, every
+    # window of 55 spans 18 units, the first is [0, 18 units]
+    base = [(s, "nvlink", sign * 0.01 * i) for s, sign in (("A", -1), ("B", 1), ("D", 1)) for i in range(21)]
+    unit = 2.0 ** -10
+    anchored = [(s, "nvlink anchored", unit * i) for s in "ABD" for i in range(20)]
+    bands = fit_bands(base + anchored, 0.9)
+    own = bands["nvlink anchored"]
+    assert not own.pooled and (own.rows, own.low, own.high) == (60, 0.0, 18 * unit)
+    assert bands["nvlink"].high - bands["nvlink"].low > 0.3
+    # a regime without anchored rows takes the anchored pooled band (this basis's rows only)
+    assert bands["pcie anchored"].pooled and (bands["pcie anchored"].low, bands["pcie anchored"].high) == (
+        bands[band_name(POOLED, ANCHORED)].low, bands[band_name(POOLED, ANCHORED)].high) == (0.0, 18 * unit)
+    # no anchored residual at all: every anchored band is the base's pooled band
+    alone = fit_bands(base, 0.9)
+    assert (alone["nvlink anchored"].low, alone["nvlink anchored"].high) == (alone[POOLED].low,
+                                                                            alone[POOLED].high)
+    levels = interval.calibrated_levels(base + anchored)
+    assert set(levels) == {band_name(g, b) for g in (*interval.REGIMES, POOLED) for b in interval.BASES}
+
+
+def _config() -> Configuration:
+    # compute 100 + 200 + 10 = 310 ms; one 1,000-byte bucket ready when backward starts: its all-reduce
+    # (microseconds) hides behind backward, so with the physics off the model's step is 310 ms at any n
+    rows = pd.DataFrame([{"cell_id": f"c{n}", "engine": "torch", "model": "m", "model_size": "s",
+                          "bucket_cap_mb": 25.0, "precision": "fp32", "comm_dtype": "none", "grad_accum": 1,
+                          "scaling": "weak", "per_rank_batch": 8, "world_size": n, "step_time_ms_p50": t,
+                          "step_time_half_width_pct": 0.0} for n, t in ((1, 310.0), (2, 341.0), (4, 372.0))])
+    return Configuration(rows.iloc[0], rows, Compute(100.0, 200.0, 10.0, 1, 8), Buckets((1000,), (0.0,), "t"))
+
+
+def test_bench_project_anchors_on_the_runs_own_network():
+    # measured 341 ms at 2 ranks (model 310: ratio 1.1) and 372 at 4 (1.2). Anchored: 2 ranks have no
+    # measured size between the base and them (100 %); 4 ranks take 2's ratio, 310·1.1 = 341 ms (90.91 %);
+    # 8 take 4's, 372 ms (83.33 %, 8 · 8 / 0.372 s = 172.04 samples/s). Not anchored (a preset): 100 %.
+    net = custom_network(1000.0, 0.0)
+    at = lambda n, dtype: (net, "test")  # noqa: E731
+    rows = {r["world_size"]: r for r in project(_config(), "measured", at, [1, 2, 4, 8], "auto", OFF,
+                                                anchored=True)}
+    assert rows[2]["anchor_world_size"] is None and rows[2]["efficiency_pct"] == pytest.approx(100.0)
+    assert (rows[4]["anchor_world_size"], rows[8]["anchor_world_size"]) == (2, 4)
+    assert rows[4]["anchor_step_ratio"] == pytest.approx(1.1, rel=1e-6)
+    assert rows[4]["predicted_step_ms"] == pytest.approx(341.0, rel=1e-6)
+    assert rows[4]["efficiency_pct"] == pytest.approx(100 * 310 / 341, rel=1e-6)
+    assert rows[8]["efficiency_pct"] == pytest.approx(100 * 310 / 372, rel=1e-6)
+    assert rows[8]["predicted_samples_per_s"] == pytest.approx(64 / 0.372, rel=1e-6)
+    band = interval.read_bands()[0]["pcie anchored"]
+    assert rows[8]["interval_regime"].startswith("pcie anchored")
+    assert rows[8]["efficiency_pct_low"] == pytest.approx(100 * 310 / 372 * math.exp(band.low), rel=1e-6)
+    assert rows[2]["interval_regime"] == "pcie (pooled band)"
+    plain = {r["world_size"]: r for r in project(_config(), "custom", at, [8], "auto", OFF)}
+    assert plain[8]["anchor_world_size"] is None and plain[8]["efficiency_pct"] == pytest.approx(100.0)
+
+
+def test_levels_hold_out_model_families_too():
+    # four families of 20 residuals each (0, 0.001, … 0.019, shifted by 0, 0.002, 0.004, 0.006: the numbers
+    # of test_levels_are_raised_until_held_out_sources_fall_inside), every source holding five of each
+    # family. Held out by source, level 0.90 already holds 90 % (each source's rows span every family);
+    # held out by family 85 % at 0.90, 88.75 % at 0.92 and 0.93, 95 % from 0.94. The band takes the larger
+    # level, 0.94, and reports the smaller coverage there (95 % both ways).
+    rows = [interval.Residual(f"s{i % 4}", "nvlink", off + 0.001 * i, family)
+            for family, off in zip("ABCD", (0.0, 0.002, 0.004, 0.006)) for i in range(20)]
+    at_90 = {POOLED: 0.9, "nvlink": 0.90}
+    assert interval.held_out_coverage(rows, at_90, ["nvlink"], "source") == pytest.approx(0.90)
+    assert interval.held_out_coverage(rows, at_90, ["nvlink"], "family") == pytest.approx(0.85)
+    assert interval.calibrated_levels(rows)["nvlink"] == (0.94, pytest.approx(0.95))
+    assert [interval.family_of(m) for m in ("ResNet-50 v1.5", "Transformer-XL Base", "efficientnet-b0",
+                                            "MPT-7b seq2048")] == ["resnet", "transformer", "efficientnet",
+                                                                   "mpt"]
