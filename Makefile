@@ -4,7 +4,7 @@ RUN ?=
 A ?=
 B ?=
 
-.PHONY: setup test test-fast lint microbench bench report compare tensorboard clean
+.PHONY: setup test test-fast lint microbench bench report compare tensorboard clean gpu-check
 
 # `make <target> PYTHON=/path/to/python` installs into and runs with that interpreter (README "On a GPU node");
 # a PYTHON from the environment is not used (the line above overrides it).
@@ -45,3 +45,8 @@ tensorboard: setup
 
 clean:
 	python3 scripts/clean.py
+
+# The acceptance run on a GPU machine (docs/gpu-node.md "make gpu-check"): GPU tests, a short sweep, evidence
+# in gpu-check/summary.md; exits 2 without a CUDA device.
+gpu-check: setup
+	$(PYTHON) scripts/gpu_check.py

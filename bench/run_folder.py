@@ -59,6 +59,12 @@ def nccl_log_file(k: int) -> str:
     return f"nccl-launch-{k}.%h.%p.log"
 
 
+def nccl_plan_log_file(world_size: int | str) -> str:
+    """Under LOGS: a plan run's NCCL_DEBUG_FILE pattern for its world size (`bench slurm`'s script sets it;
+    `--collect` reads it): one file per rank."""
+    return f"nccl-ws{world_size}.%h.%p.log"
+
+
 def launch_file(k: int | str, part: str) -> str:
     """Launch k's file under LOGS: launch-<k>.<part>, part one of LAUNCH_PARTS (k "*": a glob of all)."""
     if part not in LAUNCH_PARTS:

@@ -157,8 +157,9 @@ EXTRA_COLUMNS = (
     "speed_vs_torch_p",          # sign test's p-value of ratio = 1 (bench.stats.sign_test_p), for Holm
     "verdict_vs_torch",          # faster | slower | within noise (bench.stats.verdict); empty for torch
     "interleaved",               # true: stepped round-robin beside the other engines of its group
-    "rank_skew_ms_p50",          # per step, slowest minus fastest rank; p50 over the timed steps
-    "slowest_rank",              # the rank most often slowest
+    # per compute-only round (no collective evens the ranks out there), slowest minus fastest rank; p50
+    "rank_skew_ms_p50",
+    "slowest_rank",              # the rank most often slowest in those rounds
     "forward_ms_p50",        # phase times where the engine allows (rank 0, p50 over timed steps)
     "backward_ms_p50",
     "sync_wait_ms_p50",
@@ -187,7 +188,11 @@ EXTRA_COLUMNS = (
     "compile_s",             # seconds of the warm-up steps that compiled (never inside the timed steps)
     "lossy",                 # true: a lossy comm hook; the parity gate is loss_rel_distance instead
     "loss_rel_distance",     # max over steps of |loss − uncompressed DDP's loss| / |DDP's loss|
-    "param_max_abs_diff",    # gated cells: max |parameter − torch DDP's| after the timed steps
+    "param_max_abs_diff",    # gated cells: max |parameter − torch DDP's| after the timed steps (not gated)
+    # gated cells (fsdp2, compiled): ‖θ − θ_DDP‖ / ‖θ_DDP − θ_0‖ over all parameters, and for the worst tensor
+    "param_update_distance",
+    "param_update_distance_max",
+    "parity_gate",           # gated cells: passed | diverged | not comparable: <why> (bench/worker/parity.py)
     "param_bytes_per_rank",  # what the engine should hold per rank by its layout (bench/engines)
     "grad_bytes_per_rank",
     "optimizer_state_bytes_per_rank",
@@ -207,6 +212,7 @@ STRING_COLUMNS = (
     "cell_id", "status", "error", "engine", "model", "model_size", "precision", "comm_dtype", "scaling",
     "device", "backend", "trace_dir", "gpu_name", "hostname", "verdict_vs_torch", "interleaved", "stopped_by",
     "matmul_fp32_precision", "cudnn_fp32_precision", "nccl_transport", "lossy", "engine_options",
+    "parity_gate",
     *(o.name for o in ENGINE_OPTIONS if o.kind is not int),
 )
 

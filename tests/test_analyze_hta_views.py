@@ -187,6 +187,9 @@ def test_run_folder_views_in_the_why_section(tmp_path):
     assert "No rank is last in more steps than chance would make it." in text
     table = pd.read_csv(tmp_path / "report" / "tables" / "why_stragglers.csv").iloc[0]
     assert (table["straggler_rank"], table["steps_last"], table["slowest_rank"]) == (1, 2, 1)
+    host = hta_tables.host_bound_cells(pd.read_csv(run / "launch_stats.csv", dtype={"cell_id": str}))
+    assert host.set_index("cell_id")["host_bound"].to_dict() == {"c1": True, "c2": True}  # tiny fixtures
+    assert "Host-bound: 2 of 2 profiled cells kept the GPU busy under 70 % of the step (c1 " in text
     for name in ("why_idle.csv", "why_launch.csv", "why_stragglers.csv"):
         assert (tmp_path / "report" / "tables" / name).is_file()
 
@@ -211,3 +214,8 @@ def test_per_cell_tables_sum_streams_and_average_steps():
     row = hta_tables.launch_table(launch).iloc[0]
     assert (row["launches"], row["launch_delay_us_p50"]) == (20, 5)      # mean of steps; median of p50s
     assert (row["launch_bound_steps"], row["steps"]) == (1, 3)           # an empty flag is not a flagged step
+    # host-bound: GPU busy below 70 % of the step (mean over steps and ranks); 69.9 is, 70 is not
+    two = pd.concat([launch.assign(cell_id="a", gpu_busy_pct=69.9),
+                     launch.assign(cell_id="b", gpu_busy_pct=70.0)])
+    flags = hta_tables.host_bound_cells(two).set_index("cell_id")["host_bound"].to_dict()
+    assert flags == {"a": True, "b": False}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,31 @@ def test_expected_timed_steps_hand_worked():
     assert rounds(1.0, "run.target_ci_pct=2") == 100
     assert rounds(1.0, "run.target_ci_pct=0") == 10  # off: the fixed count
     assert expected_timed_steps(load_config("cpu-smoke", ["run.timed_steps=10"]), HAND, 1.0) == 10
+    # the bounds of estimate_range: noise 0 stops at the minimum, unbounded noise at the cap or the budget
+    config = load_config("cpu-smoke", ["run.timed_steps=10", "run.max_timed_steps=160", "run.max_group_s=100",
+                                       "run.target_ci_pct=2"])
+    assert expected_timed_steps(config, dataclasses.replace(HAND, half_width_sqrt_n_pct=0.0), 0.1) == 10
+    assert expected_timed_steps(config, dataclasses.replace(HAND, half_width_sqrt_n_pct=math.inf), 0.1) == 160
+    assert expected_timed_steps(config, dataclasses.replace(HAND, half_width_sqrt_n_pct=math.inf), 1.0) == 100
+
+
+def test_a_gpu_dry_run_prints_a_range_until_its_noise_is_measured(capsys):
+    """The GPU's step-time noise is not measured (RATES["cuda"].half_width_sqrt_n_pct is None): gpu-node's
+    estimate assumed every group stops at its minimum rounds; with moderate noise they run on to their caps.
+    The dry run prints both ends: the old single figure is the low one (gpu-node-quick at two world sizes
+    and one bucket here, for speed)."""
+    from bench.run.estimate import estimate_range
+    from bench.run.planner import plan
+
+    assert RATES["cuda"].half_width_sqrt_n_pct is None
+    sets = ["matrix.world_size=1,8", "matrix.bucket_cap_mb=25", "run.target_ci_pct=2"]
+    planned = plan("gpu-node-quick", sets, plan_only=True, gpus_per_node=8)
+    low, high = estimate_range(planned.config, list(planned.cells))
+    fewest = dataclasses.replace(RATES["cuda"], half_width_sqrt_n_pct=0.0)
+    assert low == estimate_seconds(planned.config, list(planned.cells), fewest) and high > 1.1 * low
+    assert bench_main(["run", "--config", "gpu-node-quick", *(a for x in sets for a in ("--set", x)),
+                       "--dry-run", "--plan-only", "--gpus-per-node", "8"]) == 0
+    assert f"estimated wall time {low / 60:.1f}-{high / 60:.1f} min" in capsys.readouterr().out
 
 
 def test_model_size_counts_without_allocating():
@@ -155,3 +181,25 @@ def test_estimate_within_25_percent_of_h100_runs():
             assert est * 1e3 == pytest.approx(r["step_time_ms_p50"], rel=0.15), r["cell_id"]
     config, rows = recorded("h100-diag")   # 12 cells, all profiled: 209 s in all
     assert estimate_seconds(config, expand(config, gpu_count=1), cpu_built) == pytest.approx(209, rel=0.25)
+
+
+@pytest.mark.parametrize("preset", ["gpu-node", "gpu-node-quick", "default", "gpu-check"])
+def test_gpu_presets_keep_the_reference_step_gpu_bound(preset):
+    """Every profiled cell of the reference engine (plain torch DDP) on a GPU preset keeps the H100 busy
+    ≥ 70 % of its micro-step by the estimate (compute / max(compute, host floor)); default's smollm2-135m
+    at seq 128 and 8 samples a rank was host-bound (0.85 ms × 8 of compute against a 135 ms floor: 5 %)."""
+    from bench.run.estimate import gpu_busy_fraction
+
+    config = load_config(preset, cuda_available=True)
+    workload = get_workload(config.workload.model, config.workload.model_size, config.workload.options())
+    flops, (n_params, n_tensors) = workload.train_flops_per_sample(), model_size_counts(config)
+    cells = [c for c in expand(config) if config.profile.covers(c.cell_id) and c.is_baseline]
+    busy = {c.cell_id: gpu_busy_fraction(RATES["cuda"], c, flops, n_params, n_tensors) for c in cells}
+    assert cells and min(busy.values()) >= 0.7, busy
+    old = load_config("default", ["workload.model_size=smollm2-135m", "workload.seq_len=128",
+                                  "workload.global_batch=64"], cuda_available=True)
+    eight = next(c for c in expand(old) if c.world_size == 8 and c.per_rank_batch == 8 and c.is_baseline
+                 and c.precision == "bf16")
+    old_counts = model_size_counts(old)
+    old_flops = get_workload("transformer", "smollm2-135m", old.workload.options()).train_flops_per_sample()
+    assert gpu_busy_fraction(RATES["cuda"], eight, old_flops, *old_counts) == pytest.approx(0.05, abs=0.01)

@@ -199,3 +199,35 @@ def test_pick_device_on_this_machine():
     else:  # a local rank past the visible GPUs would share one: refused
         with pytest.raises(RuntimeError, match=f"LOCAL_RANK={GPUS} but this process sees only {GPUS} GPUs"):
             process.pick_device("cuda", GPUS)
+
+
+@pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs")
+@pytest.mark.timeout(400)
+def test_plan_mode_under_nccl_a_failing_cell_costs_seconds_not_the_timeout(tmp_path):
+    """A plan run (no launcher) where rank 1 raises in one cell while rank 0 waits in a collective with it:
+    rank 0 leaves that collective when rank 1's failure key appears (plan_mode.FailureWatch aborts its
+    NCCL communicator), both agree, and the next cell runs — well inside the 600 s process-group timeout,
+    after which NCCL's watchdog would have killed the ranks and the rest of the world size."""
+    import subprocess
+    import sys
+    import time
+
+    from test_multinode import ENV, REPO, TINY, collect, rows
+
+    from bench.__main__ import main as bench_main
+
+    out = tmp_path / "run"
+    sets = [*TINY, "run.device=cuda", "run.threads_per_rank=0", "run.pg_timeout_s=600",
+            "debug.fault=crash@bna"]
+    assert bench_main(["run", "--config", "cpu-smoke", *(a for s in sets for a in ("--set", s)),
+                       "--plan-only", "--out", str(out)]) == 0
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                           "2", "-m", "bench.worker", "--plan", str(out / "plan.json")], cwd=REPO, env=ENV,
+                          capture_output=True, text=True, timeout=380)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert elapsed < 300, f"{elapsed:.0f} s: the failed cell waited for the process-group timeout"
+    collect(out)
+    assert [(r["engine"], r["status"]) for r in rows(out)] == [("torch", "ok"), ("naive", "failed"),
+                                                               ("bucketed", "ok")]

@@ -302,7 +302,7 @@ def test_bench_slurm_quotes_a_folder_with_a_space_a_command_and_quotes(tmp_path,
 def test_bench_slurm_refuses_nodes_no_step_uses(tmp_path, capsys):
     out = tmp_path / "run"
     refused(["slurm", "--config", "cpu-smoke", "--nodes", "1000", "--out", str(out)], capsys,
-            "--nodes=1000: the plan's steps use at most 2 node(s)")
+            "--nodes=1000: the world sizes 1,2 use at most 2 node(s)")
     assert not out.exists()
 
 

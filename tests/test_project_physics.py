@@ -242,3 +242,9 @@ def test_step_cv_from_a_run_row():
     assert step_cv_of(two)[0] == pytest.approx(math.sqrt(math.pi) / 20, rel=1e-6)
     one = pd.Series({"cell_id": "b", "world_size": 1, "step_time_ms_p50": 10.0, "step_time_ms_p90": 12.0})
     assert step_cv_of(one)[0] == pytest.approx(0.2 / 1.2816)
+    # The skew is taken in the compute-only rounds (each rank's own work): over their median, not the
+    # step's — a 0.8 ms gap on 8 ms of compute: σ = 0.8 / (2 · 8 · E[Z_(2)]) = 0.8 / (16/√π)
+    gpu = {**two.to_dict(), "device": "cuda", "rank_skew_ms_p50": 0.8, "compute_only_ms_p50": 8.0}
+    cv, source = step_cv_of(pd.Series(gpu))
+    assert cv == pytest.approx(0.8 * math.sqrt(math.pi) / 16, rel=1e-6)
+    assert source == "rank_skew_ms_p50 of a"

@@ -6,6 +6,7 @@ needs no cluster."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -149,6 +150,120 @@ def test_launch_steps_and_the_script_hand_worked(tmp_path):
     job = Job(nodes=4, time="02:00:00", partition="gpu", gpus_per_node=4)
     text = sbatch_script(tmp_path / "r", [(8, 2, 4), (16, 4, 4)], job, 4, 4, ["bench", "slurm"])
     assert "#SBATCH --nodes=4" in text and "#SBATCH --gpus-per-node=4" in text and "--account" not in text
-    assert "#SBATCH --partition=gpu" in text and "--cpus-per-task" not in text
+    assert "#SBATCH --partition=gpu" in text and "#SBATCH --exclusive" in text  # the nodes' CPUs, all
     assert text.count("\nstep ") == 2 and "\nstep 16 4 4\n" in text
     assert text.rstrip().endswith("exit $rc") and f"--collect {tmp_path / 'r'}" in text
+
+
+def slurm_fs_is_local(path: Path) -> bool:
+    from bench.run.slurm import LOCAL_FILESYSTEMS, filesystem_of
+
+    found = filesystem_of(path)
+    return found is not None and found[0] in LOCAL_FILESYSTEMS
+
+
+def fake_slurm_bin(tmp_path: Path) -> Path:
+    """srun and scontrol that only say what they were asked: srun prints its CPUs, the rendezvous endpoint
+    and NCCL_DEBUG_FILE; scontrol names this host."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text('#!/bin/bash\nargs="$*"; cpus=${args#*--cpus-per-task }; '
+                                  'ep=${args#*--rdzv-endpoint }; echo "SRUN cpus=${cpus%% *} '
+                                  'endpoint=${ep%% *} nccl=${NCCL_DEBUG_FILE:-none}"\n')
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho localhost\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return bin_dir
+
+
+def run_script(script: Path, bin_dir: Path, **env: str) -> list[str]:
+    """The script's steps through the fake srun (its --collect line left out: tested elsewhere)."""
+    steps_only = script.with_name("steps.sh")
+    steps_only.write_text("".join(line for line in script.read_text().splitlines(keepends=True)
+                                  if "--collect" not in line))
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCL_")}
+    proc = subprocess.run(["bash", str(steps_only)], capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env=base | {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242",
+                                      "SLURM_JOB_NODELIST": "localhost", "SLURM_CPUS_ON_NODE": "96"} | env)
+    return [line for line in proc.stdout.splitlines() if line.startswith("SRUN")]
+
+
+def test_the_script_gives_every_step_the_nodes_cpus_a_free_port_and_an_nccl_log(tmp_path, capsys):
+    """Issue 32's SLURM findings, on the script itself (fake srun): a GPU job takes whole nodes and hands
+    every step their CPUs (srun does not inherit sbatch's since SLURM 22.05: 8 ranks shared a core); each
+    step's rendezvous port is free on the first node (29500 + job id % 1000 could be taken); NCCL writes
+    its INFO log per world size, for --collect's nccl_transport, unless the user set NCCL_DEBUG."""
+    out = tmp_path / "run"
+    assert bench_main(["slurm", "--config", "gpu-check", "--nodes", "1", "--gpus-per-node", "2",
+                       "--set", "matrix.world_size=1,2", "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "time limit 00:15:00: the plan's estimate" in printed.out  # 2-3 min + 25 %, whole quarters
+    if slurm_fs_is_local(out):  # pytest's tmp_path: this machine's own disk, which other nodes do not see
+        assert "which other machines do not see" in printed.err
+    script = (out / "job.sbatch").read_text()
+    assert "#SBATCH --exclusive" in script and "#SBATCH --time=00:15:00" in script
+    bin_dir = fake_slurm_bin(tmp_path)
+    steps = run_script(out / "job.sbatch", bin_dir)
+    assert len(steps) == 2 and all("cpus=96" in s for s in steps)  # $SLURM_CPUS_ON_NODE, to every step
+    ports = [int(s.split("endpoint=localhost:")[1].split()[0]) for s in steps]
+    assert all(1024 < p < 65536 for p in ports) and ports != [29500 + 4242 % 1000] * 2
+    assert [s.split("nccl=")[1] for s in steps] == [
+        str(out.resolve() / "logs" / f"nccl-ws{ws}.%h.%p.log") for ws in (1, 2)]
+    assert all(s.endswith("nccl=mine.log") for s in run_script(out / "job.sbatch", bin_dir,
+                                                                NCCL_DEBUG_FILE="mine.log"))
+    cpu = tmp_path / "cpu"
+    assert bench_main(["slurm", "--config", "cpu-smoke", *SETS, "--nodes", "1", "--ranks-per-node", "2",
+                       "--cpus-per-node", "6", "--out", str(cpu)]) == 0
+    text = (cpu / "job.sbatch").read_text()
+    assert "#SBATCH --cpus-per-task=6" in text and "NCCL_DEBUG" not in text  # gloo: no NCCL log
+    assert [s.split()[1] for s in run_script(cpu / "job.sbatch", bin_dir)] == ["cpus=6"]
+
+
+def test_nodes_the_plan_cannot_use_are_refused_unless_chosen(tmp_path, capsys):
+    """--nodes 4 with gpu-node-quick's world sizes (≤ 8, one node of 8 GPUs) booked 4 nodes and used 1:
+    refused, exit 2, nothing written; with world sizes the user set, a warning."""
+    args = ["slurm", "--config", "gpu-node-quick", "--nodes", "4", "--gpus-per-node", "8"]
+    assert bench_main([*args, "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "--nodes=4: the world sizes 1,2,4,8 use at most 1 node(s) of 8 ranks" in err
+    assert "--set matrix.world_size=1,2,4,8,32" in err and not (tmp_path / "a").exists()
+    assert bench_main([*args, "--set", "matrix.world_size=8", "--out", str(tmp_path / "b")]) == 0
+    assert "warning: --nodes=4: the world sizes 8 use at most 1 node(s)" in capsys.readouterr().err
+
+
+def test_time_limit_and_local_filesystems_by_hand():
+    from bench.run.slurm import filesystem_of, shared_fs_warning, time_limit
+
+    # the estimate + 25 %, rounded up to 15 min: 600 s → 750 → 00:15:00; 10 h → 12.5 h; 100,000 s → 125,000
+    # → 139 quarters = 125,100 s = 1 day 10:45:00
+    limits = (time_limit(600), time_limit(36_000), time_limit(100_000))
+    assert limits == ("00:15:00", "12:30:00", "1-10:45:00")
+    mounts = "/dev/sda1 / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\nnfs:/home /home nfs4 rw 0 0\n"
+    assert filesystem_of(Path("/tmp/run"), mounts) == ("tmpfs", "/tmp")
+    assert filesystem_of(Path("/home/me/run"), mounts) == ("nfs4", "/home")
+    assert filesystem_of(Path("/opt/run"), mounts) == ("ext4", "/")
+    assert shared_fs_warning(Path("/proc")) is None  # proc: not a filesystem a run folder could hold
+
+
+def test_collect_reads_the_nccl_logs_of_a_plan_run(tmp_path):
+    """`bench slurm`'s script has NCCL log per world size into logs/nccl-ws<W>.%h.%p.log: --collect
+    classes its connections into each cell's nccl_transport and env.json's nccl_transport["ws<W>"]."""
+    from bench.run.collector import collect
+
+    out = tmp_path / "run"
+    assert bench_main(["run", "--config", "cpu-smoke", *SETS, "--plan-only", "--out", str(out)]) == 0
+    cells = json.loads((out / "plan.json").read_text())["cells"]
+    lines = [json.dumps({"event": "finish", "cell_id": c["cell_id"], "status": "ok", "error": None,
+                         "row": {"step_time_ms_p50": 1.0}, "t": 1.0}) for c in cells]
+    (out / "events").mkdir(exist_ok=True)
+    (out / "events" / "host-1.jsonl").write_text("\n".join(lines) + "\n")
+    (out / "logs").mkdir(exist_ok=True)
+    info = "node1:77:77 [1] NCCL INFO "
+    (out / "logs" / "nccl-ws2.node1.77.log").write_text(
+        info + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n" + info + "Channel 01/0 : 1[1] -> 0[0] via "
+        "P2P/CUMEM/read\n")
+    collect(out)
+    assert {(r["world_size"], r["nccl_transport"]) for r in rows(out)} == {("2", "P2P/CUMEM")}
+    entry = json.loads((out / "env.json").read_text())["nccl_transport"]["ws2"]
+    assert entry["transport"] == "P2P/CUMEM" and entry["connections"] == {"P2P/CUMEM": 2}
+    assert entry["log_files"] == ["logs/nccl-ws2.node1.77.log"] and entry["set_by"] == "bench"

@@ -45,7 +45,8 @@ def test_run_group_measures_a_cell(tmp_path, one_rank_group, precision):
     ((status, error, row),) = run_group([cell], config, torch.device("cpu"), 0, 1)
     assert (status, error) == ("ok", None) and "status" not in row
     assert set(row) - set(RESULT_COLUMNS) == {"step_times_ms", "steps_wall_s", "allreduce_sweep",
-                                              "bucket_sizes_bytes"}
+                                              "bucket_sizes_bytes", "compute_only_ms_per_rank"}
+    assert row["rank_skew_ms_p50"] is None and len(row["compute_only_ms_per_rank"]) == 1  # one rank
     assert sum(row["bucket_sizes_bytes"]) == row["n_params"] * 4  # every fp32 gradient in one bucket once
     assert row["n_timed_steps"] == len(row["step_times_ms"]) == 6  # timed_steps × repeats
     assert row["step_time_ms_p50"] > 0 and row["compute_only_ms_p50"] > 0
@@ -517,3 +518,50 @@ def test_a_budget_stop_runs_the_rounds_that_still_fit(one_rank_group, monkeypatc
                            "run.max_timed_steps=640", "run.max_group_s=3"])
     per_rank, stopped_by = cell.adaptive_rounds(_sleep_steps(0, True), config, torch.device("cpu"), 0)
     assert stopped_by == "budget" and [len(t) for ranks in per_rank for t in ranks] == [30, 30]
+
+
+def test_the_compute_only_rounds_give_the_step_and_the_spread_between_ranks():
+    """Per round the slowest rank is the compute-only step (as for a timed step) and slowest − fastest is
+    the skew: ranks [10, 12, 11] and [13, 12, 15] ms → rounds 13, 12, 15 (p50 13), gaps 3, 0, 4 (p50 3)."""
+    from bench import metrics
+    from bench.worker.cell import exposed_values, skew_values
+
+    per_rank = [[10.0, 12.0, 11.0], [13.0, 12.0, 15.0]]
+    values = exposed_values([20.0, 21.0, 22.0], metrics.step_times_over_ranks(per_rank))
+    assert values["compute_only_ms_p50"] == 13.0 and values["exposed_comm_ms"] == 21.0 - 13.0
+    assert skew_values(per_rank) == {"rank_skew_ms_p50": 3.0, "slowest_rank": 1}
+    assert skew_values([]) == {"rank_skew_ms_p50": None, "slowest_rank": None}  # no compute-only rounds
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_fsdp2_compute_only_window_runs_the_optimizer(tmp_path, one_rank_group, precision):
+    """Under set_requires_gradient_sync(False) FSDP2 gives its sharded parameters no .grad, so the
+    compute-only window's AdamW stepped nothing (its time then counted as exposed communication, even at
+    one rank) and fp16's GradScaler raised "No inf checks were recorded": every parameter must take both
+    optimizer steps, the synced one and the compute-only one."""
+    config = smoke_config(["matrix.engine=fsdp2", "matrix.world_size=1", f"matrix.precision={precision}",
+                           "matrix.grad_accum=1", "matrix.reshard_after_forward=true"])
+    (cell,) = expand(config)
+    trainer = Trainer(cell, config, torch.device("cpu"), 0, 1, 4)
+    trainer.step()
+    ((times,),) = compute_only_rounds([trainer], trainer.schedule[:1], 1, Guard()).values()
+    steps = [int(trainer.optimizer.state[p]["step"]) if p in trainer.optimizer.state else 0
+             for p in trainer.model.parameters()]
+    assert steps and set(steps) == {2} and len(times) == 1
+
+
+def test_a_compiling_warm_up_step_tells_the_watchdog_it_is_alive(one_rank_group, monkeypatch):
+    """All of a cell's compilation runs inside its first warm-up steps, before any progress event: a cold
+    inductor compile longer than run.cell_timeout_s was killed as a silent cell. A compiling step now
+    reports every HEARTBEAT_S (here 0.05 s; the step sleeps 0.3 s)."""
+    import time as time_mod
+    from types import SimpleNamespace
+
+    from bench.worker import cell as cell_mod
+
+    monkeypatch.setattr(cell_mod, "HEARTBEAT_S", 0.05)
+    slow = SimpleNamespace(cell=SimpleNamespace(compile="inductor", cell_id="torch-x-inductor"),
+                           step=lambda: time_mod.sleep(0.3))
+    heard = []
+    cell_mod.warm_up([slow], 1, torch.device("cpu"), Guard(), heard.append)
+    assert len(heard) >= 3 and heard[0].startswith("compiling torch-x-inductor (")

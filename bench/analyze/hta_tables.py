@@ -42,6 +42,21 @@ def launch_table(launch: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+# A cell is host-bound when its GPU computes less than this share of the profiled step: the GPU presets'
+# sizing target (docs/gpu-node.md "Sizing"). Below it the step's length is the host's enqueueing of
+# kernels, and a comparison of engines there measures their host overhead, not their communication.
+HOST_BOUND_BUSY_PCT = 70.0
+
+
+def host_bound_cells(launch: pd.DataFrame) -> pd.DataFrame:
+    """Per profiled cell of launch_stats.csv (GPU traces): gpu_busy_pct (mean over its steps and ranks, as
+    launch_table) and host_bound (below HOST_BOUND_BUSY_PCT). The one definition the report and the
+    advice read: a verdict between host-bound cells is about host overhead."""
+    table = launch_table(launch)[["cell_id", "gpu_busy_pct"]] if len(launch) else pd.DataFrame(
+        columns=["cell_id", "gpu_busy_pct"])
+    return table.assign(host_bound=table["gpu_busy_pct"] < HOST_BOUND_BUSY_PCT)
+
+
 def straggler_table(stragglers: pd.DataFrame, results: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per job: the rank last in most steps (persistent when more than half), beside the timers' view from
     results.csv (slowest_rank, rank_skew_ms_p50) where the run has it."""

@@ -24,8 +24,8 @@ class Engine:
     is a config error.
     in_default_sweep: swept when `matrix.engine` is not given (False: only when named).
     sharded: parameters, gradients and optimizer state are split over the ranks (FSDP): its replicas are
-    not bit-identical copies, so its parity gate compares its gathered parameters with torch DDP's within
-    a tolerance (bench/worker/parity.py) instead of the ranks with each other.
+    not bit-identical copies, so its parity gate compares its gathered parameters' updates and its losses
+    with torch DDP's, within its precision's rounding (bench/worker/parity.py).
     """
 
     name: str
@@ -68,6 +68,13 @@ class Engine:
         """A context in which backward accumulates gradients locally, communicating nothing (gradient
         accumulation's micro-steps, the compute-only window). torch DDP's and ddp_core's `no_sync()`."""
         return model.no_sync()
+
+    def compute_only(self, model):
+        """The compute-only window's context around one whole training step: no gradient communication,
+        every other piece of a synced step's work (its optimizer step above all), so that step −
+        compute-only is the communication. A replicating engine's gradients stay on its parameters under
+        no_sync, so the optimizer steps them as usual: no_sync is all it needs."""
+        return self.no_sync(model)
 
     def bucket_sizes_bytes(self, model, bucket_cap_mb: float) -> list[int]:
         """The bytes (in the gradients' dtype) of each message the wrapped `model` reduces per synced

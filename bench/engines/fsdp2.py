@@ -13,7 +13,9 @@ comm_dtype none).
 from __future__ import annotations
 
 import math
+import weakref
 from contextlib import contextmanager
+from typing import ClassVar
 
 from bench.engines.base import Engine, flag
 from bench.schema import WIRE_DTYPES
@@ -22,6 +24,9 @@ LOW_PRECISION = {"bf16": "bfloat16", "fp16": "float16"}  # precisions whose para
 
 
 class FSDP2(Engine):
+    # per wrapped model, its compute-only stand-in gradients (compute_only): dropped with the model
+    _stand_ins: ClassVar[weakref.WeakKeyDictionary] = weakref.WeakKeyDictionary()
+
     def wrap_cell(self, module, cell, workload, device):
         import torch
         import torch.distributed as dist
@@ -50,6 +55,29 @@ class FSDP2(Engine):
             yield
         finally:
             model.set_requires_gradient_sync(True)
+
+    @contextmanager
+    def compute_only(self, model):
+        """no_sync, with a stand-in sharded gradient on every parameter. Under
+        set_requires_gradient_sync(False) FSDP2 keeps the unsharded gradients to itself and gives the
+        sharded parameters no `.grad` (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py,
+        post_backward returns before its reduce-scatter), so AdamW would skip every parameter and the
+        window would leave out the optimizer step a synced step runs (its time would count as exposed
+        communication, even at world size 1). Zeros of each shard's shape, set before the step (GradScaler
+        unscales before the optimizer runs) and allocated once per model as the reduce-scatter's output
+        is, give the optimizer (and fp16's inf check) the same tensors to work on; their values are never
+        a result (the window runs after the parity gate)."""
+        import torch
+
+        stand_ins = self._stand_ins.get(model)
+        if stand_ins is None:
+            stand_ins = self._stand_ins[model] = [
+                (p, torch.zeros_like(p)) for p in model.parameters() if p.requires_grad]
+        for p, zeros in stand_ins:
+            if p.grad is None:
+                p.grad = zeros
+        with self.no_sync(model):
+            yield
 
     def full_parameters(self, model):
         """Collective: each sharded parameter all-gathered (DTensor.full_tensor)."""

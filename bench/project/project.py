@@ -315,14 +315,18 @@ Z90 = 1.2816  # the standard normal's 90th percentile
 def step_cv_of(row: pd.Series) -> tuple[float, str]:
     """σ, the per-rank step-time spread (standard deviation / median) the straggler term draws from, and
     where it came from. On more than one rank the median slowest-minus-fastest gap is the expected range
-    of n draws, 2·σ·T·E[Z_(n)]; on one rank, (p90 − p50)/z90 over p50; else 0 (nothing measured)."""
+    of n draws, 2·σ·T·E[Z_(n)]: the gap is rank_skew_ms_p50, taken in the compute-only rounds where each
+    rank's step is its own work (a timed step ends on every rank with its last collective, so its gap is
+    ≈ 0 under NCCL), over those rounds' median compute_only_ms_p50 (else the step's); on one rank,
+    (p90 − p50)/z90 over p50; else 0 (nothing measured)."""
     t = row.get("step_time_ms_p50")
     if pd.isna(t) or not t > 0:
         return 0.0, "no step times"
     n = int(row["world_size"])
-    skew = row.get("rank_skew_ms_p50")
+    skew, compute = row.get("rank_skew_ms_p50"), row.get("compute_only_ms_p50")
     if n > 1 and not pd.isna(skew):
-        return max(0.0, skew / (2 * t * expected_max_normal(n))), f"rank_skew_ms_p50 of {row['cell_id']}"
+        base = compute if not pd.isna(compute) and compute > 0 else t
+        return max(0.0, skew / (2 * base * expected_max_normal(n))), f"rank_skew_ms_p50 of {row['cell_id']}"
     p90 = row.get("step_time_ms_p90")
     if not pd.isna(p90):
         return max(0.0, (p90 - t) / Z90 / t), f"step_time_ms p90/p50 of {row['cell_id']}"

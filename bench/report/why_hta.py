@@ -58,6 +58,16 @@ def add_hta_views(sec: Section, run_dir: Path, results: pd.DataFrame, out_dir: P
                         if len(bound) else "") + " (the compute stream waited for the host's next launch for "
                      "at least half the step). Launch delay = GPU start − end of the launch call; short "
                      "kernels run under 10 µs.")
+            host = hta_tables.host_bound_cells(launch)
+            bound = host[host["host_bound"]]
+            if len(bound):
+                sec.para(f"Host-bound: {len(bound)} of {len(host)} profiled cells kept the GPU busy under "
+                         f"{hta_tables.HOST_BOUND_BUSY_PCT:.0f} % of the step ("
+                         + ", ".join(f"{r.cell_id} {r.gpu_busy_pct:.0f} %" for r in bound.head(5).itertuples()
+                                     )
+                         + (", …" if len(bound) > 5 else "") + "): their steps are the host enqueueing "
+                         "kernels, so engine comparisons there measure host overhead, not communication "
+                         "(docs/gpu-node.md \"Sizing\").")
             write_csv(table, out_dir / "tables" / "why_launch.csv")
             sec.table(table, "tables/why_launch.csv")
     stragglers = _read(Path(run_dir) / STRAGGLERS_FILE)

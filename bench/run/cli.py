@@ -7,8 +7,8 @@ report). Nothing here decides anything the functions do not.
                         [--dry-run] [--report] [--plan-only [--nnodes N] [--gpus-per-node G]]
                         [--collect DIR]
     python -m bench slurm --config NAME|PATH --nodes N [--ranks-per-node R | --gpus-per-node G]
-                          [--time HH:MM:SS] [--partition P] [--account A] [--set SECTION.KEY=VALUE ...]
-                          [--submit] [--out DIR] [--resume]
+                          [--cpus-per-node C] [--time HH:MM:SS] [--partition P] [--account A]
+                          [--set SECTION.KEY=VALUE ...] [--submit] [--out DIR] [--resume]
 
 `run` exit codes: 0 done (failed cells are recorded, not fatal), 2 bad configuration or folder, 130
 interrupted. `slurm`'s: bench/run/slurm.py.
@@ -107,8 +107,11 @@ def slurm_add_arguments(parser: argparse.ArgumentParser) -> None:
                           help="ranks on each node (the CPU form; on GPUs it defaults to --gpus-per-node)")
     per_node.add_argument("--gpus-per-node", type=int, metavar="G",
                           help="GPUs on each node, one rank each (default: this machine's GPUs)")
-    parser.add_argument("--time", default="01:00:00", help="the job's time limit, [D-]HH:MM:SS (default "
-                        "01:00:00)")
+    parser.add_argument("--cpus-per-node", type=int, metavar="C",
+                        help="CPUs of each node for its ranks, passed to every step (default: GPU jobs the "
+                             "whole node, --exclusive; CPU ranks one core each)")
+    parser.add_argument("--time", default=None, help="the job's time limit, [D-]HH:MM:SS (default: the "
+                        "plan's estimate + 25 %%, rounded up to 15 min)")
     parser.add_argument("--partition", help="SLURM partition (default: the cluster's default)")
     parser.add_argument("--account", help="SLURM account to charge")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -122,7 +125,8 @@ def slurm_add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def slurm_main(args: argparse.Namespace) -> int:
     job = slurm.Job(nodes=args.nodes, time=args.time, ranks_per_node=args.ranks_per_node,
-                    gpus_per_node=args.gpus_per_node, partition=args.partition, account=args.account)
+                    gpus_per_node=args.gpus_per_node, partition=args.partition, account=args.account,
+                    cpus_per_node=args.cpus_per_node)
     command = [sys.executable, "-m", "bench", *sys.argv[1:]] if sys.argv[1:2] == ["slurm"] else None
     try:
         written = slurm.prepare(args.config, job, args.set, args.out, args.resume, args.submit, command)
@@ -130,7 +134,9 @@ def slurm_main(args: argparse.Namespace) -> int:
         return _error(str(e), slurm.EXIT_BAD_INPUT)
     print(f"run folder: {written.run_dir}  ({written.cells} cells to run in {len(written.steps)} step(s): "
           + ", ".join(f"world size {w} on {n} node(s) x {r}" for w, n, r in written.steps) + ")")
-    print(f"sbatch script: {written.script}")
+    print(f"sbatch script: {written.script}  (time limit {written.time}: {written.time_source})")
+    for warning in written.warnings:
+        print(warning, file=sys.stderr)
     if not args.submit:
         print(f"submit it: sbatch {shlex.quote(str(written.script))}    then: python -m bench run --collect "
               f"{shlex.quote(str(written.run_dir))}")

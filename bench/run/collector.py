@@ -12,7 +12,7 @@ from pathlib import Path
 from bench import run_folder
 from bench.config import ConfigError, config_from_dict, read_tables
 from bench.matrix import Cell
-from bench.run import results
+from bench.run import nccl_log, results
 from bench.run.folder import lock_run_dir
 from bench.worker.events import EventReader
 
@@ -102,16 +102,23 @@ def _collect(run_dir: Path, by_id: dict[str, Cell]) -> Collected:
                         outcomes[cell_id] = ev
             elif ev["event"] == "traced":
                 traces[ev["cell_id"]] = ev["trace_dir"]
+    # NCCL's INFO logs per world size (`bench slurm`'s script writes them): the transports it chose
+    logs = {ws: nccl_log.plan_run_logs(run_dir, ws) for ws in sorted({c.world_size for c in by_id.values()})}
+    transport = {ws: nccl_log.summary(nccl_log.parse_files(files)) for ws, files in logs.items()}
     added = 0
     for cell_id, cell in by_id.items():
         if cell_id in outcomes and cell_id not in done:
             record = results.record_from_event(cell, config, outcomes[cell_id])
             if cell_id in traces:
                 record = results.record_with_traces(record, traces[cell_id])
+            record["nccl_transport"] = record.get("nccl_transport") or transport[cell.world_size]
             results.append_record(run_dir, record)
             added += 1
     results.write_csv(run_dir)
     nodes = merge_node_envs(run_dir)
+    for ws, files in logs.items():  # after the merge, which rewrites env.json from the nodes' own
+        if files:
+            nccl_log.record_launch(run_dir, f"ws{ws}", ws, files, nccl_log.plan_run_vars(run_dir, ws))
     missing = [i for i in by_id if i not in done and i not in outcomes]
     return Collected(added=added, missing=len(missing), nodes=nodes)
 

@@ -6,7 +6,7 @@ rule, bench.stats), and the sum over launches, cells and profiled passes. Never 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench import stats
 from bench.config import BenchConfig
@@ -29,8 +29,9 @@ class Rates:
     launch_s: float             # per launch (world size): start-up and tear-down
     run_s: float                # once per run: the launcher's own start, env capture, the --report step
     # the widest 95 % half-width (%) of a group's intervals (stats.group_half_width_pct) × √rounds: what
-    # the adaptive rounds are expected to need, (this / target_ci_pct)² rounds
-    half_width_sqrt_n_pct: float
+    # the adaptive rounds are expected to need, (this / target_ci_pct)² rounds; None: not measured on this
+    # device, and the estimate is a range (estimate_range) from the fewest rounds to the caps
+    half_width_sqrt_n_pct: float | None
     compile_s: float = 0.0      # per compiled cell (matrix.compile): torch.compile in its warm-up
 
 
@@ -96,20 +97,34 @@ RATES = {
         # events; all of it counted per launch (the split is not known)
         launch_s=14.4,
         run_s=0.0,
-        # NOT MEASURED on a GPU: 0 assumes the minimum rounds (run.timed_steps × repeats) reach the target
-        half_width_sqrt_n_pct=0.0,
+        # NOT MEASURED on a GPU: --dry-run prints a range, from every group stopping at its minimum rounds
+        # (run.timed_steps × repeats) to every group running to its cap (estimate_range)
+        half_width_sqrt_n_pct=None,
         compile_s=60.0),  # ASSUMED (not measured on a GPU): inductor on a 135M-360M model
 }
 
 
 def model_size_counts(config: BenchConfig) -> tuple[int, int]:
     """(parameters, parameter tensors) of the workload's model, built on the meta device (nothing is
-    allocated), else on CPU for a model that cannot be (a checkpoint, a user model that reads values)."""
+    allocated), else on CPU for a model that cannot be (a checkpoint, a user model that reads values).
+    Counted once per workload in a process: a meta build still runs every initialiser through torch's
+    decompositions (smollm2-360m: ~4 s on a quiet core), and a dry run estimates a sweep more than once."""
+    w = config.workload
+    key = (w.model, w.model_size, repr(w.options()))
+    if key not in _COUNTS:
+        _COUNTS[key] = _count(w)
+    return _COUNTS[key]
+
+
+_COUNTS: dict[tuple[str, str, str], tuple[int, int]] = {}  # (model, size, options) → counts
+
+
+def _count(w) -> tuple[int, int]:
     import torch
 
     from bench.workloads import get_workload
 
-    workload = get_workload(config.workload.model, config.workload.model_size, config.workload.options())
+    workload = get_workload(w.model, w.model_size, w.options())
     try:
         with torch.device("meta"):
             model = workload.build_model()
@@ -131,6 +146,17 @@ def estimate_step_seconds(rates: Rates, cell: Cell, flops_per_sample: float, n_p
     return step
 
 
+def gpu_busy_fraction(rates: Rates, cell: Cell, flops_per_sample: float, n_params: int,
+                      n_tensors: int) -> float:
+    """The share of a micro-step the device computes, by `rates`: compute / max(compute, floor). On a GPU
+    the host enqueues kernels while the device runs them, so a micro-step whose host floor exceeds its
+    compute leaves the GPU idle for the difference: a host-bound cell, whose engine comparisons measure
+    the host's overhead (docs/gpu-node.md "Sizing" sizes the GPU presets by this)."""
+    compute = flops_per_sample * cell.per_rank_batch / rates.flops[cell.precision]
+    floor = rates.host_s_per_tensor * n_tensors + rates.floor_s_per_param * n_params
+    return compute / max(compute, floor) if compute > 0 else 0.0
+
+
 def expected_timed_steps(config: BenchConfig, rates: Rates, round_s: float) -> int:
     """The timed rounds a group is expected to run, by the worker's rule (stats.stop_reason) with the
     widest half-width taken as rates.half_width_sqrt_n_pct / √rounds: the minimum with adaptivity off;
@@ -142,7 +168,7 @@ def expected_timed_steps(config: BenchConfig, rates: Rates, round_s: float) -> i
         return r.min_timed_steps
     points = stats.checkpoints(r.min_timed_steps, r.max_timed_steps)
     for n, upcoming in zip(points, [*points[1:], points[-1]]):
-        worst = rates.half_width_sqrt_n_pct / math.sqrt(n)
+        worst = (rates.half_width_sqrt_n_pct or 0.0) / math.sqrt(n)
         why = stats.stop_reason(worst, r.target_ci_pct, n, r.max_timed_steps, n * round_s, upcoming,
                                 r.max_group_s)
         if why == "budget":
@@ -204,3 +230,13 @@ def estimate_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None
             total += (rates.build_s_per_param * n_params + rates.profile_s
                       + (r.warmup_steps + p.steps) * step)
     return total
+
+
+def estimate_range(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> tuple[float, float]:
+    """(fewest, most) seconds of the sweep: every adaptive group stopping at its minimum rounds, and every
+    one running to its cap (run.max_timed_steps, or run.max_group_s at the estimated pace). Both bounds
+    hold whatever the device's noise; where the noise is measured (Rates.half_width_sqrt_n_pct),
+    estimate_seconds' single figure lies between them."""
+    rates = rates or RATES[config.run.device]
+    return (estimate_seconds(config, cells, replace(rates, half_width_sqrt_n_pct=0.0)),
+            estimate_seconds(config, cells, replace(rates, half_width_sqrt_n_pct=math.inf)))

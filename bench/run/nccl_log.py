@@ -136,9 +136,22 @@ def parse_files(files: list[Path]) -> Counter:
     return counts
 
 
-def record_launch(run_dir: Path, k: int, world_size: int, files: list[Path],
+def plan_run_logs(run_dir: Path, world_size: int) -> list[Path]:
+    """A plan run's NCCL logs of one world size (`bench slurm`'s script writes them under LOGS as
+    run_folder.nccl_plan_log_file), oldest first."""
+    return log_files(str(run_dir / run_folder.LOGS / run_folder.nccl_plan_log_file(world_size)))
+
+
+def plan_run_vars(run_dir: Path, world_size: int) -> dict[str, str]:
+    """The debug variables `bench slurm`'s script sets for that world size (what env.json records)."""
+    pattern = run_dir.resolve() / run_folder.LOGS / run_folder.nccl_plan_log_file(world_size)
+    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": DEBUG_SUBSYS, "NCCL_DEBUG_FILE": str(pattern)}
+
+
+def record_launch(run_dir: Path, k: int | str, world_size: int, files: list[Path],
                   debug_vars: dict[str, str]) -> dict:
-    """Write launch k's transports into env.json[ENV_KEY][str(k)] (the file atomically replaced) and return
+    """Write launch k's transports into env.json[ENV_KEY][str(k)] (k: a launch's number, or a plan run's
+    `ws<W>`; the file atomically replaced) and return
     the entry: world_size, transport (summary), connections per transport, the log files (relative to the run
     folder when inside it), and the debug variables (`set_by`: bench, or the user's own)."""
     counts = parse_files(files)

@@ -75,23 +75,32 @@ def plan(config: str, overrides: list[str] = (), *, plan_only: bool = False, nno
 
 def describe(plan: Plan) -> list[str]:
     """`--dry-run`: a line per cell, then the totals and the time estimate (bench/run/estimate.py)."""
-    from bench.run.estimate import estimate_seconds, expected_rounds
+    from bench.run.estimate import RATES, estimate_range, estimate_seconds, expected_rounds
 
     config, cells = plan.config, list(plan.cells)
     runnable, profiled = plan.runnable, {c.cell_id for c in plan.profiled()}
     lines = [f"{'skip' if cell.skip_reason else 'run ':4}  {cell.cell_id}"
              + (f"  ({cell.skip_reason})" if cell.skip_reason else "")
              + ("  [profiled]" if cell.cell_id in profiled else "") for cell in cells]
-    est = estimate_seconds(config, cells)
-    lines.append(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} "
-                 f"skipped, {len(by_launch(runnable))} launches; estimated wall time ~{est / 60:.1f} min "
-                 f"(bench.run.estimate.RATES: calibrated on a 2-core CPU and one H100; GPU all-reduce speed "
-                 f"assumed)")
     r = config.run
-    if r.adaptive and runnable:
+    noise_measured = RATES[r.device].half_width_sqrt_n_pct is not None
+    if r.adaptive and not noise_measured:
+        low, high = estimate_range(config, cells)
+        wall = (f"estimated wall time {low / 60:.1f}-{high / 60:.1f} min (every adaptive group stopping "
+                f"at its minimum rounds … running to its cap: this device's step-time noise is not measured "
+                f"yet)")
+    else:
+        wall = f"estimated wall time ~{estimate_seconds(config, cells) / 60:.1f} min"
+    lines.append(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} "
+                 f"skipped, {len(by_launch(runnable))} launches; {wall} (bench.run.estimate.RATES: "
+                 f"calibrated on a 2-core CPU and one H100; GPU all-reduce speed assumed)")
+    if r.adaptive and runnable and noise_measured:
         rounds = sorted(expected_rounds(config, cells))
         median = rounds[len(rounds) // 2]
         lines.append(f"timed rounds per cell expected: {rounds[0]}-{rounds[-1]} (median {median}), "
                      f"until ±{r.target_ci_pct:g} % (run.target_ci_pct), at most {r.max_timed_steps} rounds "
                      f"or {r.max_group_s:g} s a group")
+    elif r.adaptive and runnable:
+        lines.append(f"timed rounds per cell: {r.min_timed_steps} to {r.max_timed_steps}, until "
+                     f"±{r.target_ci_pct:g} % (run.target_ci_pct) or {r.max_group_s:g} s a group")
     return lines

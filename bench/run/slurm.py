@@ -3,14 +3,20 @@ sbatch script in the run folder (`prepare`), and the job submitted, followed and
 (`submit_and_follow`).
 
     python -m bench slurm --config NAME|PATH --nodes N [--ranks-per-node R | --gpus-per-node G]
-                          [--time HH:MM:SS] [--partition P] [--account A] [--set SECTION.KEY=VALUE ...]
-                          [--submit] [--out DIR] [--resume]
+                          [--cpus-per-node C] [--time HH:MM:SS] [--partition P] [--account A]
+                          [--set SECTION.KEY=VALUE ...] [--submit] [--out DIR] [--resume]
 
 The script runs one `srun torchrun` step per world size of the plan (W ranks: W / R nodes × R ranks, or one
 node × W ranks when W ≤ R), then `bench run --collect`. Its workers run in plan mode
 (bench/worker/plan_mode.py): a failed cell is recorded and the next runs, and a resubmitted plan (--resume)
 runs only what is left. While the job runs, --submit shows `bench run`'s progress line from the workers'
 events on the shared filesystem; when it ends, it collects the cells and prints the totals.
+
+What a new user would otherwise learn the hard way: the job asks for CPUs and hands them to every step
+(since SLURM 22.05 srun does not inherit sbatch's --cpus-per-task, so 8 ranks would share one core); the
+rendezvous port is a free one on the first node; NCCL's INFO log is written per world size for --collect's
+`nccl_transport`; the time limit comes from the plan's estimate; nodes the plan cannot use are refused;
+and a run folder on a filesystem the nodes do not share is warned about.
 
 Exit codes: 0 written (or the job completed), 1 the job failed, 2 bad input (nothing created) or sbatch
 refused the job, 3 the job was cancelled, 4 it hit its time limit, 130 interrupted (the job keeps running).
@@ -19,6 +25,7 @@ refused the job, 3 the job was cancelled, 4 it hit its time limit, 130 interrupt
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import shutil
@@ -26,7 +33,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench import run_folder
@@ -44,8 +51,18 @@ END_STATES = {"COMPLETED": 0, "CANCELLED": EXIT_CANCELLED, "TIMEOUT": EXIT_TIMEO
               "FAILED": EXIT_FAILED, "NODE_FAIL": EXIT_FAILED, "OUT_OF_MEMORY": EXIT_FAILED,
               "BOOT_FAIL": EXIT_FAILED, "PREEMPTED": EXIT_FAILED}
 POLL_S = 2.0              # how often the job's state and the events are read
-RDZV_BASE_PORT = 29500    # torchrun's default; the script adds SLURM_JOB_ID % RDZV_PORT_SPREAD
-RDZV_PORT_SPREAD = 1000   # so that two jobs whose first nodes are the same machine use different ports
+# The rendezvous port: one the first node's kernel hands out as free, asked for by the batch script, which
+# SLURM runs on that node (sbatch(1): "on the first node in the set of allocated nodes"); every step starts
+# there too (srun --relative defaults to node 0). A port derived from the job id could be in use.
+FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
+# Time limit from the plan's estimate: its upper end (every group at its cap) plus TIME_MARGIN for what
+# the estimate does not see (node start-up, a slower filesystem; the estimate is checked within 25 %),
+# rounded up to TIME_STEP_S.
+TIME_MARGIN = 1.25
+TIME_STEP_S = 15 * 60
+# Filesystems a node has to itself: a run folder there is not seen by the job's other nodes (nor, from a
+# login node, by any compute node). /proc/mounts' type names.
+LOCAL_FILESYSTEMS = ("tmpfs", "ramfs", "devtmpfs", "overlay", "ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs")
 TIME = re.compile(r"^(?:\d+-)?\d{1,3}:[0-5]\d:[0-5]\d$")   # [D-]HH:MM:SS
 NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")                   # a partition or account: one word, no quoting
 PLAIN = re.compile(r"^[A-Za-z0-9_./%+=:,@-]+$")            # an #SBATCH value that needs no quotes
@@ -56,19 +73,20 @@ class Job:
     """What the sbatch script asks SLURM for: nodes, ranks or GPUs per node, the time limit, where to run."""
 
     nodes: int
-    time: str = "01:00:00"
+    time: str | None = None   # None: from the plan's estimate (time_limit)
     ranks_per_node: int | None = None
     gpus_per_node: int | None = None
     partition: str | None = None
     account: str | None = None
+    cpus_per_node: int | None = None  # None: GPU jobs take whole nodes (--exclusive); CPU ranks one core each
 
     def check(self, submit: bool = False) -> None:
         """The values that need no config, each named with its value (ConfigError)."""
         for flag, value in (("--nodes", self.nodes), ("--ranks-per-node", self.ranks_per_node),
-                            ("--gpus-per-node", self.gpus_per_node)):
+                            ("--gpus-per-node", self.gpus_per_node), ("--cpus-per-node", self.cpus_per_node)):
             if value is not None and value < 1:
                 raise ConfigError(f"{flag}={value}: must be at least 1")
-        if not TIME.match(self.time):
+        if self.time is not None and not TIME.match(self.time):
             raise ConfigError(f"--time={self.time!r}: must be HH:MM:SS or D-HH:MM:SS (e.g. 02:00:00)")
         for flag, value in (("--partition", self.partition), ("--account", self.account)):
             if value is not None and not NAME.match(value):
@@ -94,12 +112,7 @@ def launch_steps(world_sizes: list[int], nodes: int, per_node: int) -> list[tupl
                               f"--nodes={nodes} × {per_node} per node")
         else:
             steps.append((ws, ws // per_node, per_node))
-    used = max(n for _, n, _ in steps)
-    if nodes > used:  # the job would hold nodes no step runs on, for its whole time limit
-        raise ConfigError(f"--nodes={nodes}: the plan's steps use at most {used} node(s) (matrix.world_size="
-                          f"{sorted(set(world_sizes))} at {per_node} rank(s) per node); ask for --nodes "
-                          f"{used}")
-    return steps
+    return steps  # nodes no step uses: check_nodes
 
 
 def directive(value: str) -> str:
@@ -120,27 +133,42 @@ def sbatch_script(run_dir: Path, steps: list[tuple[int, int, int]], job: Job, gp
     run = run_dir.resolve()
     py, plan_file = shlex.quote(sys.executable), shlex.quote(str(run / run_folder.PLAN))
     directives = [f"--job-name={directive(f'ddpbench-{run.name}'[:64])}", f"--nodes={job.nodes}",
-                  "--ntasks-per-node=1", f"--time={job.time}",
+                  "--ntasks-per-node=1", f"--time={job.time or '01:00:00'}",
                   f"--output={directive(str(run / run_folder.LOGS / run_folder.SLURM_OUTPUT))}",
                   f"--chdir={directive(str(Path.cwd()))}"]
-    # GPUs: one rank each; CPU ranks: a core each for the one task that torchrun starts them from
-    directives.append(f"--gpus-per-node={gpus_per_node}" if gpus_per_node
-                      else f"--cpus-per-task={ranks_per_node}")
+    # The one task per node (torchrun) gets the node's CPUs for its ranks: a GPU job the whole node unless
+    # --cpus-per-node says how many; CPU ranks a core each. srun is told again (it does not inherit it).
+    if gpus_per_node:
+        directives.append(f"--gpus-per-node={gpus_per_node}")
+    cpus = job.cpus_per_node or (None if gpus_per_node else ranks_per_node)
+    directives.append(f"--cpus-per-task={cpus}" if cpus else "--exclusive")
+    step_cpus = str(cpus) if cpus else '"$SLURM_CPUS_ON_NODE"'
     directives += [f"--partition={job.partition}"] * bool(job.partition)
     directives += [f"--account={job.account}"] * bool(job.account)
+    nccl = []
+    if gpus_per_node:  # NCCL's INFO log per world size, for --collect's nccl_transport; the user's own kept
+        log = shlex.quote(str(run / run_folder.LOGS / run_folder.nccl_plan_log_file("@WS@")))
+        nccl = ['BENCH_NCCL_LOG=""',
+                'if [ -z "${NCCL_DEBUG+x}${NCCL_DEBUG_SUBSYS+x}${NCCL_DEBUG_FILE+x}" ]; then',
+                '    export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH',
+                f"    BENCH_NCCL_LOG={log}",
+                "fi"]
     # a comment: a line break in an argument would end it and start a command line
     written_by = shlex.join(command).replace("\n", "\\n").replace("\r", "\\r")
     lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in directives),
              f"# written by: {written_by}",
              "# A torchrun per world size (a launch runs the plan's cells of its WORLD_SIZE), then collect.",
              "# Re-running this script skips the cells that finished (plan mode: bench/worker/plan_mode.py).",
-             'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
-             f"PORT=$(({RDZV_BASE_PORT} + SLURM_JOB_ID % {RDZV_PORT_SPREAD}))",
+             'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)  # this node: the batch host',
+             *nccl,
              "rc=0",
              "step() {  # world size, nodes, ranks per node",
              '    echo "== world size $1: $2 node(s) x $3 rank(s)"',
-             '    srun --nodes "$2" --ntasks "$2" --ntasks-per-node 1 '
-             f'{py} -m torch.distributed.run --nnodes "$2" --nproc-per-node "$3" \\',
+             f'    PORT=$({py} -c "{FREE_PORT}")  # free on this node now',
+             *(['    [ -n "$BENCH_NCCL_LOG" ] && export NCCL_DEBUG_FILE="${BENCH_NCCL_LOG/@WS@/$1}"']
+               if nccl else []),
+             f'    srun --nodes "$2" --ntasks "$2" --ntasks-per-node 1 --cpus-per-task {step_cpus} \\',
+             f'        {py} -m torch.distributed.run --nnodes "$2" --nproc-per-node "$3" \\',
              '        --rdzv-id "$SLURM_JOB_ID-ws$1" --rdzv-backend c10d --rdzv-endpoint "$HEAD:$PORT" \\',
              f"        -m bench.worker --plan {plan_file} || rc=$?",
              "}",
@@ -150,14 +178,73 @@ def sbatch_script(run_dir: Path, steps: list[tuple[int, int, int]], job: Job, gp
     return "\n".join(lines) + "\n"
 
 
+def time_limit(seconds: float) -> str:
+    """The job's --time for an estimate of `seconds`: TIME_MARGIN more, rounded up to TIME_STEP_S."""
+    total = max(TIME_STEP_S, math.ceil(seconds * TIME_MARGIN / TIME_STEP_S) * TIME_STEP_S)
+    days, rest = divmod(int(total), 86400)
+    hms = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{hms}" if days else hms
+
+
+def filesystem_of(path: Path, mounts: str | None = None) -> tuple[str, str] | None:
+    """(type, mount point) of the filesystem holding `path`: the longest mount point above it in `mounts`
+    (/proc/mounts' text; None where that is not readable: not Linux)."""
+    try:
+        mounts = Path("/proc/mounts").read_text() if mounts is None else mounts
+    except OSError:
+        return None
+    target, best = path.resolve(), None
+    for line in mounts.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = Path(parts[1].replace("\\040", " "))
+        if (target == point or point in target.parents) and (best is None or len(str(point)) > len(best[1])):
+            best = (parts[2], str(point))
+    return best
+
+
+def shared_fs_warning(run_dir: Path) -> str | None:
+    """A warning when the run folder sits on a filesystem only this machine has (LOCAL_FILESYSTEMS): the
+    compute nodes read plan.json and write their events there."""
+    found = filesystem_of(run_dir)
+    if found is None or found[0] not in LOCAL_FILESYSTEMS:
+        return None
+    return (f"warning: the run folder {run_dir} is on a {found[0]} filesystem mounted at {found[1]}, which "
+            "other machines do not see: unless the job runs on this very machine, its nodes cannot read "
+            "plan.json nor write their events there. Put --out on a filesystem every node mounts "
+            "(your cluster's shared home or scratch).")
+
+
 @dataclass(frozen=True)
 class Prepared:
-    """A written job: its run folder, sbatch script, the steps it runs and how many cells it plans."""
+    """A written job: its run folder, sbatch script, the steps it runs, how many cells it plans, its time
+    limit and where that came from, and warnings for the user."""
 
     run_dir: Path
     script: Path
     steps: list[tuple[int, int, int]]
     cells: int
+    time: str = ""
+    time_source: str = ""
+    warnings: tuple[str, ...] = ()
+
+
+def check_nodes(steps: list[tuple[int, int, int]], job: Job, per_node: int,
+                overrides: list[str]) -> str | None:
+    """Nodes the job would hold idle: a ConfigError when the preset's world sizes need fewer than --nodes
+    (a 4-node job for world sizes up to 8 books 4 nodes and uses 1), a warning when the user chose those
+    world sizes (--set matrix.world_size) and may mean it."""
+    used = max(n for _, n, _ in steps)
+    if used >= job.nodes:
+        return None
+    sizes = ",".join(str(ws) for ws, _, _ in steps)
+    text = (f"--nodes={job.nodes}: the world sizes {sizes} use at most {used} node(s) of {per_node} ranks, "
+            f"so {job.nodes - used} node(s) would sit idle for the whole job")
+    if any(o.split("=", 1)[0].strip() == "matrix.world_size" for o in overrides):
+        return f"warning: {text}"
+    raise ConfigError(f"{text}; ask for --nodes {used}, or add world sizes that span them "
+                      f"(--set matrix.world_size={sizes},{job.nodes * per_node})")
 
 
 def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None = None, resume: bool = False,
@@ -186,6 +273,15 @@ def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None =
                           "for CPU ranks")
     per_node = job.ranks_per_node or gpus or 1
     steps = launch_steps(list(planned.config.matrix.world_size), job.nodes, per_node)
+    warnings = [w for w in (check_nodes(steps, job, per_node, list(overrides)),) if w]
+    time_limit_, time_source = job.time, "--time"
+    if time_limit_ is None:
+        from bench.run.estimate import estimate_range
+
+        low, high = estimate_range(planned.config, list(planned.runnable))
+        time_limit_ = time_limit(high)
+        time_source = (f"the plan's estimate, {low / 60:.0f}-{high / 60:.0f} min, + "
+                       f"{TIME_MARGIN - 1:.0%} (bench.run.estimate; --time sets it)")
     folder = open_run(planned, out, resume)
     try:
         write_plan_only(folder, planned, quiet=True)
@@ -196,9 +292,11 @@ def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None =
     script = run_dir / run_folder.SBATCH
     (run_dir / run_folder.LOGS).mkdir(exist_ok=True)  # the job's --output goes there: SLURM makes no folder
     gpus = gpus if planned.config.run.device == "cuda" else None
-    script.write_text(sbatch_script(run_dir, steps, job, gpus, per_node,
+    script.write_text(sbatch_script(run_dir, steps, replace(job, time=time_limit_), gpus, per_node,
                                     command or ["python", "-m", "bench", "slurm", "..."]))
-    return Prepared(run_dir=run_dir, script=script, steps=steps, cells=cells)
+    warnings += [w for w in (shared_fs_warning(run_dir),) if w]
+    return Prepared(run_dir=run_dir, script=script, steps=steps, cells=cells, time=time_limit_,
+                    time_source=time_source, warnings=tuple(warnings))
 
 
 def submit_and_follow(script: Path, run_dir: Path, n_cells: int) -> int:

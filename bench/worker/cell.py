@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import gc
 import statistics
+import threading
 import time
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -40,6 +42,10 @@ MAX_RECOMPILE_STEPS = 5
 # graph at DDP's buckets and refuses a first bucket larger than the others (seen with torch 2.13 at
 # bucket_cap_mb=0.1).
 KNOWN_COMPILE_REFUSALS = ("First bucket should be smaller/equal to other buckets",)
+# How often a compiling step says it is alive: well inside any watchdog limit (run.cell_timeout_s is at
+# least tens of seconds), and rare enough to cost nothing (one events line a minute; a cold inductor
+# compile of smollm2-360m can take longer than the 600 s the GPU presets allow a silent cell).
+HEARTBEAT_S = 60.0
 
 
 def steps_needed(config: BenchConfig) -> int:
@@ -66,7 +72,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     del built
     clock = Stopwatch()
     with clock:
-        compile_s = warm_up(trainers, r.warmup_steps, device, guard)
+        compile_s = warm_up(trainers, r.warmup_steps, device, guard, progress)
         sync_device(device)
     trainers, _ = guard.each(trainers, lambda t: check_losses(t.losses))
     if not trainers:
@@ -103,13 +109,13 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
         out = {"identical": measure.params_identical(params, device)}
         if parity.needs_reference(trainer.cell):
             with clock:
-                out |= parity.gate(trainer, reference_for(trainer, trainers, config, rank, world_size),
-                                   trainer.cursor)
+                ddp = reference_for(trainer, trainers, config, rank, world_size)
+                out |= parity.gate(trainer, ddp, (skipped_steps(trainer), skipped_steps(ddp)))
         return out
 
     trainers, gated = guard.each(trainers, gates)
     progress("compute-only")
-    with clock:  # no_sync from here on: ranks' parameters drift apart, which the check above has seen
+    with clock:  # no gradient sync from here on: ranks' parameters drift apart, which the check above saw
         compute_only = compute_only_rounds(trainers, timed_steps, r.compute_only_steps, guard)
 
     def probes(trainer: Trainer) -> dict:
@@ -118,7 +124,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
         before, now = skipped_before[cell_id], skipped_steps(trainer)
         ranks = compute_only[cell_id]  # ranks × rounds: each rank's own work, for the skew
         return (gated[cell_id] | exposed_values(row["step_times_ms"], metrics.step_times_over_ranks(ranks))
-                | skew_values(ranks)
+                | skew_values(ranks) | {"compute_only_ms_per_rank": ranks}
                 | work_values(trainer, row, tokens, flops)
                 | probe_values(measure.allreduce_probe(trainer, r.probe_iters), world_size)
                 # the layout the engine used, as it reports it (cells.jsonl): what `bench project` reads
@@ -189,17 +195,36 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
 
 
 def outcome(row: dict, cell: Cell) -> tuple[str, str | None, dict]:
-    identical, within = row.pop("identical"), row.pop("within_tolerance", True)
+    identical, failure = row.pop("identical"), row.pop("parity_failure", None)
     if not identical:
         return "diverged", DIVERGED, row
-    if not within:
-        return "diverged", (f"parameters differ from eager torch DDP's by {row['param_max_abs_diff']:.3g}, "
-                            f"above the {cell.precision} tolerance {row['param_tolerance']:.3g} "
-                            "(bench/worker/parity.py)"), row
+    if failure:
+        return "diverged", failure, row
     return "ok", None, row
 
 
-def warm_up(trainers: list[Trainer], n: int, device: torch.device, guard: Guard) -> dict:
+@contextmanager
+def heartbeat(progress, what: str):
+    """While the block runs, `progress(f"{what} (N s)")` every HEARTBEAT_S from a thread: a compile runs
+    inside one step, and the launcher's watchdog (run.cell_timeout_s) hears nothing else meanwhile."""
+    done = threading.Event()
+    t0 = time.perf_counter()
+
+    def beat():
+        while not done.wait(HEARTBEAT_S):
+            progress(f"{what} ({time.perf_counter() - t0:.0f} s)")
+
+    thread = threading.Thread(target=beat, name="bench-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def warm_up(trainers: list[Trainer], n: int, device: torch.device, guard: Guard,
+            progress=lambda phase: None) -> dict:
     """Collective. n rounds of every trainer's step, then more (at most MAX_RECOMPILE_STEPS) while a
     compiled trainer still compiled in the last round. Returns per compiled cell the seconds of its
     warm-up steps that compiled (compile_s): 0 when every graph it runs was compiled earlier in the
@@ -223,7 +248,8 @@ def warm_up(trainers: list[Trainer], n: int, device: torch.device, guard: Guard)
                 continue
             graphs, t0 = counters["stats"]["unique_graphs"], time.perf_counter()
             try:
-                trainer.step()
+                with heartbeat(progress, f"compiling {cell.cell_id}"):
+                    trainer.step()
             except Exception as e:  # noqa: BLE001 - a known refusal is a skip; any other failure the cell's
                 if not any(text in str(e) for text in KNOWN_COMPILE_REFUSALS):
                     guard.fail(cell.cell_id, *failure(e))
@@ -290,12 +316,12 @@ def phase_pass(trainer: Trainer) -> dict[str, float | None]:
 
 def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int,
                         guard: Guard) -> dict[str, list[list[float]]]:
-    """Collective. n rounds of steps under no_sync() (no gradient communication), the trainers side by
-    side, replaying the timed window's batches: with variable-length data (MRPC-like) other batches have
-    other padded widths, so their compute would differ and exposed communication could go negative.
-    Returns per cell id its per-rank per-round step times (ranks × rounds, as measure.timed_rounds); empty
-    lists when n is 0. A step that raises fails its cell (`guard`; the ranks agree on it before this
-    returns)."""
+    """Collective. n rounds of steps in the engine's compute_only() (no gradient communication), the
+    trainers side by side, replaying the timed window's batches: with variable-length data (MRPC-like)
+    other batches have other padded widths, so their compute would differ and exposed communication could
+    go negative. Returns per cell id its step times per rank and round (ranks × rounds; nothing to wait
+    for, so each rank's time is its own compute: the straggler's evidence); empty lists when n is 0. A step
+    that raises fails its cell (`guard`; the ranks agree on it before this returns)."""
     if not n or not trainers:
         return {t.cell.cell_id: [] for t in trainers}
     replay = [timed_steps[i % len(timed_steps)] for i in range(n)]
@@ -306,7 +332,7 @@ def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int,
         def step():
             with guard.cell(trainer.cell.cell_id) as live:
                 if live:
-                    with trainer.engine.no_sync(trainer.model):
+                    with trainer.engine.compute_only(trainer.model):
                         trainer.step()
         return step
 

@@ -126,10 +126,13 @@ def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch
     "error" event says why; the others' say `peer`) and the run goes on. False when the ranks could not
     agree (plan_mode.group_failed): the process group is unusable and this rank must stop."""
     t_group = time.perf_counter()
-    try:
-        outcomes = measure_group(group, config, device, events)
-    except Exception:  # measure_group wrote the "error" event
-        outcomes = None
+    store = dist.distributed_c10d._get_default_store()
+    with plan_mode.FailureWatch(store, key, dist.get_rank(), plan_mode.abort_for(device)) as watch:
+        try:
+            outcomes = measure_group(group, config, device, events)
+        except Exception:  # measure_group wrote the "error" event
+            outcomes = None
+            watch.failed()  # the peers stop waiting for this rank now (NCCL: FailureWatch)
     failed = plan_mode.group_failed(key, outcomes is None, config.run.process_group_timeout_s, device)
     if failed is None:
         return False

@@ -128,11 +128,9 @@ class Trainer:
 
     def __init__(self, cell: Cell, config: BenchConfig, device: torch.device, rank: int, world_size: int,
                  n_steps: int):
-        self.cell, self.device = cell, device
+        self.cell, self.device, self.seed = cell, device, config.run.seed
         seed = config.run.seed
-        torch.manual_seed(seed)
-        if device.type == "cuda":
-            torch.cuda.manual_seed_all(seed)
+        seed_generators(seed, device)
         self.workload = get_workload(cell.model, cell.model_size, config.workload.options())
         module = build_on(self.workload, device)
         self.n_params = sum(p.numel() for p in module.parameters() if p.requires_grad)
@@ -191,6 +189,15 @@ class Trainer:
         self.last_loss = loss.detach()
         self.losses.append(self.last_loss)
         return self.last_loss
+
+
+def seed_generators(seed: int, device: torch.device) -> None:
+    """Seed the generators a model's initialisation draws from (CPU, and CUDA's on a GPU): every trainer
+    does this before building its model, so a group's engines and the ranks start from identical weights
+    (and the parity gate can build those weights again)."""
+    torch.manual_seed(seed)
+    if device.type == "cuda":
+        torch.cuda.manual_seed_all(seed)
 
 
 def make_optimizer(params, device: torch.device) -> torch.optim.Optimizer:
