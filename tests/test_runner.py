@@ -198,7 +198,7 @@ def test_killed_run_resumes_without_duplicates(tmp_path):
 
     resumed = run_bench(out, *overrides, extra=("--resume",))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "1 cells to run" in resumed.stdout
+    assert "(1 cell to run, 2 done before)" in resumed.stdout
     ids = [json.loads(line)["cell_id"] for line in cells.read_text().splitlines()]
     assert len(ids) == len(set(ids)) == 3 and ids[:2] == before
     _, rows = read_csv(out)
@@ -320,7 +320,7 @@ def test_resume_retry_runs_failed_cells_again_and_the_new_record_wins(tmp_path):
     assert run_bench(out, *overrides, "debug.fault=crash@-ga2-").returncode == 0
     assert [r["status"] for r in read_records(out)] == ["ok", "failed"]
     again = run_bench(out, *overrides, extra=("--resume", "--retry", "failed"))
-    assert again.returncode == 0 and "1 cells to run" in again.stdout, again.stderr[-2000:]
+    assert again.returncode == 0 and "(1 cell to run, 1 done before)" in again.stdout, again.stderr[-2000:]
     assert [r["status"] for r in read_records(out)] == ["ok", "ok"]  # one record per cell: the latest
     _, rows = read_csv(out)
     assert [r["status"] for r in rows] == ["ok", "ok"]
