@@ -136,7 +136,7 @@ def answer_section(run: Run, out_dir: Path) -> Section:
 
 
 def _failed(sec: Section, results: pd.DataFrame) -> None:
-    bad = results[results["status"] != "ok"]
+    bad = results[~results["status"].isin(("ok", "raced_out"))]  # a race's eliminations are no failure
     if not len(bad):
         return
     counts = ", ".join(f"{n} {s}" for s, n in bad["status"].value_counts().sort_index().items())

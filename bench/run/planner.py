@@ -6,6 +6,8 @@ nothing.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -13,6 +15,9 @@ from dataclasses import dataclass
 from bench.config import BenchConfig, ConfigError, load_config, resolve_path
 from bench.matrix import Cell, by_launch, expand
 from bench.run import checks
+from bench.schema import MiB
+
+GiB = 1024 * MiB
 
 
 @dataclass(frozen=True)
@@ -35,14 +40,21 @@ class Plan:
 
 
 def plan(config: str, overrides: list[str] = (), *, plan_only: bool = False, nnodes: int = 1,
-         gpus_per_node: int | None = None) -> Plan:
+         gpus_per_node: int | None = None, search: str | None = None,
+         memory_gb: float | None = None) -> Plan:
     """Load the preset `config` (a name or a TOML path) with `--set` overrides, check it against the machine
     and expand its cells. With `plan_only` and `gpus_per_node`, the check is against `nnodes` × that many
-    GPUs rather than this machine's (a GPU-less login node planning a CUDA run). Warnings that do not stop
-    the run (CPU ranks sharing cores, timing-relevant variables) go to stderr."""
+    GPUs rather than this machine's (a GPU-less login node planning a CUDA run). `search` (--search) sets
+    run.search; `memory_gb` (--memory-gb) and, in a racing search, the GPU's own memory skip the cells whose
+    per-rank state cannot fit (`prune_memory`). Warnings that do not stop the run (CPU ranks sharing cores,
+    timing-relevant variables) go to stderr."""
     for flag, value in (("--nnodes", nnodes), ("--gpus-per-node", gpus_per_node)):
         if value is not None and value < 1:
             raise ConfigError(f"{flag}={value}: must be at least 1")
+    if memory_gb is not None and not (memory_gb > 0 and math.isfinite(memory_gb)):
+        raise ConfigError(f"--memory-gb={memory_gb:g}: must be a number of GiB above 0")
+    if search is not None:
+        overrides = [*overrides, f"run.search={search}"]
     if gpus_per_node is not None and not plan_only:
         raise ConfigError(f"--gpus-per-node={gpus_per_node}: only with --plan-only (a run uses this "
                           "machine's GPUs)")
@@ -70,7 +82,36 @@ def plan(config: str, overrides: list[str] = (), *, plan_only: bool = False, nno
     for warning in timing_warnings(dict(os.environ)):  # recorded in env.json and the report too
         print(f"warning: {warning}", file=sys.stderr)
     cells = expand(resolved, bf16_supported=bf16_ok, gpu_count=None if plan_only else gpu_count)
+    device_bytes = checks.device_memory_bytes(resolved) if resolved.run.search != "grid" else None
+    if memory_gb is not None or device_bytes is not None:
+        cells = prune_memory(cells, resolved, memory_gb, device_bytes)
     return Plan(config=resolved, cells=tuple(cells), preset=resolve_path(config).stem)
+
+
+def prune_memory(cells: list[Cell], config: BenchConfig, memory_gb: float | None,
+                 device_bytes: int | None) -> list[Cell]:
+    """The cells with a skip reason added where the per-rank state the engine says it holds (parameters,
+    gradients and AdamW's moments: Engine.state_bytes_per_rank, from the model's fp32 parameter count on
+    the meta device) exceeds `memory_gb` GiB or the device's memory. Activations are not counted, so a
+    cell kept here can still run out of memory; one skipped here cannot fit."""
+    from bench import engines
+    from bench.run.estimate import model_size_counts
+
+    n_params, _ = model_size_counts(config)
+    limits = [(memory_gb * GiB, f"--memory-gb {memory_gb:g}")] if memory_gb is not None else []
+    if device_bytes is not None:
+        limits.append((device_bytes, f"the GPU's {device_bytes / GiB:.1f} GiB"))
+    out = []
+    for cell in cells:
+        state = sum(engines.get(cell.engine).state_bytes_per_rank(4 * n_params, cell.world_size,
+                                                                  cell).values())
+        over = next((why for limit, why in limits if state > limit), None)
+        if over is not None and not cell.skip_reason:
+            cell = dataclasses.replace(cell, skip_reason=(
+                f"per-rank state {state / GiB:.3g} GiB (parameters, gradients, AdamW moments by the "
+                f"engine's layout) exceeds {over}: it cannot fit"))
+        out.append(cell)
+    return out
 
 
 def describe(plan: Plan) -> list[str]:

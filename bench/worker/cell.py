@@ -25,8 +25,11 @@ import torch.distributed as dist
 from bench import metrics, stats
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell
+from bench.race import Elimination
 from bench.worker import measure, parity
+from bench.worker.groups import torch_twin
 from bench.worker.measure import Stopwatch
+from bench.worker.racing import RaceBook, race_rounds
 from bench.worker.trainer import PhaseClock, Trainer, sync_device
 
 DIVERGED = "parameters differ across ranks after the timed steps"
@@ -51,9 +54,13 @@ def steps_needed(config: BenchConfig) -> int:
 
 
 def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank: int, world_size: int,
-              progress=lambda phase: None) -> list[tuple[str, str | None, dict]]:
-    """Collective. Every phase of the group's cells → per cell (status "ok" | "diverged", error, measured
-    part of the row). `progress(phase)` is called between phases (the launcher's watchdog hears it)."""
+              progress=lambda phase: None,
+              book: RaceBook | None = None) -> list[tuple[str, str | None, dict]]:
+    """Collective. Every phase of the group's cells → per cell (status "ok" | "diverged" | "raced_out",
+    error, measured part of the row). `progress(phase)` is called between phases (the launcher's watchdog
+    hears it). With a RaceBook the group is a race (bench/worker/racing.py): the candidates it eliminates
+    stop after their timed rounds (status raced_out, their rounds so far and the comparison), and only
+    the survivors go through the phases after them."""
     r = config.run
     all_cells, dropped = cells, {}
     trainers = [Trainer(c, config, device, rank, world_size, steps_needed(config)) for c in cells]
@@ -66,14 +73,34 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     if not trainers:
         return [(*dropped[c.cell_id], {}) for c in all_cells]
     progress("timed")
-    first_timed = trainers[0].cursor
+    first_timed = trainers[0].cursor  # every trainer has stepped as often: the warm-up is common
     skipped_before = [skipped_steps(t) for t in trainers]  # syncs, outside the timed window
-    reference = next((i for i, c in enumerate(cells) if c.is_baseline), None)
+    raced_out: dict[str, tuple[str, str | None, dict]] = {}  # cell id → its outcome, eliminated by a race
+    raced_cells: dict[str, Cell] = {}
     with clock:
-        per_rank, stopped_by = adaptive_rounds([t.step for t in trainers], config, device, reference,
-                                               progress)
-    skipped_timed = [None if b is None else skipped_steps(t) - b for t, b in zip(trainers, skipped_before)]
-    timed_steps = trainers[0].schedule[first_timed:trainers[0].cursor]  # the same batches for every engine
+        if book is None:
+            reference = next((i for i, c in enumerate(cells) if c.is_baseline), None)
+            per_rank, stopped_by = adaptive_rounds([t.step for t in trainers], config, device, reference,
+                                                   progress)
+        else:
+            def eliminate(i: int, ranks: list[list[float]], why: Elimination) -> None:
+                # every rank, in the same order, at the look that decided it: its row, then its trainer goes
+                raced_out[cells[i].cell_id] = raced_out_outcome(trainers[i], ranks, why, compile_s,
+                                                                len(cells) > 1)
+                raced_cells[cells[i].cell_id] = cells[i]
+                trainers[i] = None
+                release(device)
+
+            rounds = race_rounds([t.step for t in trainers], cells, config, device, book, eliminate, progress)
+            per_rank, stopped_by = rounds.per_rank, rounds.stopped_by
+    kept = [i for i, t in enumerate(trainers) if t is not None]
+    skipped_timed = [None if skipped_before[i] is None else skipped_steps(trainers[i]) - skipped_before[i]
+                     for i in kept]
+    per_rank = [per_rank[i] for i in kept]
+    trainers = [trainers[i] for i in kept]
+    cells = [t.cell for t in trainers]
+    # each trainer's own timed batches (a race group's candidates differ in per-rank batch and accumulation)
+    timed_steps = [t.schedule[first_timed:t.cursor] for t in trainers]
     progress("checks")
     rows = []
     for trainer, ranks in zip(trainers, per_rank):
@@ -93,8 +120,8 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     progress("compute-only")
     with clock:  # no_sync from here on: ranks' parameters drift apart, which the check above has seen
         compute_only = compute_only_rounds(trainers, timed_steps, r.compute_only_steps)
-    for row, trainer, samples in zip(rows, trainers, compute_only):
-        tokens, flops = measure.work_per_step(trainer, timed_steps)
+    for row, trainer, samples, timed in zip(rows, trainers, compute_only, timed_steps):
+        tokens, flops = measure.work_per_step(trainer, timed)
         row |= exposed_values(row["step_times_ms"], samples) | work_values(trainer, row, tokens, flops)
         row |= probe_values(measure.allreduce_probe(trainer, r.probe_iters), world_size)
         # the layout the engine used, as it reports it (cells.jsonl): what `bench project` reads
@@ -103,16 +130,23 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     for row, trainer, timed in zip(rows, trainers, skipped_timed):
         row |= {"loss_scale": trainer.precision.loss_scale(), "skipped_steps": skipped_steps(trainer),
                 "skipped_timed_steps": timed}
-    del trainers, trainer
+    trainers.clear()  # the trainers go before the memory pass builds each cell's alone
+    del trainer
     release(device)
     progress("memory")
     for row, cell in zip(rows, cells):
         row |= solo_peak_memory(cell, config, device, rank, world_size)
-        row["steps_wall_s"] = clock.seconds / len(cells)
-        row["interleaved"] = len(cells) > 1
+        row["steps_wall_s"] = clock.seconds / len(all_cells)
+        row["interleaved"] = len(all_cells) - len(dropped) > 1
         row["stopped_by"] = stopped_by
-    add_speed_vs_torch(cells, rows)
+    add_speed_vs_torch(cells, rows, [(raced_cells[i], row) for i, (_, _, row) in raced_out.items()])
     outcomes = dict(zip([c.cell_id for c in cells], (outcome(row, c) for row, c in zip(rows, cells))))
+    if book is not None:
+        for cell, row in zip(cells, rows):
+            book.add(cell, row["step_times_ms"])
+    for _, _, row in raced_out.values():
+        row["steps_wall_s"] = clock.seconds / len(all_cells)
+    outcomes |= raced_out
     return [outcomes.get(c.cell_id) or (*dropped[c.cell_id], {}) for c in all_cells]
 
 
@@ -160,6 +194,19 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
         progress(f"timed ({points[i + 1]} rounds)")
         run(points[i + 1] - done)
     raise AssertionError("unreachable: the last checkpoint is max_timed_steps, where stop_reason stops")
+
+
+def raced_out_outcome(trainer: Trainer, per_rank: list[list[float]], why: Elimination,
+                      compile_s: dict, interleaved: bool) -> tuple[str, str | None, dict]:
+    """Collective. An eliminated candidate's outcome: status raced_out (diverged if its ranks' parameters
+    already differ), its timed rounds so far and the comparison that eliminated it."""
+    row = timed_values(per_rank, trainer.cell.global_batch) | why.columns() | {
+        "compile_s": compile_s.get(trainer.cell.cell_id), "interleaved": interleaved,
+        **trainer.precision.flags,
+        **trainer.engine.state_bytes_per_rank(trainer.param_bytes, trainer.cell.world_size, trainer.cell)}
+    if not measure.params_identical(trainer.engine.full_parameters(trainer.model), trainer.device):
+        return "diverged", DIVERGED, row
+    return "raced_out", why.sentence(), row
 
 
 def outcome(row: dict, cell: Cell) -> tuple[str, str | None, dict]:
@@ -260,16 +307,16 @@ def phase_pass(trainer: Trainer) -> dict[str, float | None]:
             "optimizer": clock.ms["opt_step"]}
 
 
-def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int) -> list[list[float]]:
+def compute_only_rounds(trainers: list[Trainer], timed_steps: list[list], n: int) -> list[list[float]]:
     """Collective. n rounds of steps under no_sync() (no gradient communication), the trainers side by
-    side, replaying the timed window's batches: with variable-length data (MRPC-like) other batches have
-    other padded widths, so their compute would differ and exposed communication could go negative.
-    Returns per trainer its per-round step times (max over ranks); empty lists when n is 0."""
+    side, each replaying its own timed window's batches (timed_steps[i]): with variable-length data
+    (MRPC-like) other batches have other padded widths, so their compute would differ and exposed
+    communication could go negative. Returns per trainer its per-round step times (max over ranks); empty
+    lists when n is 0."""
     if not n:
         return [[] for _ in trainers]
-    replay = [timed_steps[i % len(timed_steps)] for i in range(n)]
-    for trainer in trainers:
-        trainer.schedule[trainer.cursor:trainer.cursor + n] = replay
+    for trainer, timed in zip(trainers, timed_steps):
+        trainer.schedule[trainer.cursor:trainer.cursor + n] = [timed[i % len(timed)] for i in range(n)]
 
     def without_sync(trainer):
         def step():
@@ -370,15 +417,19 @@ def probe_values(probe: measure.Probe, world_size: int) -> dict:
             "allreduce_sweep": sweep}
 
 
-def add_speed_vs_torch(cells: list[Cell], rows: list[dict]) -> None:
-    """Per non-torch engine of the group, against the group's torch DDP cell: the median over rounds of
-    torch step / engine step, its 95 % interval, and the verdict. Empty without a torch cell."""
-    torch_rows = [row for cell, row in zip(cells, rows) if cell.is_baseline]
+def add_speed_vs_torch(cells: list[Cell], rows: list[dict], raced: list[tuple[Cell, dict]] = ()) -> None:
+    """Per non-torch cell of the group, against the plain torch DDP cell of its configuration in the group
+    (groups.torch_twin; a race group holds several, and a torch cell it raced out still has its rounds
+    so far, `raced`): the median over the rounds they shared of torch step / this cell's step, its 95 %
+    interval, and the verdict. Empty without such a cell."""
+    pool = [*zip(cells, rows), *raced]
     for cell, row in zip(cells, rows):
         ratio = low = high = p = None
-        if torch_rows and not cell.is_baseline:
-            ratio, low, high = stats.paired_ratio(torch_rows[0]["step_times_ms"], row["step_times_ms"])
-            p = stats.sign_test_p(torch_rows[0]["step_times_ms"], row["step_times_ms"])
+        twin = torch_twin(cell, [c for c, _ in pool])
+        if twin is not None:
+            torch_steps = pool[twin][1]["step_times_ms"]
+            ratio, low, high = stats.paired_ratio(torch_steps, row["step_times_ms"])
+            p = stats.sign_test_p(torch_steps, row["step_times_ms"])
         row |= {"speed_vs_torch": ratio, "speed_vs_torch_ci95_low": low, "speed_vs_torch_ci95_high": high,
                 "speed_vs_torch_half_width_pct": stats.half_width_pct(ratio, low, high),
                 "speed_vs_torch_p": p, "verdict_vs_torch": stats.verdict(low, high)}
