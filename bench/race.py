@@ -90,21 +90,23 @@ def looks(minimum: int, maximum: int, candidates: int, alpha: float = RACE_ALPHA
     """The race's pre-set looks, (rounds, the share of `alpha` the look spends), fixed before any round from
     the round limits (run.timed_steps × repeats, the adaptive cap) and the number of candidates alone.
 
-    The first look spends FIRST_LOOK_SHARE of alpha (all of it when it is the only look) and comes at the
-    fewest rounds at which it can eliminate anything (`smallest_rounds`), never before `minimum`; the later
-    looks are the adaptive rounds' checkpoints beyond it (stats.checkpoints: doubling up to `maximum`),
-    sharing the rest equally. Empty when no look can eliminate (one candidate; too few rounds allowed)."""
+    The first look spends FIRST_LOOK_SHARE of alpha and comes at the fewest rounds at which it can
+    eliminate anything (`smallest_rounds`), before `minimum` if that is enough (the minimum is the
+    survivors' floor, not a candidate's: an elimination needs only its corrected test); the later looks
+    are the adaptive rounds' checkpoints beyond it (stats.checkpoints: `minimum`, doubling up to
+    `maximum`), sharing the rest equally. Without a checkpoint after it (fixed rounds, maximum =
+    minimum), one look at `maximum` spends all of alpha. Empty when no look can eliminate (one candidate;
+    too few rounds)."""
     if candidates < 2:
         return []
     checkpoints = stats.checkpoints(minimum, maximum)
-    first_share = alpha * FIRST_LOOK_SHARE if len(checkpoints) > 1 else alpha
-    first = max(minimum, smallest_rounds(candidates, first_share))
-    if first > maximum:
-        return []
+    first = smallest_rounds(candidates, alpha * FIRST_LOOK_SHARE)
     later = [n for n in checkpoints if n > first]
-    if not later:
-        return [(first, alpha)]
-    return [(first, first_share)] + [(n, (alpha - first_share) / len(later)) for n in later]
+    if first <= maximum and later:
+        rest = alpha * (1 - FIRST_LOOK_SHARE) / len(later)
+        return [(first, alpha * FIRST_LOOK_SHARE)] + [(n, rest) for n in later]
+    # no checkpoint after the first possible look (fixed rounds): one look at the end, all of alpha
+    return [(maximum, alpha)] if smallest_rounds(candidates, alpha) <= maximum else []
 
 
 def smallest_rounds(candidates: int, share: float) -> int:
@@ -219,27 +221,33 @@ def _elimination(c: str, against: str, p: float, level: float, rounds: int, pair
 
 
 
-# What a configuration is across world sizes, for carrying a race's verdict to larger ones: everything a
-# user chooses but the world size and the batch (per-rank and global batch follow from the scaling rule,
-# so one configuration meets one recipe per scaling at each world size).
+# What a world size's race decides for larger ones: the choices it exercises. From two ranks up, the whole
+# configuration (everything a user chooses but the world size and the batch: the per-rank and global batch
+# follow from the scaling rule, so one configuration meets one recipe per scaling at each world size).
 CARRY_KEYS = ("model", "model_size", "engine", "engine_options", "bucket_cap_mb", "precision", "comm_dtype",
               "grad_accum")
-# Races from this world size up decide what is launched at larger ones: at one rank nothing is
-# communicated, so a race there compares the engines', buckets' and comm dtypes' overhead without the
-# communication they exist to hide, and would prune the configurations that win once there is some.
-CARRY_FROM_WORLD_SIZE = 2
+# At one rank nothing is communicated, so a race there compares the engines', bucket sizes' and comm
+# dtypes' overhead without the communication they exist to hide, and would prune what wins once there is
+# some: from world size 1 only the precision and accumulation carry (every engine, bucket and comm dtype of
+# them raced out).
+CARRY_KEYS_ONE_RANK = ("model", "model_size", "precision", "grad_accum")
+
+
+def carry_keys(world_size: int) -> tuple[str, ...]:
+    """The choices a race at `world_size` decides for larger world sizes."""
+    return CARRY_KEYS_ONE_RANK if world_size == 1 else CARRY_KEYS
 
 
 def not_launched(cell, records: list[dict]) -> dict | None:
-    """For `cell` of a `race` search (not race-all-sizes): the raced_out record of a smaller world size
-    (at least CARRY_FROM_WORLD_SIZE; the largest such) at which every recorded cell of its configuration
-    (CARRY_KEYS) was raced out, in every recipe it ran there; None when it must be launched. The record of
-    the same scaling rule is preferred, as the closest recipe."""
-    mine = tuple(getattr(cell, k) for k in CARRY_KEYS)
+    """For `cell` of a `race` search (not race-all-sizes): the raced_out record of a smaller world size at
+    which every recorded cell sharing its choices (carry_keys of that size) was raced out, in every recipe
+    it ran there (the largest such world size); None when it must be launched. A record of the same
+    scaling rule is preferred, as the closest recipe."""
     by_size: dict[int, list[dict]] = {}
     for record in records:
         ws = int(record["world_size"])
-        if CARRY_FROM_WORLD_SIZE <= ws < cell.world_size and tuple(record.get(k) for k in CARRY_KEYS) == mine:
+        keys = carry_keys(ws)
+        if ws < cell.world_size and all(record.get(k) == getattr(cell, k) for k in keys):
             by_size.setdefault(ws, []).append(record)
     for ws in sorted(by_size, reverse=True):
         rows = by_size[ws]
@@ -250,7 +258,9 @@ def not_launched(cell, records: list[dict]) -> dict | None:
 
 def not_launched_reason(cell, source: dict) -> str:
     """The `error` of a cell not launched because `source` (not_launched) was raced out."""
-    return (f"not launched at world size {cell.world_size}: its configuration was raced out at world size "
+    what = ("its configuration" if int(source["world_size"]) > 1
+            else f"{cell.precision} with accumulation {cell.grad_accum} (every engine and bucket size of it)")
+    return (f"not launched at world size {cell.world_size}: {what} was raced out at world size "
             f"{source['world_size']} in every recipe it ran there ({source['cell_id']}: "
             f"{source.get('race_slowdown') or float('nan'):.3f}× the step of {source.get('race_against')}); "
             f"--search race-all-sizes races it at every world size")

@@ -9,11 +9,16 @@ import numpy as np
 import pytest
 
 from bench import race, stats
-from bench.config import load_config
+from bench.config import ConfigError, load_config
 from bench.matrix import expand
+from bench.run.estimate import estimate_seconds, race_seconds
+from bench.run.planner import plan
 from bench.run.results import make_record
 from bench.worker import racing
+from bench.worker.groups import race_groups, torch_twin
+from bench.workloads.mlp import MLPWorkload
 from tests import synthetic_steps as syn
+from tests.test_estimate import HAND
 
 
 def test_one_sided_sign_test_by_hand():
@@ -36,8 +41,11 @@ def test_looks_by_hand():
     assert [share for _, share in looks] == pytest.approx([0.025, 0.00625, 0.00625, 0.00625, 0.00625])
     assert sum(share for _, share in looks) == pytest.approx(race.RACE_ALPHA)
     assert [n for n, _ in race.looks(10, 160, 35)] == [16, 20, 40, 80, 160]
-    assert [n for n, _ in race.looks(20, 320, 35)] == [20, 40, 80, 160, 320]  # never before the minimum
-    assert race.looks(8, 8, 4) == [(8, pytest.approx(0.05))]  # fixed rounds: one look, all of alpha
+    # before the minimum when that is enough (the minimum is the survivors' floor): 35 at 16 of 20
+    assert [n for n, _ in race.looks(20, 320, 35)] == [16, 20, 40, 80, 160, 320]
+    # fixed rounds (the cap is the minimum): the first look and the end share alpha; a single look, all of it
+    assert race.looks(20, 20, 35) == [(16, pytest.approx(0.025)), (20, pytest.approx(0.025))]
+    assert race.looks(8, 8, 4) == [(8, pytest.approx(0.05))]  # 2^-9 <= 0.025 / 12, 2^-8 <= 0.05 / 12
     assert race.looks(6, 6, 4) == []  # 2^-6 > 0.05 / 12: no look can eliminate among 4 in 6 rounds
     assert race.looks(10, 160, 1) == []
 
@@ -105,8 +113,14 @@ def test_not_launched_by_hand():
     assert "--search race-all-sizes" in race.not_launched_reason(at4, source)
     ws2[1]["status"] = "ok"  # survived one of its recipes: launched
     assert race.not_launched(at4, ws1 + ws2) is None
-    # world size 1 prunes nothing: no communication there
-    assert race.not_launched(at4, [record(c, "raced_out") for c in same if c.world_size == 1]) is None
+    # world size 1 decides the precision and accumulation only: naive's cells all out there prune nothing
+    # while another engine of fp32, accumulation 1 survives there
+    ones = [c for c in cells if c.world_size == 1 and c.grad_accum == 1]
+    assert race.not_launched(at4, [record(c, "raced_out" if c.engine == "naive" else "ok")
+                                   for c in ones]) is None
+    all_out = race.not_launched(at4, [record(c, "raced_out") for c in ones])
+    assert all_out is not None and all_out["world_size"] == 1
+    assert "fp32 with accumulation 1" in race.not_launched_reason(at4, all_out)
 
 
 # ---- the ranks' decisions on synthetic step times -------------------------------------------------------
@@ -173,3 +187,74 @@ def test_a_race_of_equals_eliminates_nothing_in_95_pct(k):
     reps = 300
     clean = sum(len(simulate(rng, [1.0] * k, config, cells)[0]) == k for _ in range(reps))
     assert clean / reps >= 0.95, (clean, reps)
+
+
+# ---- how a race is planned: its groups, the cells memory rules out, its --dry-run range ---------------
+
+def default_ws2():
+    config = load_config("default", ["run.device=cpu", "matrix.world_size=2", "run.search=race"])
+    return config, [c for c in expand(config) if not c.skip_reason]
+
+
+def test_race_groups_hold_a_recipe_and_split_it_by_whole_engine_groups():
+    config, cells = default_ws2()
+    whole = race_groups(cells, most=100)
+    assert [len(g) for g in whole] == [35, 14, 14]  # global batch 16 (two ways), 8, 32
+    assert all(len({race.recipe(c) for c in g}) == 1 for g in whole)
+    cut = race_groups(cells, most=10)
+    assert sum(len(g) for g in cut) == 63 and max(len(g) for g in cut) <= 10
+    assert all(len({race.recipe(c) for c in g}) == 1 for g in cut)
+    # an engine group stays together (naive beside torch at 25 MiB) where it fits
+    naive = next(c for c in cells if c.engine == "naive" and c.global_batch == 8 and c.precision == "fp32")
+    home = next(g for g in cut if naive in g)
+    assert torch_twin(naive, home) is not None
+    assert home[torch_twin(naive, home)].bucket_cap_mb == 25.0
+
+
+def test_torch_twin_by_hand():
+    config, cells = default_ws2()
+    by_id = {c.cell_id: c for c in cells}
+    naive = by_id["naive-mlp.small-ws2-bna-fp32-cnone-ga1-strong-gb16"]
+    bucketed = by_id["bucketed-mlp.small-ws2-b1-bf16-cnone-ga2-weak-gb16"]
+    twin = cells[torch_twin(naive, cells)]
+    assert twin.cell_id == "torch-mlp.small-ws2-b25-fp32-cnone-ga1-strong-gb16"
+    assert cells[torch_twin(bucketed, cells)].cell_id == "torch-mlp.small-ws2-b1-bf16-cnone-ga2-weak-gb16"
+    assert torch_twin(twin, cells) is None
+    powersgd = by_id["torch-mlp.small-ws2-b25-fp32-cnone-ga1-strong-gb16-hpowersgd.r4"]
+    assert cells[torch_twin(powersgd, cells)] == twin  # an option's cell is compared with plain torch
+
+
+def test_memory_prunes_by_the_engines_per_rank_state():
+    # mlp.small: 3,684,362 fp32 parameters = 14.74 MB. A replicating engine holds 5 copies (parameters,
+    # gradient and bucket copy, AdamW's two moments) = 73.7 MB = 0.0686 GiB; fsdp2 at 2 ranks a half of 4
+    # (no bucket copy) = 29.5 MB = 0.0274 GiB. --memory-gb 0.05 keeps fsdp2 only.
+    planned = plan("default", ["run.device=cpu", "matrix.world_size=2"], memory_gb=0.05)
+    kept = [c for c in planned.runnable]
+    assert kept and {c.engine for c in kept} == {"fsdp2"}
+    dropped = next(c for c in planned.cells if c.engine == "torch")
+    assert "per-rank state 0.0686 GiB" in dropped.skip_reason and "--memory-gb 0.05" in dropped.skip_reason
+    with pytest.raises(ConfigError, match=r"--memory-gb=0: must be"):
+        plan("default", ["run.device=cpu"], memory_gb=0)
+    assert plan("cpu-smoke", [], search="race").config.run.search == "race"
+    with pytest.raises(ConfigError, match=r"run.search='bogus': must be one of"):
+        plan("cpu-smoke", ["run.search=bogus"])
+
+
+def test_race_estimate_hand_worked(monkeypatch):
+    # One recipe of two candidates (torch, bucketed: the rates give them the same 0.30 s step, HAND of
+    # tests/test_estimate.py), adaptive to ±5 % from 20 rounds. race.looks(20, 320, 2): the first look at
+    # ⌈log2(2 / 0.025)⌉ = 7 rounds. low: one survives, a full cell (12.4 s, tests/test_estimate.py), the
+    # other costs a build 0.1 + 0.5 + (5 warm-up + 7 rounds) × 0.30 = 4.2 s; high: both tie, both full.
+    # Both: + run 7 + one launch 10.
+    config = load_config("cpu-smoke", ["matrix.engine=torch,bucketed", "matrix.world_size=4",
+                                       "matrix.grad_accum=2", "matrix.scaling=weak", "workload.per_rank_batch=8",
+                                       "run.warmup_steps=5", "run.timed_steps=20", "run.repeats=1",
+                                       "run.phase_steps=3", "run.compute_only_steps=10", "run.target_ci_pct=5",
+                                       "profile.enabled=false", "run.search=race"])
+    monkeypatch.setattr("bench.run.estimate.model_size_counts", lambda config: (10_000_000, 100))
+    monkeypatch.setattr(MLPWorkload, "train_flops_per_sample", lambda self, batch=None: 1e10)
+    cells = expand(config)
+    assert race.looks(20, 320, 2)[0][0] == 7
+    low, high = race_seconds(config, cells, HAND)
+    assert low == pytest.approx(17.0 + 12.4 + 4.2)
+    assert high == pytest.approx(17.0 + 2 * 12.4) == pytest.approx(estimate_seconds(config, cells, HAND))

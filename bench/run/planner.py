@@ -124,11 +124,14 @@ def describe(plan: Plan) -> list[str]:
              + (f"  ({cell.skip_reason})" if cell.skip_reason else "")
              + ("  [profiled]" if cell.cell_id in profiled else "") for cell in cells]
     est = estimate_seconds(config, cells)
+    grid = " as a grid" if config.run.search != "grid" else ""
     lines.append(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} "
-                 f"skipped, {len(by_launch(runnable))} launches; estimated wall time ~{est / 60:.1f} min "
-                 f"(bench.run.estimate.RATES: calibrated on a 2-core CPU and one H100; GPU all-reduce speed "
-                 f"assumed)")
+                 f"skipped, {len(by_launch(runnable))} launches; estimated wall time{grid} "
+                 f"~{est / 60:.1f} min (bench.run.estimate.RATES: calibrated on a 2-core CPU and one H100; "
+                 f"GPU all-reduce speed assumed)")
     r = config.run
+    if r.search != "grid" and runnable:
+        lines.append(race_line(config, cells))
     if r.adaptive and runnable:
         rounds = sorted(expected_rounds(config, cells))
         median = rounds[len(rounds) // 2]
@@ -136,3 +139,22 @@ def describe(plan: Plan) -> list[str]:
                      f"until ±{r.target_ci_pct:g} % (run.target_ci_pct), at most {r.max_timed_steps} rounds "
                      f"or {r.max_group_s:g} s a group")
     return lines
+
+
+def race_line(config, cells: list[Cell]) -> str:
+    """`--dry-run` of a racing search: its wall-time range and what the range assumes."""
+    from bench.run.estimate import race_looks, race_seconds
+
+    r = config.run
+    low, high = race_seconds(config, cells)
+    firsts = sorted({looks[0][0] for looks in race_looks(config, [c for c in cells if not c.skip_reason])
+                     if looks})
+    at = f"round {firsts[0]}" + (f"-{firsts[-1]}" if len(firsts) > 1 and firsts[-1] != firsts[0] else "") \
+        if firsts else "no round (too few candidates or rounds to eliminate any)"
+    carry = ("; a configuration raced out in every recipe of a world size not launched at larger ones (from "
+             "one rank: its precision and accumulation only)" if r.search == "race" else "")
+    return (f"racing (run.search = {r.search}): ~{low / 60:.1f}-{high / 60:.1f} min: every candidate "
+            f"stepped to its recipe's first look ({at}, by its number of candidates), then from one "
+            f"survivor per recipe (low) to every configuration the rates cannot tell from its recipe's "
+            f"fastest within ±{r.target_ci_pct:g} % (high; they give every engine and bucket size the same "
+            f"step){carry}")

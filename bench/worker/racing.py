@@ -111,8 +111,8 @@ def race_rounds(steps: list[Callable[[], object]], cells: list[Cell], config: Be
             on_eliminated(e, per_rank[e], eliminated[e])
         progress(f"timed ({done} rounds, {len(alive)} of {len(steps)} racing)")
         why, fill = decision[1], decision[2]
-        if not r.adaptive or (why is not None and not fill):
-            return RaceRounds(per_rank, why, eliminated)
+        if not r.adaptive and done >= r.min_timed_steps:  # fixed rounds: they are done
+            return RaceRounds(per_rank, None, eliminated)
         if why is not None:
             run(fill)
             return RaceRounds(per_rank, why, eliminated)
@@ -123,7 +123,8 @@ def race_rounds(steps: list[Callable[[], object]], cells: list[Cell], config: Be
 def decide(per_rank: list, alive: list[int], cells: list[Cell], config: BenchConfig, done: int,
            share: float, upcoming: int, earlier: dict, elapsed_s: float) -> list:
     """Rank 0 at a look: [eliminated (index → Elimination's fields), why the survivors stop (None: go on;
-    None with adaptivity off), rounds that still fit in their budget after a "budget" stop]."""
+    always before run.timed_steps × repeats rounds, the survivors' minimum, and with adaptivity off),
+    rounds that still fit in their budget after a "budget" stop]."""
     r = config.run
     samples = {e: metrics.step_times_over_ranks(per_rank[e]) for e in alive}
     out = race.eliminate({cells[e].cell_id: samples[e] for e in alive}, done, share, earlier)
@@ -131,6 +132,8 @@ def decide(per_rank: list, alive: list[int], cells: list[Cell], config: BenchCon
     if not r.adaptive:
         return [gone, None, 0]
     left = [e for e in alive if e not in gone]
+    if done < r.min_timed_steps:  # a look before the minimum rounds only eliminates: survivors go on
+        return [gone, None, 0]
     local = {e: j for j, e in enumerate(left)}
     worst = stats.widest_half_width_pct([samples[e] for e in left],
                                         [(local[a], local[b]) for a, b in twins(cells, left)])
