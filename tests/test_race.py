@@ -246,11 +246,11 @@ def test_race_estimate_hand_worked(monkeypatch):
     # ⌈log2(2 / 0.025)⌉ = 7 rounds. low: one survives, a full cell (12.4 s, tests/test_estimate.py), the
     # other costs a build 0.1 + 0.5 + (5 warm-up + 7 rounds) × 0.30 = 4.2 s; high: both tie, both full.
     # Both: + run 7 + one launch 10.
-    config = load_config("cpu-smoke", ["matrix.engine=torch,bucketed", "matrix.world_size=4",
-                                       "matrix.grad_accum=2", "matrix.scaling=weak", "workload.per_rank_batch=8",
-                                       "run.warmup_steps=5", "run.timed_steps=20", "run.repeats=1",
-                                       "run.phase_steps=3", "run.compute_only_steps=10", "run.target_ci_pct=5",
-                                       "profile.enabled=false", "run.search=race"])
+    config = load_config("cpu-smoke", [
+        "matrix.engine=torch,bucketed", "matrix.world_size=4", "matrix.grad_accum=2", "matrix.scaling=weak",
+        "workload.per_rank_batch=8", "run.warmup_steps=5", "run.timed_steps=20", "run.repeats=1",
+        "run.phase_steps=3", "run.compute_only_steps=10", "run.target_ci_pct=5", "profile.enabled=false",
+        "run.search=race"])
     monkeypatch.setattr("bench.run.estimate.model_size_counts", lambda config: (10_000_000, 100))
     monkeypatch.setattr(MLPWorkload, "train_flops_per_sample", lambda self, batch=None: 1e10)
     cells = expand(config)

@@ -72,7 +72,8 @@ def test_a_race_does_not_launch_what_a_smaller_world_size_raced_out(tmp_path):
     (tmp_path / run_folder.LOGS).mkdir()
     for cell in (c for c in cells if c.world_size == 2):
         status = "raced_out" if cell.engine == "naive" else "ok"
-        measured = {"race_against": "torch-x", "race_slowdown": 1.5, "race_round": 13} if status != "ok" else {}
+        measured = {"race_against": "torch-x", "race_slowdown": 1.5, "race_round": 13} \
+            if status != "ok" else {}
         results.append_record(tmp_path, results.make_record(cell, config, status, "why", measured))
     sweep = Sweep(config, tmp_path, Progress(total=4, stream=open(os.devnull, "w")))
     at4 = [c for c in cells if c.world_size == 4]
