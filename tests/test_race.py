@@ -258,3 +258,18 @@ def test_race_estimate_hand_worked(monkeypatch):
     low, high = race_seconds(config, cells, HAND)
     assert low == pytest.approx(17.0 + 12.4 + 4.2)
     assert high == pytest.approx(17.0 + 2 * 12.4) == pytest.approx(estimate_seconds(config, cells, HAND))
+
+
+def test_the_budget_stops_a_race_it_cannot_carry_to_its_first_look():
+    # 14 candidates of 100 ms steps (1.4 s a round), 10 rounds done: the first look is at 13. The grid would
+    # give their 4 engine groups 4 × 2 s; 14 s spent: the budget stops at the minimum, nothing eliminated.
+    config = load_config("default", ["run.device=cpu", "matrix.world_size=2", "run.max_group_s=2"])
+    cells = [c for c in expand(config) if not c.skip_reason and c.global_batch == 8]
+    assert len(cells) == 14 and race.looks(10, 160, 14)[0][0] == 13
+    spread = [80.0, 120.0, 95.0, 105.0, 100.0, 90.0, 110.0, 85.0, 115.0, 100.0]  # median 100, ±15 % wide
+    per_rank = [[spread] for _ in cells]
+    gone, why, fill = racing.decide(per_rank, list(range(14)), cells, config, 10, 0.0, 13, {}, 14.0)
+    assert (gone, why, fill) == ({}, "budget", 0)
+    # with room for it (40 s a group), the race goes on to its first look
+    roomy = load_config("default", ["run.device=cpu", "matrix.world_size=2", "run.max_group_s=40"])
+    assert racing.decide(per_rank, list(range(14)), cells, roomy, 10, 0.0, 13, {}, 14.0) == [{}, None, 0]

@@ -214,7 +214,9 @@ def race_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = N
     estimate. In both, every candidate of a recipe is built, warmed up and stepped to the race's first look
     (race.looks: the rounds at which its number of candidates can first have an elimination); a survivor
     then costs what a grid cell does (its rounds at least the first look's), an eliminated one nothing
-    more. low: one configuration survives each recipe; high: every one the rate model cannot tell from
+    more; where the first look comes after the minimum rounds and the grid's budget for the recipe's cells
+    (run.max_group_s per group of the matrix's engines) ends before it, nothing is eliminated. low: one configuration survives each
+    recipe; high: every one the rate model cannot tell from
     the recipe's best (its step within run.target_ci_pct of the fastest predicted; the model gives every
     engine and bucket size of a precision and batch the same step) survives. With run.search = race, a
     configuration whose choices (race.carry_keys) were eliminated in every recipe at a smaller world size is
@@ -245,6 +247,9 @@ def _race_scenario(config: BenchConfig, rates: Rates, runnable: list[Cell], flop
             looks = race.looks(r.min_timed_steps, r.most_timed_steps, len(group))
             first = looks[0][0] if looks else 0
             step = {c.cell_id: estimate_step_seconds(rates, c, flops, n_params, n_tensors) for c in group}
+            budget = r.max_group_s * len(group) / group_size(config)  # the grid's, for these cells
+            if r.adaptive and first > r.min_timed_steps and first * sum(step.values()) > budget:
+                looks, first = [], 0  # the budget stops the race at the minimum rounds, before its first look
             fastest = min(step.values())
             keep = {min(step, key=step.get)} if scenario == "low" else {
                 c for c, s in step.items() if s <= fastest * (1 + r.target_ci_pct / 100)}

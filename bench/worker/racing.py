@@ -7,8 +7,11 @@ the recipe's earlier groups in this launch, `RaceBook`) and whether the survivor
 stats.stop_reason) and broadcasts it; every rank then drops the same trainers, so the collectives of the
 next rounds pair up. An eliminated candidate stops stepping at once (its trainer is released by the
 caller) and keeps its rounds so far. The survivors go on to run.target_ci_pct like an adaptive group:
-their medians and their paired ratios to their torch DDP twins while both still race. The time budget
-never gives the survivors more than the grid would give their engine groups (run.max_group_s each).
+their medians and their paired ratios to their torch DDP twins while both still race. The time budget is
+what the grid would give the survivors' engine groups (run.max_group_s each), counted from the first round:
+a race never spends more on timed rounds than the grid would on the same cells, and where the grid's
+budget cannot reach the race's first look (a loaded machine, slow steps), nothing is eliminated and the
+group is measured as the grid would measure it.
 """
 
 from __future__ import annotations
@@ -82,9 +85,11 @@ def race_rounds(steps: list[Callable[[], object]], cells: list[Cell], config: Be
     r, ws = config.run, dist.get_world_size()
     key = race.recipe(cells[0])
     earlier = book.finished.get(key, {})
-    plan = race.looks(r.min_timed_steps, r.most_timed_steps, book.candidates.get(key, len(cells)))
-    points = [n for n, _ in plan] or stats.checkpoints(r.min_timed_steps, r.most_timed_steps)
-    shares = [share for _, share in plan] or [0.0] * len(points)
+    # the race's looks eliminate; the adaptive checkpoints (the minimum first) also look at the stopping
+    # rule, so the budget can stop a race whose first look it cannot afford, as it would stop the grid
+    looks = dict(race.looks(r.min_timed_steps, r.most_timed_steps, book.candidates.get(key, len(cells))))
+    points = sorted(set(looks) | set(stats.checkpoints(r.min_timed_steps, r.most_timed_steps)))
+    shares = [looks.get(n, 0.0) for n in points]
     steps = list(steps)  # an eliminated candidate's entry becomes None: its trainer can be freed
     per_rank: list[list[list[float]]] = [[[] for _ in range(ws)] for _ in steps]
     alive = list(range(len(steps)))
