@@ -215,12 +215,12 @@ def race_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = N
     (race.looks: the rounds at which its number of candidates can first have an elimination); a survivor
     then costs what a grid cell does (its rounds at least the first look's), an eliminated one nothing
     more; where the first look comes after the minimum rounds and the grid's budget for the recipe's cells
-    (run.max_group_s per group of the matrix's engines) ends before it, nothing is eliminated. low: one configuration survives each
-    recipe; high: every one the rate model cannot tell from
-    the recipe's best (its step within run.target_ci_pct of the fastest predicted; the model gives every
-    engine and bucket size of a precision and batch the same step) survives. With run.search = race, a
-    configuration whose choices (race.carry_keys) were eliminated in every recipe at a smaller world size is
-    not launched at larger ones, in the same scenario."""
+    (run.max_group_s per group of the matrix's engines) ends before it, nothing is eliminated. low: one
+    configuration survives each recipe; high: every one the rate model cannot tell from the recipe's best
+    (its step within run.target_ci_pct of the fastest predicted; the model gives every engine and bucket
+    size of a precision and batch the same step) survives. With run.search = race, a configuration whose
+    choices (race.carry_keys) were eliminated in every recipe at a smaller world size is not launched at
+    larger ones, in the same scenario."""
     from bench.workloads import get_workload
 
     rates = rates or RATES[config.run.device]
