@@ -5,8 +5,12 @@ equals eliminates nothing in at least 95 % of races. No timing: exact and fast."
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
+import torch
+import torch.distributed as dist
 
 from bench import race, stats
 from bench.config import ConfigError, load_config
@@ -273,3 +277,34 @@ def test_the_budget_stops_a_race_it_cannot_carry_to_its_first_look():
     # with room for it (40 s a group), the race goes on to its first look
     roomy = load_config("default", ["run.device=cpu", "matrix.world_size=2", "run.max_group_s=40"])
     assert racing.decide(per_rank, list(range(14)), cells, roomy, 10, 0.0, 13, {}, 14.0) == [{}, None, 0]
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_race_rounds_stop_stepping_what_they_eliminate(one_rank_group):
+    # Three candidates of one recipe, 8 fixed rounds: one look at the end, all of 5 % (race.looks(8, 8, 3));
+    # one sleeps 20 ms a step, the others 1 ms: it loses every round, p = 2^-8 <= 0.05 / 3 / 2.
+    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.engine=torch,bucketed,overlap",
+                                       "matrix.grad_accum=1", "matrix.scaling=strong", "run.timed_steps=8"])
+    cells = expand(config)
+    assert len(cells) == 3 and race.looks(8, 8, 3) == [(8, pytest.approx(0.05))]
+    steps = [lambda: time.sleep(0.001), lambda: time.sleep(0.02), lambda: time.sleep(0.001)]
+    calls = []
+    out = racing.race_rounds(steps, cells, config, torch.device("cpu"), racing.RaceBook.of(cells),
+                             on_eliminated=lambda i, ranks, why: calls.append((i, len(ranks[0]), why)))
+    assert [(i, n) for i, n, _ in calls] == [(1, 8)] and set(out.eliminated) == {1}
+    why = calls[0][2]
+    assert why.against in (cells[0].cell_id, cells[2].cell_id) and why.p == pytest.approx(2 ** -8)
+    assert [len(ranks[0]) for ranks in out.per_rank] == [8, 8, 8] and out.stopped_by is None
+    # after an earlier group of the recipe whose survivor stepped 5 ms: each is also tested against it,
+    # unpaired (3 hypotheses × 3 others: 0.05 / 3 / 3 = 0.0056 >= 2^-8); the 1 ms ones are not slower
+    book = racing.RaceBook.of(cells)
+    book.finished[race.recipe(cells[0])] = {"earlier-cell": [5.0] * 8}
+    out = racing.race_rounds(steps, cells, config, torch.device("cpu"), book, lambda i, r, w: None)
+    assert set(out.eliminated) == {1}
