@@ -94,6 +94,10 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
             rounds = race_rounds([t.step for t in trainers], cells, config, device, book, eliminate, progress)
             per_rank, stopped_by = rounds.per_rank, rounds.stopped_by
     kept = [i for i, t in enumerate(trainers) if t is not None]
+    if not kept:  # a race eliminated every candidate of this group (against an earlier group's)
+        for _, _, row in raced_out.values():
+            row["steps_wall_s"] = clock.seconds / len(raced_out)
+        return [raced_out.get(c.cell_id) or (*dropped[c.cell_id], {}) for c in all_cells]
     skipped_timed = [None if skipped_before[i] is None else skipped_steps(trainers[i]) - skipped_before[i]
                      for i in kept]
     per_rank = [per_rank[i] for i in kept]
@@ -134,18 +138,20 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     del trainer
     release(device)
     progress("memory")
+    measured = len(all_cells) - len(dropped)  # the cells that stepped (a race's eliminated ones too)
     for row, cell in zip(rows, cells):
         row |= solo_peak_memory(cell, config, device, rank, world_size)
-        row["steps_wall_s"] = clock.seconds / len(all_cells)
-        row["interleaved"] = len(all_cells) - len(dropped) > 1
+        row["steps_wall_s"] = clock.seconds / measured
+        row["interleaved"] = measured > 1
         row["stopped_by"] = stopped_by
     add_speed_vs_torch(cells, rows, [(raced_cells[i], row) for i, (_, _, row) in raced_out.items()])
     outcomes = dict(zip([c.cell_id for c in cells], (outcome(row, c) for row, c in zip(rows, cells))))
-    if book is not None:
+    if book is not None:  # the survivors measured ok: later groups of their recipe race them, unpaired
         for cell, row in zip(cells, rows):
-            book.add(cell, row["step_times_ms"])
+            if outcomes[cell.cell_id][0] == "ok":
+                book.add(cell, row["step_times_ms"])
     for _, _, row in raced_out.values():
-        row["steps_wall_s"] = clock.seconds / len(all_cells)
+        row["steps_wall_s"] = clock.seconds / measured
     outcomes |= raced_out
     return [outcomes.get(c.cell_id) or (*dropped[c.cell_id], {}) for c in all_cells]
 
