@@ -138,7 +138,7 @@ def test_compute_only_window_replays_the_timed_batches(tmp_path, one_rank_group)
         trainer.step()
     timed = trainer.schedule[1:3]
     first_compute_only = trainer.cursor
-    (samples,) = compute_only_rounds([trainer], timed, 3)
+    (samples,) = compute_only_rounds([trainer], [timed], 3)  # each trainer its own timed batches
     assert len(samples) == 3 and min(samples) > 0
     replayed = trainer.schedule[first_compute_only:first_compute_only + 3]
     expected = [timed[i % len(timed)] for i in range(3)]
