@@ -16,9 +16,10 @@ from bench.config import load_config
 from bench.matrix import expand
 from bench.report import findings, tables
 from bench.run import results
+from bench.run.folder import RETRYABLE
 from bench.run.launch import Sweep
 from bench.run.progress import Progress
-from bench.schema import RACE_COLUMNS
+from bench.schema import RACE_COLUMNS, STATUSES
 from tests.test_runner import read_csv, run_bench
 
 TESTS = str(Path(__file__).resolve().parent)
@@ -87,3 +88,5 @@ def test_a_race_does_not_launch_what_a_smaller_world_size_raced_out(tmp_path):
         assert r["status"] == "raced_out" and r["error"].startswith("not launched at world size 4")
         assert (r["race_against"], r["race_slowdown"], r["race_round"]) == ("torch-x", 1.5, 13)
         assert set(RACE_COLUMNS) <= set(r)
+    # --resume --retry raced_out measures them again (a status like any other failure to finish)
+    assert "raced_out" in RETRYABLE and "raced_out" in STATUSES
