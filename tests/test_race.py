@@ -307,3 +307,18 @@ def test_race_rounds_stop_stepping_what_they_eliminate(one_rank_group):
     book.finished[race.recipe(cells[0])] = {"earlier-cell": [5.0] * 8}
     out = racing.race_rounds(steps, cells, config, torch.device("cpu"), book, lambda i, r, w: None)
     assert set(out.eliminated) == {1}
+
+
+def test_dry_run_of_a_race_prints_its_range(capsys):
+    from bench.__main__ import main as bench_main
+
+    assert bench_main(["run", "--config", "cpu-smoke", "--search", "race", "--dry-run",
+                       "--set", "run.target_ci_pct=5"]) == 0
+    out = capsys.readouterr().out
+    assert "estimated wall time as a grid ~" in out and "racing (run.search = race): ~" in out
+    assert "round 9" in out  # 4 candidates a recipe: race.smallest_rounds(4, 0.025)
+    with pytest.raises(SystemExit) as bad:
+        bench_main(["run", "--config", "cpu-smoke", "--search", "bogus", "--dry-run"])
+    assert bad.value.code == 2
+    assert bench_main(["run", "--config", "cpu-smoke", "--memory-gb", "-1", "--dry-run"]) == 2
+    assert "--memory-gb=-1: must be" in capsys.readouterr().err
