@@ -2,9 +2,9 @@
 
 A race group is a recipe's candidates, stepped side by side, round-robin, as an engine group's cells are
 (bench/worker/groups.py forms it). At each of the race's pre-set looks (race.looks) rank 0 decides which
-candidates are eliminated (race.eliminate: paired against the look's best, unpaired against the best of
-the recipe's earlier groups in this launch, `RaceBook`) and whether the survivors stop (the adaptive rule,
-stats.stop_reason) and broadcasts it; every rank then drops the same trainers, so the collectives of the
+candidates are eliminated (race.eliminate: each tested against every other survivor, paired, and every
+configuration of the recipe from this launch's earlier groups, unpaired, `RaceBook`) and whether the
+survivors stop (the adaptive rule, stats.stop_reason), and broadcasts it; every rank then drops the same trainers, so the collectives of the
 next rounds pair up. An eliminated candidate stops stepping at once (its trainer is released by the
 caller) and keeps its rounds so far. The survivors go on to run.target_ci_pct like an adaptive group:
 their medians and their paired ratios to their torch DDP twins while both still race. The time budget is
@@ -76,12 +76,13 @@ def twins(cells: list[Cell], alive: list[int]) -> list[tuple[int, int]]:
 
 def race_rounds(steps: list[Callable[[], object]], cells: list[Cell], config: BenchConfig,
                 device: torch.device, book: RaceBook,
-                on_eliminated: Callable[[int], None] = lambda i: None,
+                on_eliminated: Callable[[int, list[list[float]], race.Elimination], None],
                 progress=lambda phase: None) -> RaceRounds:
-    """Collective. The race group's timed rounds: all candidates step until the race's first look; at each
-    look some are eliminated (`on_eliminated(i)` on every rank, right after the decision: the caller
-    releases that trainer) and the rest go on until the adaptive rule stops them (fixed rounds with
-    run.target_ci_pct = 0: one look at the end)."""
+    """Collective. The race group's timed rounds: all candidates step until the race's first look (which
+    may come before the minimum rounds: race.looks); at each look some are eliminated (`on_eliminated(i,
+    its step times per rank, why)` on every rank, in index order, right after the decision: the caller
+    records it and releases its trainer) and the rest go on until the adaptive rule stops them, never
+    before the minimum rounds (with run.target_ci_pct = 0: exactly the minimum)."""
     r, ws = config.run, dist.get_world_size()
     key = race.recipe(cells[0])
     earlier = book.finished.get(key, {})
