@@ -4,14 +4,14 @@ A race group is a recipe's candidates, stepped side by side, round-robin, as an 
 (bench/worker/groups.py forms it). At each of the race's pre-set looks (race.looks) rank 0 decides which
 candidates are eliminated (race.eliminate: each tested against every other survivor, paired, and every
 configuration of the recipe from this launch's earlier groups, unpaired, `RaceBook`) and whether the
-survivors stop (the adaptive rule, stats.stop_reason), and broadcasts it; every rank then drops the same trainers, so the collectives of the
-next rounds pair up. An eliminated candidate stops stepping at once (its trainer is released by the
-caller) and keeps its rounds so far. The survivors go on to run.target_ci_pct like an adaptive group:
-their medians and their paired ratios to their torch DDP twins while both still race. The time budget is
-what the grid would give the survivors' engine groups (run.max_group_s each), counted from the first round:
-a race never spends more on timed rounds than the grid would on the same cells, and where the grid's
-budget cannot reach the race's first look (a loaded machine, slow steps), nothing is eliminated and the
-group is measured as the grid would measure it.
+survivors stop (the adaptive rule, stats.stop_reason), and broadcasts it; every rank then drops the same
+trainers, so the collectives of the next rounds pair up. An eliminated candidate stops stepping at once
+(its trainer is released by the caller) and keeps its rounds so far. The survivors go on to
+run.target_ci_pct like an adaptive group: their medians and their paired ratios to their torch DDP twins
+while both still race. The time budget is what the grid would give the survivors' engine groups
+(run.max_group_s each), counted from the first round: past the minimum rounds a race never spends more on
+timed rounds than the grid would on the same cells, and where that budget cannot reach the race's first
+look (a loaded machine, slow steps), nothing is eliminated and the group is measured as the grid would.
 """
 
 from __future__ import annotations
