@@ -23,8 +23,8 @@ that looks faster by chance); **Holm's step-down** over the survivors' hypothese
 RACE_ALPHA; the shares of the looks add up to RACE_ALPHA (Bonferroni over the looks: a group-sequential
 test with pre-set looks). So the chance that a race eliminates any configuration that no other is faster
 than, at any look, is at most RACE_ALPHA per recipe and world size, whichever configuration looked best
-(the reference is not chosen before the test, as it would be in a comparison with the observed best,
-whose selection measured 7-12 % of races of equals with a false elimination: docs/measurement.md). An
+(no reference is picked from the rounds being tested, as comparing with the observed best would: that
+selection gave 7-14 % of races of equals a false elimination, docs/measurement.md). An
 eliminated cell's row keeps its rounds so far and the comparison (`Elimination`). No elimination happens
 on fewer rounds than give an interval at the corrected level (more rounds than stats.MIN_SAMPLES).
 """

@@ -184,8 +184,9 @@ def test_the_race_picks_the_best_or_a_tie(k):
 def test_a_race_of_equals_eliminates_nothing_in_95_pct(k, reps):
     # Every candidate the same: any elimination is a false one. The hypotheses "no other is faster",
     # Holm over them within a look, and the looks' shares adding up to 5 % keep races with any at or
-    # below 5 %. (Testing against the look's observed best instead, Holm over its k − 1 comparisons, had
-    # 8.7 % of such races with a false elimination at k = 14 and 12.3 % at 35: the best's selection.)
+    # below 5 %. (Testing against the look's observed best instead, Holm over its k − 1 comparisons, gave
+    # 7.2 % of such races a false elimination at k = 14 and 13.8 % at 35, scripts/race_accuracy.py: the
+    # best's selection from the same rounds.)
     config, cells = candidates(k)
     rng = np.random.default_rng(3400 + k)
     clean = sum(len(simulate(rng, [1.0] * k, config, cells)[0]) == k for _ in range(reps))
