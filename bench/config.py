@@ -31,6 +31,7 @@ from bench.schema import (
     ENGINE_OPTIONS,
     PRECISIONS,
     SCALINGS,
+    SEARCHES,
 )
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -240,10 +241,14 @@ class RunConfig:
     pg_timeout_s: float | str = "auto"
     skip_world_sizes_above_gpus: bool = False  # true: such cells are `skipped`; false: a config error
     interleave: bool = True         # cells differing only in engine are stepped side by side, round-robin
+    # grid: every cell measured fully; race | race-all-sizes: a recipe's configurations raced side by side,
+    # the significantly slower ones eliminated (bench/race.py); `bench run --search` sets it
+    search: str = "grid"
     allow_oversubscribe: bool = False  # CPU: more ranks than run_checks.OVERSUBSCRIBE_FACTOR × the cores
 
     def __post_init__(self):
         _check_choices("run.device", [self.device], DEVICES)
+        _check_choices("run.search", [self.search], SEARCHES)
         _check_min("run.warmup_steps", [self.warmup_steps], 2, maximum=MAX_STEPS)
         _check_min("run.timed_steps", [self.timed_steps], 1, maximum=MAX_STEPS)
         _check_min("run.repeats", [self.repeats], 1, maximum=MAX_STEPS)

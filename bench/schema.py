@@ -10,7 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 # ---- vocabularies: the values a row may carry (config validates against them, the report reads them) ----
-STATUSES = ("ok", "failed", "timeout", "oom", "diverged", "skipped")
+# raced_out: measured only until a racing search (run.search, bench/race.py) found it slower than another
+# configuration of its recipe; its row holds its rounds so far and the comparison that eliminated it
+STATUSES = ("ok", "failed", "timeout", "oom", "diverged", "skipped", "raced_out")
+# run.search: how a sweep spends its time. grid: every cell measured fully; race: a recipe's configurations
+# raced side by side and the slower ones eliminated (bench/race.py), world sizes smallest first, a
+# configuration raced out at a world size >= 2 not launched at larger ones; race-all-sizes: the same race at
+# every world size, nothing carried over between sizes
+SEARCHES = ("grid", "race", "race-all-sizes")
 # (engines: bench/engines/ is their registry, `bench.engines.names()` their vocabulary)
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 SCALINGS = ("strong", "weak")
@@ -196,9 +203,21 @@ EXTRA_COLUMNS = (
     "param_bytes_per_rank",  # what the engine should hold per rank by its layout (bench/engines)
     "grad_bytes_per_rank",
     "optimizer_state_bytes_per_rank",
+    # a raced_out row: the comparison that eliminated it (bench/race.py), all empty for other rows
+    "race_against",          # the cell id of the configuration it was found slower than
+    "race_slowdown",         # its step / that one's: median over their shared rounds (paired), else the
+                             # ratio of the medians (unpaired); > 1: slower
+    "race_slowdown_low",     # that ratio's interval at the race's corrected level (race_level, one-sided:
+    "race_slowdown_high",    # its lower end above 1 is what eliminated it)
+    "race_p",                # the one-sided test's p-value (paired: sign test; unpaired: bounds' separation)
+    "race_level",            # the level the test had to meet: Holm's step of the look's α (bench/race.py)
+    "race_round",            # the rounds both had run when it was eliminated (the look)
+    "race_paired",           # true: stepped side by side with race_against; false: an earlier group
 )
 
 RESULT_COLUMNS = CONTRACT_COLUMNS + EXTRA_COLUMNS
+# the comparison that eliminated a raced_out row (bench/race.py Elimination.columns)
+RACE_COLUMNS = tuple(c for c in EXTRA_COLUMNS if c.startswith("race_"))
 
 # allreduce_sweep.csv in the run folder: the probe's size sweep, one line per (cell, message size), from
 # the `allreduce_sweep` list of each cells.jsonl record. dtype: what the wire carried (float32, bfloat16,
@@ -213,6 +232,7 @@ STRING_COLUMNS = (
     "device", "backend", "trace_dir", "gpu_name", "hostname", "verdict_vs_torch", "interleaved", "stopped_by",
     "matmul_fp32_precision", "cudnn_fp32_precision", "nccl_transport", "lossy", "engine_options",
     "parity_gate",
+    "race_against", "race_paired",
     *(o.name for o in ENGINE_OPTIONS if o.kind is not int),
 )
 

@@ -67,27 +67,31 @@ def binom_half_cdf(n: int, k: int) -> float:
 
 
 @cache
-def order_statistic_depth(n: int) -> int | None:
-    """The k of the 95 % order-statistic interval [x_(k), x_(n−k+1)] (1-based) of the median of n samples:
-    the largest k with 2·P(Binomial(n, ½) ≤ k−1) ≤ 1 − CONFIDENCE; None when even [min, max] misses that
-    (n < MIN_SAMPLES). Worked by hand: n = 6 → 1 (2/64 = 3.1 %), n = 20 → 6 (2·P(B ≤ 5) = 4.1 %)."""
-    alpha, k = 1 - CONFIDENCE, 0
+def order_statistic_depth(n: int, alpha: float = 1 - CONFIDENCE) -> int | None:
+    """The k of the (1 − alpha) order-statistic interval [x_(k), x_(n−k+1)] (1-based) of the median of n
+    samples (95 % by default): the largest k with 2·P(Binomial(n, ½) ≤ k−1) ≤ alpha; None when even
+    [min, max] misses that (at 95 %: n < MIN_SAMPLES). Each end alone misses the median with probability
+    at most alpha / 2 (a one-sided bound at that level). Worked by hand: n = 6 → 1 (2/64 = 3.1 %),
+    n = 20 → 6 (2·P(B ≤ 5) = 4.1 %)."""
+    k = 0
     while k < n // 2 and 2 * binom_half_cdf(n, k) <= alpha:
         k += 1  # k − 1 passes: the interval may reach one rank further in
     return k or None
 
 
-def _order_statistic_interval(values: np.ndarray) -> tuple[float | None, float | None]:
-    k = order_statistic_depth(len(values))
+def _order_statistic_interval(values: np.ndarray, alpha: float = 1 - CONFIDENCE) -> tuple[float | None,
+                                                                                        float | None]:
+    k = order_statistic_depth(len(values), alpha)
     if k is None:
         return None, None
     ordered = np.sort(values)
     return float(ordered[k - 1]), float(ordered[len(values) - k])
 
 
-def median_ci(samples: Sequence[float]) -> tuple[float | None, float | None]:
-    """95 % order-statistic interval of the median of `samples`; (None, None) with fewer than MIN_SAMPLES."""
-    return _order_statistic_interval(_clean(samples))
+def median_ci(samples: Sequence[float], alpha: float = 1 - CONFIDENCE) -> tuple[float | None, float | None]:
+    """(1 − alpha) order-statistic interval of the median of `samples` (95 % by default); (None, None)
+    when there are too few samples for one (at 95 %: fewer than MIN_SAMPLES)."""
+    return _order_statistic_interval(_clean(samples), alpha)
 
 
 def median_difference_ci(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, float | None]:
@@ -115,14 +119,15 @@ def round_order(r: int, k: int) -> list[int]:
     return [(r + step * j) % k for j in range(k)]
 
 
-def paired_ratio(baseline: Sequence[float], other: Sequence[float]) -> tuple[float | None, float | None,
-                                                                                 float | None]:
-    """(median, low, high) over rounds of baseline_i / other_i, with its 95 % interval from resampling
-    rounds. > 1 means `other` is faster than `baseline`. Samples are paired by index (round)."""
+def paired_ratio(baseline: Sequence[float], other: Sequence[float], alpha: float = 1 - CONFIDENCE
+                 ) -> tuple[float | None, float | None, float | None]:
+    """(median, low, high) over rounds of baseline_i / other_i, with its (1 − alpha) order-statistic
+    interval over the rounds (95 % by default). > 1 means `other` is faster than `baseline`. Samples are
+    paired by index (round)."""
     ratios = _ratios(baseline, other)
     if not len(ratios):
         return None, None, None
-    lo, hi = _order_statistic_interval(ratios)
+    lo, hi = _order_statistic_interval(ratios, alpha)
     return float(np.median(ratios)), lo, hi
 
 
@@ -143,6 +148,18 @@ def sign_test_p(baseline: Sequence[float], other: Sequence[float]) -> float | No
         return 1.0
     above = int((untied > 1.0).sum())
     return min(1.0, 2 * binom_half_cdf(len(untied), min(above, len(untied) - above)))
+
+
+def sign_test_greater_p(baseline: Sequence[float], other: Sequence[float]) -> float | None:
+    """One-sided p-value of the sign test that the median ratio baseline_i / other_i is at most 1, against
+    "above 1": with n rounds not tied at exactly 1 and k of them above 1, P(Binomial(n, ½) ≥ k). None with
+    fewer than MIN_SAMPLES rounds. Worked by hand: 10 rounds all above 1 → 2^-10; 9 of 10 → 11/1024."""
+    ratios = _ratios(baseline, other)
+    if len(ratios) < MIN_SAMPLES:
+        return None
+    untied = ratios[ratios != 1.0]
+    above = int((untied > 1.0).sum())
+    return binom_half_cdf(len(untied), len(untied) - above)  # P(B ≥ k) = P(B ≤ n − k) by symmetry
 
 
 def holm(p_values: Sequence[float | None], alpha: float = 1 - CONFIDENCE) -> list[bool | None]:
@@ -246,34 +263,48 @@ def group_half_width_pct(samples: Sequence[Sequence[float]], reference: int | No
     """The widest 95 % half-width, in % of its centre, over a group's engines: each engine's median step
     (samples[e], one step time per round) and, with a reference engine (torch DDP's index), each other
     engine's paired ratio to it. None while any of them has no interval yet (fewer than MIN_SAMPLES)."""
+    pairs = [] if reference is None else [(reference, e) for e in range(len(samples)) if e != reference]
+    return widest_half_width_pct(samples, pairs)
+
+
+def widest_half_width_pct(samples: Sequence[Sequence[float]],
+                          pairs: Sequence[tuple[int, int]]) -> float | None:
+    """The widest 95 % half-width, in % of its centre, of each samples[e]'s median and of each pair's
+    (reference, other) paired ratio; None while any of them has no interval yet (fewer than MIN_SAMPLES)."""
     widths = []
-    for e, steps in enumerate(samples):
+    for steps in samples:
         low, high = median_ci(steps)
         widths.append(half_width_pct(float(np.median(_clean(steps))) if len(_clean(steps)) else None,
                                      low, high))
-        if reference is not None and e != reference:
-            widths.append(half_width_pct(*paired_ratio(samples[reference], steps)))
+    widths += [half_width_pct(*paired_ratio(samples[ref], samples[e])) for ref, e in pairs]
     return None if not widths or any(w is None for w in widths) else max(widths)
 
 
 def stop_reason(worst_pct: float | None, target_pct: float, rounds: int, max_rounds: int,
-                elapsed_s: float, next_rounds: int, budget_s: float) -> str | None:
+                elapsed_s: float, next_rounds: int, budget_s: float,
+                round_s: float | None = None) -> str | None:
     """Why the timed rounds stop at this checkpoint (one of STOPPED_BY), or None to go on: the target is
-    met; or the cap of rounds is reached; or the next checkpoint's rounds, at this pace (elapsed_s over
-    `rounds`), would take the group past its time budget."""
+    met; or the cap of rounds is reached; or the next checkpoint's rounds, at this pace (`round_s` per
+    round; default: elapsed_s over `rounds`), would take the group past its time budget."""
     if worst_pct is not None and worst_pct <= target_pct:
         return "target"
     if rounds >= max_rounds:
         return "max_steps"
-    if elapsed_s + (next_rounds - rounds) * elapsed_s / rounds > budget_s:
+    pace = elapsed_s / rounds if round_s is None else round_s
+    if elapsed_s + (next_rounds - rounds) * pace > budget_s:
         return "budget"
     return None
 
 
-def budget_fill(rounds: int, elapsed_s: float, budget_s: float, max_rounds: int) -> int:
-    """Rounds that still fit in the budget at the pace so far (elapsed_s over `rounds`), at most up to
-    max_rounds: run after a "budget" stop, so the group spends its whole budget. The count depends on the
-    clock, not on the intervals, and nothing is looked at after them, so they add no stopping bias."""
+def budget_fill(rounds: int, elapsed_s: float, budget_s: float, max_rounds: int,
+                round_s: float | None = None) -> int:
+    """Rounds that still fit in the budget at this pace (`round_s` per round; default: elapsed_s over
+    `rounds`), at most up to max_rounds: run after a "budget" stop, so the group spends its whole budget.
+    The count depends on the clock, not on the intervals, and nothing is looked at after them, so they add
+    no stopping bias."""
     if rounds <= 0 or elapsed_s <= 0:
         return 0
-    return max(0, min(max_rounds - rounds, math.floor((budget_s - elapsed_s) / (elapsed_s / rounds))))
+    pace = elapsed_s / rounds if round_s is None else round_s
+    if pace <= 0:
+        return 0
+    return max(0, min(max_rounds - rounds, math.floor((budget_s - elapsed_s) / pace)))

@@ -140,7 +140,7 @@ def test_compute_only_window_replays_the_timed_batches(tmp_path, one_rank_group)
         trainer.step()
     timed = trainer.schedule[1:3]
     first_compute_only = trainer.cursor
-    ((samples,),) = compute_only_rounds([trainer], timed, 3, Guard()).values()  # one trainer, one rank
+    ((samples,),) = compute_only_rounds([trainer], {trainer.cell.cell_id: timed}, 3, Guard()).values()
     assert len(samples) == 3 and min(samples) > 0
     replayed = trainer.schedule[first_compute_only:first_compute_only + 3]
     expected = [timed[i % len(timed)] for i in range(3)]
@@ -544,7 +544,7 @@ def test_fsdp2_compute_only_window_runs_the_optimizer(tmp_path, one_rank_group, 
     (cell,) = expand(config)
     trainer = Trainer(cell, config, torch.device("cpu"), 0, 1, 4)
     trainer.step()
-    ((times,),) = compute_only_rounds([trainer], trainer.schedule[:1], 1, Guard()).values()
+    ((times,),) = compute_only_rounds([trainer], {cell.cell_id: trainer.schedule[:1]}, 1, Guard()).values()
     steps = [int(trainer.optimizer.state[p]["step"]) if p in trainer.optimizer.state else 0
              for p in trainer.model.parameters()]
     assert steps and set(steps) == {2} and len(times) == 1

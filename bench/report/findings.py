@@ -290,11 +290,35 @@ def transport_warnings(df: pd.DataFrame, env: dict | None) -> list[str]:
     return out
 
 
+def race_summary(df: pd.DataFrame, search: str) -> list[str]:
+    """A racing search (run.search): how many configurations it eliminated, at which world size and after
+    how many rounds, and how many were not launched at all; nothing for a grid run."""
+    out = df[df["status"] == "raced_out"]
+    if search == "grid" and not len(out):
+        return []
+    launched = out[out["race_round"].notna() & ~out["error"].str.startswith("not launched")]
+    parts = []
+    for ws, rows in launched.groupby("world_size"):
+        rounds = ", ".join(f"{n} after {int(r)} rounds" for r, n in rows["race_round"].value_counts()
+                           .sort_index().items())
+        parts.append(f"at world size {int(ws)}: {rounds}")
+    skipped = len(out) - len(launched)
+    text = (f"The run was raced (run.search = {search}): {len(out)} of {len(df)} cells were eliminated "
+            f"(raced_out){': ' + '; '.join(parts) if parts else ''}")
+    if skipped:
+        text += (f"; {skipped} not launched, their configuration raced out at a smaller world size in every "
+                 "recipe")
+    return [text + '. They are listed under "Raced out"; their rows hold their rounds so far, and the '
+            "advice ranks the survivors only."]
+
+
 def status_summary(df: pd.DataFrame) -> list[str]:
-    """How many cells produced no numbers, by status."""
-    bad = df[df["status"] != "ok"]
+    """How many cells produced no numbers, by status (a race's raced_out cells: race_summary)."""
+    bad = df[~df["status"].isin(("ok", "raced_out"))]
     if not len(bad):
-        return [f"All {len(df)} cells finished with status ok."]
+        done = df[df["status"] == "ok"]
+        return [f"All {len(done)} cells {'that were not raced out ' if len(done) < len(df) else ''}finished "
+                "with status ok."]
     counts = ", ".join(f"{n} {s}" for s, n in bad["status"].value_counts().sort_index().items())
     return [
         f"{len(bad)} of {len(df)} cells produced no numbers ({counts}); they are listed with their "
@@ -302,8 +326,10 @@ def status_summary(df: pd.DataFrame) -> list[str]:
     ]
 
 
-def headline(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame], env: dict | None = None) -> list[str]:
-    """All headline sentences, in reading order (`env`: env.json, for the transport warnings)."""
+def headline(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame], env: dict | None = None,
+             search: str = "grid") -> list[str]:
+    """All headline sentences, in reading order (`env`: env.json, for the transport warnings; `search`:
+    the run's run.search)."""
     if not len(df):
         return [
             "The run has no cells yet: results.csv has no rows (did the runner stop before the first cell?)."
@@ -311,4 +337,4 @@ def headline(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame], env: dic
     sentences = (engines_per_world_size(df) + family_of_verdicts(df) + transport_warnings(df, env)
                  + efficiency_drops(df, scaling_tables) + unstable_cells(df) + skipped_optimizer_steps(df))
     why = tables.efficiency_unavailable(df)
-    return sentences + ([why] if why else []) + status_summary(df)
+    return sentences + ([why] if why else []) + race_summary(df, search) + status_summary(df)

@@ -105,7 +105,7 @@ def html_table(df: pd.DataFrame, links: dict[str, str] | None = None, cell_rows:
     body = []
     for _, r in df.iterrows():
         status_cols = [c for c in df.columns if c.startswith("status")]  # compare tables: status_a, status_b
-        bad_cols = {c for c in status_cols if r[c] not in ("ok", "")}
+        bad_cols = {c for c in status_cols if r[c] not in ("ok", "raced_out", "")}
         bad = bool(bad_cols)
         cells = []
         for c in cols:

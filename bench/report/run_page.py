@@ -43,6 +43,7 @@ def write_run_page(run_dir: Path, out_dir: Path | None = None) -> Path:
         findings_section(run, scaling_tables),
         environment_section(run, out_dir),
         not_measured_section(df, out_dir),
+        *([raced_out_section(df, out_dir)] if (df["status"] == "raced_out").any() else []),
         *(scaling_section(df, s, table, out_dir) for s, table in scaling_tables.items()),
         engines_section(df, out_dir),
         *sweep_sections(df, out_dir),
@@ -90,7 +91,8 @@ def _outcomes(df: pd.DataFrame) -> str:
 
 def findings_section(run: Run, scaling_tables: dict[str, pd.DataFrame]) -> Section:
     """The headline sentences, then whatever the loader noticed about the run folder."""
-    sentences = findings.headline(run.results, scaling_tables, run.env)
+    sentences = findings.headline(run.results, scaling_tables, run.env,
+                                  (run.config.get("run") or {}).get("search", "grid"))
     sec = Section("Findings", "findings").bullets(sentences, "findings")
     # from env_vars, not env.json's env_warnings, so older runs get the same warnings
     for warning in timing_warnings(run.env.get("env_vars") or {}):
@@ -125,6 +127,20 @@ def not_measured_section(df: pd.DataFrame, out_dir: Path) -> Section:
         "recorded. They also appear, marked, in every table below that covers their configuration."
     )
     return sec.table(bad, _csv(bad, out_dir, "not_measured"))
+
+
+def raced_out_section(df: pd.DataFrame, out_dir: Path) -> Section:
+    """The cells a racing search eliminated, when, and against which configuration (bench/race.py)."""
+    table = tables.raced_out(df)
+    sec = Section("Raced out", "raced-out")
+    sec.para(
+        "A racing search (run.search) stepped each recipe's configurations side by side and stopped "
+        "measuring these once another was faster beyond its corrected one-sided test: race_slowdown is "
+        "their step over race_against's, with its interval at race_level; race_round, the rounds run. "
+        "Their step-time columns hold those rounds; no phase, compute-only, probe or memory pass ran, and "
+        "bench advise ranks the survivors only. Cells not launched at a world size (their configuration "
+        "raced out at a smaller one) carry that comparison.")
+    return sec.table(table, _csv(table, out_dir, "raced_out"))
 
 
 def scaling_section(df: pd.DataFrame, scaling: str, table: pd.DataFrame, out_dir: Path) -> Section:

@@ -421,6 +421,22 @@ def phase_breakdown(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def not_measured(df: pd.DataFrame) -> pd.DataFrame:
-    """Every cell whose status is not ok, with its reason."""
-    bad = df[df["status"] != "ok"]
+    """Every cell whose status is neither ok nor raced_out (a race's eliminations are `raced_out` below),
+    with its reason."""
+    bad = df[~df["status"].isin(("ok", "raced_out"))]
     return bad[list(CELL_COLUMNS)].rename(columns={"error": "reason"}).reset_index(drop=True)
+
+
+# A raced_out row's own columns (bench/schema.py RACE_COLUMNS), after the recipe it raced in
+RACED_OUT_COLUMNS = ("cell_id", "world_size", "global_batch", "race_round", "race_against", "race_slowdown",
+                     "race_slowdown_low", "race_slowdown_high", "race_p", "race_level", "race_paired",
+                     "n_timed_steps", "step_time_ms_p50")
+
+
+def raced_out(df: pd.DataFrame) -> pd.DataFrame:
+    """The cells a racing search eliminated (status raced_out), by world size, recipe and the round they
+    went out at, with the comparison that eliminated each; empty for a run without any."""
+    rows = df[df["status"] == "raced_out"]
+    cols = [c for c in RACED_OUT_COLUMNS if c in rows]
+    return rows[cols].sort_values([c for c in ("world_size", "global_batch", "race_round") if c in cols],
+                                  kind="stable").reset_index(drop=True)

@@ -1,7 +1,7 @@
 """The checks of a configuration that need the machine, made by `bench run` before anything is created:
 world sizes within the GPUs present (× nodes), precisions the device can run, CPU ranks per core, and what
-torch can use of the machine (`machine`, `cuda_for_auto`). Values alone are checked where they are read
-(bench/config.py); these need to know where the run is.
+torch can use of the machine (`machine`, `cuda_for_auto`, `device_memory_bytes`). Values alone are checked
+where they are read (bench/config.py); these need to know where the run is.
 """
 
 from __future__ import annotations
@@ -51,6 +51,15 @@ def machine(config: BenchConfig) -> tuple[int, bool]:
         return 0, True
     # including_emulation=False: a V100 "supports" bf16 only by emulation, far below its fp16 rate
     return torch.cuda.device_count(), torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def device_memory_bytes(config: BenchConfig) -> int | None:
+    """The smallest GPU's total memory (bytes) on a CUDA run with a GPU present; None otherwise."""
+    import torch
+
+    if config.run.device != "cuda" or not torch.cuda.is_available() or not torch.cuda.device_count():
+        return None
+    return min(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
 
 
 def unusable_gpus() -> str | None:

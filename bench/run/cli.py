@@ -4,6 +4,7 @@ functions (planner.plan, folder.open_run, runner.sweep / write_plan_only, collec
 report). Nothing here decides anything the functions do not.
 
     python -m bench run --config NAME|PATH [--set section.key=value ...] [--out DIR] [--resume]
+                        [--search grid|race|race-all-sizes] [--memory-gb GIB]
                         [--dry-run] [--report] [--plan-only [--nnodes N] [--gpus-per-node G]]
                         [--collect DIR]
     python -m bench slurm --config NAME|PATH --nodes N [--ranks-per-node R | --gpus-per-node G]
@@ -28,6 +29,7 @@ from bench.run.collector import collect
 from bench.run.folder import RETRYABLE, check_retry, open_run
 from bench.run.planner import describe, plan
 from bench.run.runner import sweep, write_plan_only
+from bench.schema import SEARCHES
 
 
 def _error(message: str, code: int = 2) -> int:
@@ -46,6 +48,15 @@ def run_add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retry", default="", metavar="STATUS[,STATUS]",
                         help=f"with --resume: run again the recorded cells with these statuses "
                              f"(of {', '.join(RETRYABLE)}); their new record supersedes the old")
+    parser.add_argument("--search", choices=SEARCHES, default=None,
+                        help="grid: measure every cell fully (the preset's run.search, grid unless it says "
+                             "otherwise); race: race each recipe's configurations side by side and eliminate "
+                             "the significantly slower ones, world sizes smallest first, not launching at "
+                             "larger sizes what a size >= 2 raced out everywhere; race-all-sizes: race every "
+                             "world size in full (sets run.search)")
+    parser.add_argument("--memory-gb", type=float, default=None, metavar="GIB",
+                        help="skip before launch the cells whose per-rank state (parameters, gradients, "
+                             "AdamW moments by the engine's layout) exceeds GIB GiB")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the cells and a time estimate; run nothing")
     parser.add_argument("--report", action="store_true", help="build the report (bench.report) at the end")
@@ -77,7 +88,7 @@ def run_main(args: argparse.Namespace) -> int:
     try:
         check_retry(retry, args.resume)  # before the config is loaded: the flags alone are wrong
         planned = plan(args.config, args.set, plan_only=args.plan_only, nnodes=args.nnodes,
-                       gpus_per_node=args.gpus_per_node)
+                       gpus_per_node=args.gpus_per_node, search=args.search, memory_gb=args.memory_gb)
         if args.dry_run:
             print("\n".join(describe(planned)))
             return 0

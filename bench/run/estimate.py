@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from bench import stats
+from bench import race, stats
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell, by_launch
 
@@ -185,13 +185,14 @@ def group_size(config: BenchConfig) -> int:
 
 
 def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_per_sample: float,
-                          n_params: int, n_tensors: int) -> float:
+                          n_params: int, n_tensors: int, at_least: int = 0) -> float:
     """A cell's wall time (its `cell_wall_s`, its profiled pass not included): two builds (the timed
-    trainer, the peak-memory pass), its steps (warm-up, the expected timed rounds, phase, memory pass;
-    compute-only without the all-reduce), and the fixed per-cell overhead."""
+    trainer, the peak-memory pass), its steps (warm-up, the expected timed rounds but at least
+    `at_least`, phase, memory pass; compute-only without the all-reduce), and the fixed per-cell
+    overhead."""
     r = config.run
     step = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors)
-    timed = expected_timed_steps(config, rates, group_size(config) * step)
+    timed = max(at_least, expected_timed_steps(config, rates, group_size(config) * step))
     synced = r.warmup_steps + timed + r.phase_steps + MEMORY_STEPS
     unsynced = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors, sync=False)
     compiled = cell.compile not in (None, "none")
@@ -220,15 +221,12 @@ def estimate_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None
     workload = get_workload(config.workload.model, config.workload.model_size, config.workload.options())
     flops = workload.train_flops_per_sample() or 0.0
     n_params, n_tensors = model_size_counts(config)
-    r, p = config.run, config.profile
     runnable = [c for c in cells if not c.skip_reason]
     total = rates.run_s + rates.launch_s * len(by_launch(runnable))
     for cell in runnable:
         total += estimate_cell_seconds(config, rates, cell, flops, n_params, n_tensors)
-        if p.covers(cell.cell_id):
-            step = estimate_step_seconds(rates, cell, flops, n_params, n_tensors)
-            total += (rates.build_s_per_param * n_params + rates.profile_s
-                      + (r.warmup_steps + p.steps) * step)
+        step = estimate_step_seconds(rates, cell, flops, n_params, n_tensors)
+        total += _profiled_seconds(config, rates, cell, step, n_params)
     return total
 
 
@@ -240,3 +238,97 @@ def estimate_range(config: BenchConfig, cells: list[Cell], rates: Rates | None =
     rates = rates or RATES[config.run.device]
     return (estimate_seconds(config, cells, replace(rates, half_width_sqrt_n_pct=0.0)),
             estimate_seconds(config, cells, replace(rates, half_width_sqrt_n_pct=math.inf)))
+
+
+# ---- a racing search (run.search race | race-all-sizes; bench/race.py) ---------------------------------
+
+RACE_SCENARIOS = ("low", "high")
+
+
+def race_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> tuple[float, float]:
+    """The --dry-run range of a racing search's wall time, (low, high), from the same rates as the grid's
+    estimate. In both, every candidate of a recipe is built, warmed up and stepped to the race's first look
+    (race.looks: the rounds at which its number of candidates can first have an elimination); a survivor
+    then costs what a grid cell does (its rounds at least the first look's), an eliminated one nothing
+    more; where the first look comes after the minimum rounds and the grid's budget for the recipe's cells
+    (run.max_group_s per group of the matrix's engines) ends before it, nothing is eliminated. low: one
+    configuration survives each recipe; high: every one the rate model cannot tell from the recipe's best
+    (its step within run.target_ci_pct of the fastest predicted; the model gives every engine and bucket
+    size of a precision and batch the same step) survives. With run.search = race, a configuration whose
+    choices (race.carry_keys) were eliminated in every recipe at a smaller world size is not launched at
+    larger ones, in the same scenario."""
+    from bench.workloads import get_workload
+
+    rates = rates or RATES[config.run.device]
+    workload = get_workload(config.workload.model, config.workload.model_size, config.workload.options())
+    flops = workload.train_flops_per_sample() or 0.0
+    n_params, n_tensors = model_size_counts(config)
+    runnable = [c for c in cells if not c.skip_reason]
+    base = rates.run_s + rates.launch_s * len(by_launch(runnable))
+    return tuple(base + _race_scenario(config, rates, runnable, flops, n_params, n_tensors, scenario)
+                 for scenario in RACE_SCENARIOS)
+
+
+def _race_scenario(config: BenchConfig, rates: Rates, runnable: list[Cell], flops: float, n_params: int,
+                   n_tensors: int, scenario: str) -> float:
+    r, total = config.run, 0.0
+    survived: dict[tuple, bool] = {}  # (world size, its carried choices) → survived some recipe there
+    for ws, launch in by_launch(runnable).items():
+        if r.search == "race":
+            launch = [c for c in launch if not _carried_out(c, survived)]
+        recipes: dict[tuple, list[Cell]] = {}
+        for cell in launch:
+            recipes.setdefault(race.recipe(cell), []).append(cell)
+        for group in recipes.values():
+            looks = race.looks(r.min_timed_steps, r.most_timed_steps, len(group))
+            first = looks[0][0] if looks else 0
+            step = {c.cell_id: estimate_step_seconds(rates, c, flops, n_params, n_tensors) for c in group}
+            budget = r.max_group_s * len(group) / group_size(config)  # the grid's, for these cells
+            if r.adaptive and first > r.min_timed_steps and first * sum(step.values()) > budget:
+                looks, first = [], 0  # the budget stops the race at the minimum rounds, before its first look
+            fastest = min(step.values())
+            keep = {min(step, key=step.get)} if scenario == "low" else {
+                c for c, s in step.items() if s <= fastest * (1 + r.target_ci_pct / 100)}
+            for cell in group:
+                alive = not looks or cell.cell_id in keep
+                key = (ws, tuple(getattr(cell, k) for k in race.carry_keys(ws)))
+                survived[key] = survived.get(key, False) or alive
+                if alive:
+                    total += estimate_cell_seconds(config, rates, cell, flops, n_params, n_tensors, first)
+                    total += _profiled_seconds(config, rates, cell, step[cell.cell_id], n_params)
+                else:
+                    total += _raced_out_seconds(config, rates, cell, step[cell.cell_id], n_params, first)
+    return total
+
+
+def _carried_out(cell: Cell, survived: dict[tuple, bool]) -> bool:
+    """race.not_launched's rule on a scenario's outcomes: eliminated everywhere at a smaller world size."""
+    return any(ws < cell.world_size and not alive
+               and key == tuple(getattr(cell, k) for k in race.carry_keys(ws))
+               for (ws, key), alive in survived.items())
+
+
+def _raced_out_seconds(config: BenchConfig, rates: Rates, cell: Cell, step: float, n_params: int,
+                       rounds: int) -> float:
+    """An eliminated candidate: one build, the fixed per-cell overhead, warm-up and its rounds, compiling."""
+    compiled = cell.compile not in (None, "none")
+    return (rates.build_s_per_param * n_params + rates.cell_s + (config.run.warmup_steps + rounds) * step
+            + (rates.compile_s if compiled else 0.0))
+
+
+def _profiled_seconds(config: BenchConfig, rates: Rates, cell: Cell, step: float, n_params: int) -> float:
+    """A profiled pass of `cell` when profile.cells covers it: a build, warm-up, the profiled steps, the
+    trace export (as estimate_seconds counts it)."""
+    p = config.profile
+    if not p.covers(cell.cell_id):
+        return 0.0
+    return rates.build_s_per_param * n_params + rates.profile_s + (config.run.warmup_steps + p.steps) * step
+
+
+def race_looks(config: BenchConfig, cells: list[Cell]) -> list[list[tuple[int, float]]]:
+    """Per recipe of the runnable `cells` (all launched), its race's looks (race.looks)."""
+    recipes: dict[tuple, int] = {}
+    for cell in cells:
+        recipes[race.recipe(cell)] = recipes.get(race.recipe(cell), 0) + 1
+    r = config.run
+    return [race.looks(r.min_timed_steps, r.most_timed_steps, k) for k in recipes.values()]

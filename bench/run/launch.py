@@ -22,13 +22,13 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import run_folder
+from bench import race, run_folder
 from bench.config import BenchConfig
 from bench.lifetime import die_with_parent, kill_groups
 from bench.matrix import Cell, by_launch
 from bench.run import nccl_log, results
 from bench.run.progress import Progress
-from bench.schema import ERROR_TAIL_LINES, error_text
+from bench.schema import ERROR_TAIL_LINES, RACE_COLUMNS, error_text
 from bench.worker.events import EventReader
 
 POLL_S = 0.05          # events-file poll period
@@ -148,6 +148,8 @@ class Sweep:
 
     def run(self, cells: list[Cell]) -> SweepStats:
         for ws, launch_cells in by_launch(cells).items():
+            if self.config.run.search == "race":
+                launch_cells = self.carry_over(launch_cells)
             pending, carried = list(launch_cells), []
             while pending:
                 launch = Launch(self, ws, pending, carried, self.first_launch + self.stats.launches)
@@ -159,6 +161,24 @@ class Sweep:
                 self.progress.note(f"no traces for {len(launch.untraced)} cell(s) of world size {ws}: "
                                    f"their launch ended before their profiled pass (rows kept)")
         return self.stats
+
+    def carry_over(self, cells: list[Cell]) -> list[Cell]:
+        """A `race` search, world sizes smallest first: the cells of one world size whose configuration a
+        smaller one raced out in every recipe (race.not_launched) are recorded raced_out, with that
+        comparison, and not launched; returns the rest."""
+        records = results.read_records(self.run_dir)
+        keep = []
+        for cell in cells:
+            source = race.not_launched(cell, records)
+            if source is None:
+                keep.append(cell)
+                continue
+            why = race.not_launched_reason(cell, source)
+            copied = {k: source.get(k) for k in RACE_COLUMNS}
+            self.record(results.make_record(cell, self.config, "raced_out", why, measured=copied))
+            if self.config.profile.covers(cell.cell_id):
+                self.progress.drop_pass()
+        return keep
 
     def profile_list(self, cells: list[Cell]) -> list[Cell]:
         """The cells whose profiled pass a launch runs after its timed steps."""
@@ -292,6 +312,8 @@ class Launch:
         if cell.cell_id in self.current:
             self.current.remove(cell.cell_id)
         record = results.record_from_event(cell, self.config, ev)
+        if record["status"] == "raced_out" and self.untraced.pop(cell.cell_id, None) is not None:
+            self.sweep.progress.drop_pass()  # a race eliminated it: the ranks skip its profiled pass
         # the launcher owns nccl_transport: NCCL's log of this launch, read when the cell finishes
         self.sweep.record(record | {"nccl_transport": self.nccl_transport()})
 
@@ -366,7 +388,9 @@ def summary_line(record: dict) -> str:
     line = (f"{record['status']:<8} {record['cell_id']}  step p50 {num('step_time_ms_p50', '.2f')} ms"
             f"  p90 {num('step_time_ms_p90', '.2f')} ms  {num('samples_per_s', '.1f')} samples/s"
             f"  {comm} {num('exposed_comm_ms', '.2f')} ms")
-    if record["status"] not in ("ok",) and record.get("error"):
+    if record["status"] == "raced_out" and record.get("error"):  # one sentence (bench/race.py): whole
+        line += f"  ({record['error']})"
+    elif record["status"] not in ("ok",) and record.get("error"):
         lines = record["error"].strip().splitlines()
         line += f"  ({next((x for x in lines if EXCEPTION_LINE.match(x.strip())), lines[-1])[:160]})"
     return line

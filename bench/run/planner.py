@@ -6,6 +6,8 @@ nothing.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -13,6 +15,9 @@ from dataclasses import dataclass
 from bench.config import BenchConfig, ConfigError, load_config, resolve_path
 from bench.matrix import Cell, by_launch, expand
 from bench.run import checks
+from bench.schema import MiB
+
+GiB = 1024 * MiB
 
 
 @dataclass(frozen=True)
@@ -35,14 +40,21 @@ class Plan:
 
 
 def plan(config: str, overrides: list[str] = (), *, plan_only: bool = False, nnodes: int = 1,
-         gpus_per_node: int | None = None) -> Plan:
+         gpus_per_node: int | None = None, search: str | None = None,
+         memory_gb: float | None = None) -> Plan:
     """Load the preset `config` (a name or a TOML path) with `--set` overrides, check it against the machine
     and expand its cells. With `plan_only` and `gpus_per_node`, the check is against `nnodes` × that many
-    GPUs rather than this machine's (a GPU-less login node planning a CUDA run). Warnings that do not stop
-    the run (CPU ranks sharing cores, timing-relevant variables) go to stderr."""
+    GPUs rather than this machine's (a GPU-less login node planning a CUDA run). `search` (--search) sets
+    run.search; `memory_gb` (--memory-gb) and, in a racing search, the GPU's own memory skip the cells whose
+    per-rank state cannot fit (`prune_memory`). Warnings that do not stop the run (CPU ranks sharing cores,
+    timing-relevant variables) go to stderr."""
     for flag, value in (("--nnodes", nnodes), ("--gpus-per-node", gpus_per_node)):
         if value is not None and value < 1:
             raise ConfigError(f"{flag}={value}: must be at least 1")
+    if memory_gb is not None and not (memory_gb > 0 and math.isfinite(memory_gb)):
+        raise ConfigError(f"--memory-gb={memory_gb:g}: must be a number of GiB above 0")
+    if search is not None:
+        overrides = [*overrides, f"run.search={search}"]
     if gpus_per_node is not None and not plan_only:
         raise ConfigError(f"--gpus-per-node={gpus_per_node}: only with --plan-only (a run uses this "
                           "machine's GPUs)")
@@ -70,7 +82,36 @@ def plan(config: str, overrides: list[str] = (), *, plan_only: bool = False, nno
     for warning in timing_warnings(dict(os.environ)):  # recorded in env.json and the report too
         print(f"warning: {warning}", file=sys.stderr)
     cells = expand(resolved, bf16_supported=bf16_ok, gpu_count=None if plan_only else gpu_count)
+    device_bytes = checks.device_memory_bytes(resolved) if resolved.run.search != "grid" else None
+    if memory_gb is not None or device_bytes is not None:
+        cells = prune_memory(cells, resolved, memory_gb, device_bytes)
     return Plan(config=resolved, cells=tuple(cells), preset=resolve_path(config).stem)
+
+
+def prune_memory(cells: list[Cell], config: BenchConfig, memory_gb: float | None,
+                 device_bytes: int | None) -> list[Cell]:
+    """The cells with a skip reason added where the per-rank state the engine says it holds (parameters,
+    gradients and AdamW's moments: Engine.state_bytes_per_rank, from the model's fp32 parameter count on
+    the meta device) exceeds `memory_gb` GiB or the device's memory. Activations are not counted, so a
+    cell kept here can still run out of memory; one skipped here cannot fit."""
+    from bench import engines
+    from bench.run.estimate import model_size_counts
+
+    n_params, _ = model_size_counts(config)
+    limits = [(memory_gb * GiB, f"--memory-gb {memory_gb:g}")] if memory_gb is not None else []
+    if device_bytes is not None:
+        limits.append((device_bytes, f"the GPU's {device_bytes / GiB:.1f} GiB"))
+    out = []
+    for cell in cells:
+        state = sum(engines.get(cell.engine).state_bytes_per_rank(4 * n_params, cell.world_size,
+                                                                  cell).values())
+        over = next((why for limit, why in limits if state > limit), None)
+        if over is not None and not cell.skip_reason:
+            cell = dataclasses.replace(cell, skip_reason=(
+                f"per-rank state {state / GiB:.3g} GiB (parameters, gradients, AdamW moments by the "
+                f"engine's layout) exceeds {over}: it cannot fit"))
+        out.append(cell)
+    return out
 
 
 def describe(plan: Plan) -> list[str]:
@@ -83,17 +124,20 @@ def describe(plan: Plan) -> list[str]:
              + (f"  ({cell.skip_reason})" if cell.skip_reason else "")
              + ("  [profiled]" if cell.cell_id in profiled else "") for cell in cells]
     r = config.run
+    grid = " as a grid" if r.search != "grid" else ""
     noise_measured = RATES[r.device].half_width_sqrt_n_pct is not None
     if r.adaptive and not noise_measured:
         low, high = estimate_range(config, cells)
-        wall = (f"estimated wall time {low / 60:.1f}-{high / 60:.1f} min (every adaptive group stopping "
-                f"at its minimum rounds … running to its cap: this device's step-time noise is not measured "
-                f"yet)")
+        wall = (f"estimated wall time{grid} {low / 60:.1f}-{high / 60:.1f} min (every adaptive group "
+                f"stopping at its minimum rounds … running to its cap: this device's step-time noise is not "
+                f"measured yet)")
     else:
-        wall = f"estimated wall time ~{estimate_seconds(config, cells) / 60:.1f} min"
+        wall = f"estimated wall time{grid} ~{estimate_seconds(config, cells) / 60:.1f} min"
     lines.append(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} "
                  f"skipped, {len(by_launch(runnable))} launches; {wall} (bench.run.estimate.RATES: "
                  f"calibrated on a 2-core CPU and one H100; GPU all-reduce speed assumed)")
+    if r.search != "grid" and runnable:
+        lines.append(race_line(config, cells))
     if r.adaptive and runnable and noise_measured:
         rounds = sorted(expected_rounds(config, cells))
         median = rounds[len(rounds) // 2]
@@ -104,3 +148,22 @@ def describe(plan: Plan) -> list[str]:
         lines.append(f"timed rounds per cell: {r.min_timed_steps} to {r.max_timed_steps}, until "
                      f"±{r.target_ci_pct:g} % (run.target_ci_pct) or {r.max_group_s:g} s a group")
     return lines
+
+
+def race_line(config, cells: list[Cell]) -> str:
+    """`--dry-run` of a racing search: its wall-time range and what the range assumes."""
+    from bench.run.estimate import race_looks, race_seconds
+
+    r = config.run
+    low, high = race_seconds(config, cells)
+    firsts = sorted({looks[0][0] for looks in race_looks(config, [c for c in cells if not c.skip_reason])
+                     if looks})
+    at = f"round {firsts[0]}" + (f"-{firsts[-1]}" if len(firsts) > 1 and firsts[-1] != firsts[0] else "") \
+        if firsts else "no round (too few candidates or rounds to eliminate any)"
+    carry = ("; a configuration raced out in every recipe of a world size not launched at larger ones (from "
+             "one rank: its precision and accumulation only)" if r.search == "race" else "")
+    return (f"racing (run.search = {r.search}): ~{low / 60:.1f}-{high / 60:.1f} min: every candidate "
+            f"stepped to its recipe's first look ({at}, by its number of candidates), then from one "
+            f"survivor per recipe (low) to every configuration the rates cannot tell from its recipe's "
+            f"fastest within ±{r.target_ci_pct:g} % (high; they give every engine and bucket size the same "
+            f"step){carry}")

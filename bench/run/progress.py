@@ -75,6 +75,10 @@ class Progress:
         if self.tty:
             self._draw()
 
+    def drop_pass(self) -> None:
+        """A profiled pass that will not run (its cell was raced out): no longer counted as work to do."""
+        self.profiled_total = max(self.profiled_done, self.profiled_total - 1)
+
     def close(self) -> None:
         if self.tty:
             self.stream.write("\n")

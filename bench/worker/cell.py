@@ -27,9 +27,12 @@ import torch.distributed as dist
 from bench import metrics, stats
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell
+from bench.race import Elimination
 from bench.worker import measure, parity
+from bench.worker.groups import torch_twin
 from bench.worker.guard import Guard, check_losses, failure
 from bench.worker.measure import Stopwatch
+from bench.worker.racing import RaceBook, race_rounds
 from bench.worker.trainer import PhaseClock, Trainer, sync_device
 
 DIVERGED = "parameters differ across ranks after the timed steps"
@@ -58,9 +61,12 @@ def steps_needed(config: BenchConfig) -> int:
 
 
 def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank: int, world_size: int,
-              progress=lambda phase: None) -> list[tuple[str, str | None, dict]]:
+              progress=lambda phase: None,
+              book: RaceBook | None = None) -> list[tuple[str, str | None, dict]]:
     """Collective. Every phase of the group's cells → per cell (status, error, measured part of the row):
-    "ok" | "diverged" with its row, or — for a cell whose trainer raised, whose loss is not finite or that
+    "ok" | "diverged" with its row; "raced_out" with its rounds so far and the comparison that eliminated
+    it, when a RaceBook makes the group a race (bench/worker/racing.py: only the survivors go through the
+    phases after the timed rounds); or — for a cell whose trainer raised, whose loss is not finite or that
     torch refused to compile — its own status and error with nothing measured, while the other cells go on
     (bench/worker/guard.py). `progress(phase)` is called between phases (the launcher's watchdog hears it)."""
     r = config.run
@@ -78,18 +84,44 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     if not trainers:
         return [guard.outcome(c.cell_id) for c in cells]
     progress("timed")
-    first_timed = trainers[0].cursor
+    first_timed = trainers[0].cursor  # every trainer has stepped as often: the warm-up is common
     trainers, skipped_before = guard.each(trainers, skipped_steps)  # syncs, outside the timed window
-    reference = next((i for i, t in enumerate(trainers) if t.cell.is_baseline), None)
+    raced_out: dict[str, tuple[str, str | None, dict]] = {}  # cell id → its outcome, eliminated by a race
+    raced_cells: dict[str, Cell] = {}
     with clock:
-        per_rank, stopped_by = adaptive_rounds([guard.step(t) for t in trainers], config, device, reference,
-                                               progress)
-    timed = {t.cell.cell_id: ranks for t, ranks in zip(trainers, per_rank)}
+        if book is None:
+            reference = next((i for i, t in enumerate(trainers) if t.cell.is_baseline), None)
+            per_rank, stopped_by = adaptive_rounds([guard.step(t) for t in trainers], config, device,
+                                                   reference, progress)
+        else:
+            racing = [t.cell for t in trainers]
+
+            def eliminate(i: int, ranks: list[list[float]], why: Elimination) -> None:
+                # every rank, in the same order, at the look that decided it: its row, then its trainer goes
+                raced_out[racing[i].cell_id] = raced_out_outcome(trainers[i], ranks, why, compile_s,
+                                                                 len(racing) > 1)
+                raced_cells[racing[i].cell_id] = racing[i]
+                trainers[i] = None
+                release(device)
+
+            def failed() -> set[int]:  # collective: the candidates whose steps raised, on any rank
+                agreed = guard.agree()
+                return {i for i, c in enumerate(racing) if c.cell_id in agreed}
+
+            rounds = race_rounds([guard.step(t) for t in trainers], racing, config, device, book, eliminate,
+                                 progress, failed)
+            per_rank, stopped_by = rounds.per_rank, rounds.stopped_by
+    side_by_side = len(per_rank)  # the trainers stepped round-robin in the timed rounds (a race's too)
+    order = [t.cell for t in trainers] if book is None else racing  # per_rank's order
+    timed = {c.cell_id: ranks for c, ranks in zip(order, per_rank)}
+    trainers = [t for t in trainers if t is not None and t.cell.cell_id not in raced_out]
     trainers, _ = guard.each(trainers, lambda t: check_losses(t.losses))
-    if not trainers:
-        return [guard.outcome(c.cell_id) for c in cells]
-    side_by_side = len(per_rank)  # the trainers stepped round-robin in the timed rounds
-    timed_steps = trainers[0].schedule[first_timed:trainers[0].cursor]  # the same batches for every engine
+    if not trainers:  # every cell failed, or a race eliminated every one (against an earlier group's)
+        for _, _, row in raced_out.values():
+            row["steps_wall_s"] = clock.seconds / side_by_side
+        return [raced_out.get(c.cell_id) or guard.outcome(c.cell_id) for c in cells]
+    # each trainer's own timed batches (a race group's candidates differ in per-rank batch and accumulation)
+    timed_steps = {t.cell.cell_id: t.schedule[first_timed:t.cursor] for t in trainers}
     progress("checks")
 
     def checks(trainer: Trainer) -> dict:
@@ -120,7 +152,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
 
     def probes(trainer: Trainer) -> dict:
         row, cell_id = rows[trainer.cell.cell_id], trainer.cell.cell_id
-        tokens, flops = measure.work_per_step(trainer, timed_steps)
+        tokens, flops = measure.work_per_step(trainer, timed_steps[cell_id])
         before, now = skipped_before[cell_id], skipped_steps(trainer)
         ranks = compute_only[cell_id]  # ranks × rounds: each rank's own work, for the skew
         return (gated[cell_id] | exposed_values(row["step_times_ms"], metrics.step_times_over_ranks(ranks))
@@ -143,8 +175,15 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     rows = [rows[c.cell_id] | probed[c.cell_id] | memory[c.cell_id]
             | {"steps_wall_s": clock.seconds / side_by_side, "interleaved": side_by_side > 1,
                "stopped_by": stopped_by} for c in measured]
-    add_speed_vs_torch(measured, rows)
+    add_speed_vs_torch(measured, rows, [(raced_cells[i], row) for i, (_, _, row) in raced_out.items()])
     outcomes = {c.cell_id: outcome(row, c) for row, c in zip(rows, measured)}
+    if book is not None:  # the survivors measured ok: later groups of their recipe race them, unpaired
+        for cell, row in zip(measured, rows):
+            if outcomes[cell.cell_id][0] == "ok":
+                book.add(cell, row["step_times_ms"])
+    for _, _, row in raced_out.values():
+        row["steps_wall_s"] = clock.seconds / side_by_side
+    outcomes |= raced_out
     return [outcomes.get(c.cell_id) or guard.outcome(c.cell_id) for c in cells]
 
 
@@ -192,6 +231,19 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
         progress(f"timed ({points[i + 1]} rounds)")
         run(points[i + 1] - done)
     raise AssertionError("unreachable: the last checkpoint is max_timed_steps, where stop_reason stops")
+
+
+def raced_out_outcome(trainer: Trainer, per_rank: list[list[float]], why: Elimination,
+                      compile_s: dict, interleaved: bool) -> tuple[str, str | None, dict]:
+    """Collective. An eliminated candidate's outcome: status raced_out (diverged if its ranks' parameters
+    already differ), its timed rounds so far and the comparison that eliminated it."""
+    row = timed_values(per_rank, trainer.cell.global_batch) | why.columns() | {
+        "compile_s": compile_s.get(trainer.cell.cell_id), "interleaved": interleaved,
+        **trainer.precision.flags,
+        **trainer.engine.state_bytes_per_rank(trainer.param_bytes, trainer.cell.world_size, trainer.cell)}
+    if not measure.params_identical(trainer.engine.full_parameters(trainer.model), trainer.device):
+        return "diverged", DIVERGED, row
+    return "raced_out", why.sentence(), row
 
 
 def outcome(row: dict, cell: Cell) -> tuple[str, str | None, dict]:
@@ -314,19 +366,20 @@ def phase_pass(trainer: Trainer) -> dict[str, float | None]:
             "optimizer": clock.ms["opt_step"]}
 
 
-def compute_only_rounds(trainers: list[Trainer], timed_steps: list, n: int,
+def compute_only_rounds(trainers: list[Trainer], timed_steps: dict[str, list], n: int,
                         guard: Guard) -> dict[str, list[list[float]]]:
     """Collective. n rounds of steps in the engine's compute_only() (no gradient communication), the
-    trainers side by side, replaying the timed window's batches: with variable-length data (MRPC-like)
-    other batches have other padded widths, so their compute would differ and exposed communication could
-    go negative. Returns per cell id its step times per rank and round (ranks × rounds; nothing to wait
-    for, so each rank's time is its own compute: the straggler's evidence); empty lists when n is 0. A step
-    that raises fails its cell (`guard`; the ranks agree on it before this returns)."""
+    trainers side by side, each replaying its own timed window's batches (timed_steps[cell id]): with
+    variable-length data (MRPC-like) other batches have other padded widths, so their compute would differ
+    and exposed communication could go negative. Returns per cell id its step times per rank and round
+    (ranks × rounds; nothing to wait for, so each rank's time is its own compute: the straggler's
+    evidence); empty lists when n is 0. A step that raises fails its cell (`guard`; the ranks agree on it
+    before this returns)."""
     if not n or not trainers:
         return {t.cell.cell_id: [] for t in trainers}
-    replay = [timed_steps[i % len(timed_steps)] for i in range(n)]
     for trainer in trainers:
-        trainer.schedule[trainer.cursor:trainer.cursor + n] = replay
+        timed = timed_steps[trainer.cell.cell_id]
+        trainer.schedule[trainer.cursor:trainer.cursor + n] = [timed[i % len(timed)] for i in range(n)]
 
     def without_sync(trainer):
         def step():
@@ -436,15 +489,19 @@ def probe_values(probe: measure.Probe, world_size: int) -> dict:
             "allreduce_sweep": sweep}
 
 
-def add_speed_vs_torch(cells: list[Cell], rows: list[dict]) -> None:
-    """Per non-torch engine of the group, against the group's torch DDP cell: the median over rounds of
-    torch step / engine step, its 95 % interval, and the verdict. Empty without a torch cell."""
-    torch_rows = [row for cell, row in zip(cells, rows) if cell.is_baseline]
+def add_speed_vs_torch(cells: list[Cell], rows: list[dict], raced: list[tuple[Cell, dict]] = ()) -> None:
+    """Per non-torch cell of the group, against the plain torch DDP cell of its configuration in the group
+    (groups.torch_twin; a race group holds several, and a torch cell it raced out still has its rounds
+    so far, `raced`): the median over the rounds they shared of torch step / this cell's step, its 95 %
+    interval, and the verdict. Empty without such a cell."""
+    pool = [*zip(cells, rows), *raced]
     for cell, row in zip(cells, rows):
         ratio = low = high = p = None
-        if torch_rows and not cell.is_baseline:
-            ratio, low, high = stats.paired_ratio(torch_rows[0]["step_times_ms"], row["step_times_ms"])
-            p = stats.sign_test_p(torch_rows[0]["step_times_ms"], row["step_times_ms"])
+        twin = torch_twin(cell, [c for c, _ in pool])
+        if twin is not None:
+            torch_steps = pool[twin][1]["step_times_ms"]
+            ratio, low, high = stats.paired_ratio(torch_steps, row["step_times_ms"])
+            p = stats.sign_test_p(torch_steps, row["step_times_ms"])
         row |= {"speed_vs_torch": ratio, "speed_vs_torch_ci95_low": low, "speed_vs_torch_ci95_high": high,
                 "speed_vs_torch_half_width_pct": stats.half_width_pct(ratio, low, high),
                 "speed_vs_torch_p": p, "verdict_vs_torch": stats.verdict(low, high)}

@@ -1,4 +1,5 @@
-"""Which cells of a launch run side by side: those that differ only in engine, when their models fit.
+"""Which cells of a launch run side by side: those that differ only in engine, when their models fit; in a
+racing search (run.search), a recipe's candidates, as many as fit (`race_groups`).
 
 An engine without buckets (naive: its cell id says `bna`) joins the group at torch DDP's default bucket
 size (the reference cell the report compares it with), else the first group of its configuration.
@@ -31,6 +32,7 @@ import torch.distributed as dist
 
 from bench.config import BenchConfig
 from bench.matrix import Cell
+from bench.race import recipe
 from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB
 from bench.workloads import get_workload
 
@@ -68,6 +70,22 @@ def engine_groups(cells: list[Cell]) -> list[list[Cell]]:
             groups.setdefault(target, []).append(cell)
     order = {cell.cell_id: i for i, cell in enumerate(cells)}
     return sorted(groups.values(), key=lambda g: min(order[c.cell_id] for c in g))
+
+
+def torch_twin(cell: Cell, others: list[Cell]) -> int | None:
+    """The index in `others` of the plain torch DDP cell `cell` is compared with (speed_vs_torch, the
+    stopping rule's paired ratios): every GROUP_KEYS value equal; for an engine without buckets, torch's at
+    the default bucket size, else at the first of its bucket sizes found (where the group put it, as
+    `engine_groups` does). None for a torch DDP cell itself, or when the group has no such cell."""
+    if cell.is_baseline:
+        return None
+    rest = [k for k in GROUP_KEYS if k != "bucket_cap_mb"]
+    same = [i for i, o in enumerate(others) if o.is_baseline and all(getattr(o, k) == getattr(cell, k)
+                                                                      for k in rest)]
+    exact = [i for i in same if others[i].bucket_cap_mb == cell.wrap_bucket_mb]
+    if cell.bucket_cap_mb is not None:
+        return exact[0] if exact else None
+    return (exact or same or [None])[0]
 
 
 def free_memory_bytes(device: torch.device) -> int | None:
@@ -110,23 +128,62 @@ def fit_side_by_side(group: list[Cell], config: BenchConfig, free: int | None, d
     ending the launch here, outside every cell."""
     if len(group) < 2:
         return True
-    cell = group[0]
+    return len(group) <= capacity(group[0], config, free, device_type)
+
+
+def capacity(cell: Cell, config: BenchConfig, free: int | None, device_type: str) -> int:
+    """The most trainers of `cell`'s model that fit side by side in the share of `free` bytes they may
+    take (at least 1: a cell alone is never refused here; 1 too when the model cannot be built on the meta
+    device, so that its cells run one at a time, each under its own guard)."""
+    if free is None:
+        return 1
     try:
         with torch.device("meta"):
             model = get_workload(cell.model, cell.model_size, config.workload.options()).build_model()
     except Exception:  # noqa: BLE001 - any failure: no estimate; the cells' own builds say why
-        return False
+        return 1
     n_params = sum(p.numel() for p in model.parameters())
-    need = side_by_side_need_bytes(len(group), n_params, device_type)
-    return free is not None and need <= SIDE_BY_SIDE_SHARE * free
+    n = 1
+    while side_by_side_need_bytes(n + 1, n_params, device_type) <= SIDE_BY_SIDE_SHARE * free:
+        n += 1
+    return n
+
+
+def race_groups(cells: list[Cell], most: int) -> list[list[Cell]]:
+    """A racing search's groups: each recipe's candidates (bench.race.recipe) side by side, in the order
+    its first cell appears. A recipe of more than `most` candidates (the trainers that fit) is cut into
+    groups of at most `most`, whole engine groups first-fit in their order (an engine group itself larger
+    than `most` cut in order), so a cell still meets its torch DDP twin where it can; such a recipe's
+    later groups race the earlier ones' survivors unpaired (bench/worker/racing.py)."""
+    recipes: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        recipes.setdefault(recipe(cell), []).append(cell)
+    out = []
+    for members in recipes.values():
+        chunks: list[list[Cell]] = []
+        for group in engine_groups(members):
+            pieces = [group[i:i + most] for i in range(0, len(group), most)]
+            for piece in pieces:
+                room = next((c for c in chunks if len(c) + len(piece) <= most), None)
+                if room is None:
+                    chunks.append(list(piece))
+                else:
+                    room.extend(piece)
+        out += chunks
+    return out
 
 
 def plan_groups(cells: list[Cell], config: BenchConfig, device: torch.device) -> list[list[Cell]]:
     """Collective when a process group is up and some group has two cells or more (the same on every rank:
     they have the same plan). The launch's groups: engine groups when run.interleave is on and they fit
-    in the ranks' smallest free memory, else one cell each."""
+    in the ranks' smallest free memory, else one cell each; with a racing search (run.search), recipes
+    (race_groups), as many candidates side by side as fit."""
     if not config.run.interleave:
         return [[c] for c in cells]
+    if config.run.search != "grid":
+        if len(cells) < 2:
+            return [cells] if cells else []
+        return race_groups(cells, capacity(cells[0], config, agreed_free_memory(device), device.type))
     groups = engine_groups(cells)
     if all(len(g) < 2 for g in groups):
         return groups

@@ -34,6 +34,7 @@ from bench.worker.events import Events
 from bench.worker.groups import plan_groups
 from bench.worker.guard import failure
 from bench.worker.profiling import profile_cell
+from bench.worker.racing import RaceBook
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
             timed, traced = plan_mode.agreed_finished(run_dir)
             cells = [c for c in cells if c.cell_id not in timed]
             to_profile = [c for c in to_profile if c.cell_id not in traced]
+        # a racing search's shared state: each recipe's candidates here and its earlier groups' survivors
+        book = RaceBook.of(cells) if config.run.search != "grid" else None
+        raced_out: set[str] = set()  # eliminated by a race: no profiled pass
         # Collective: every rank plans from the smallest free memory over the ranks, so all build the
         # same trainers and their collectives pair up.
         left: set[str] = set()  # cells that failed alone (bench/worker/guard.py): none is profiled
@@ -86,11 +90,14 @@ def main(argv: list[str] | None = None) -> int:
                 print("bench.worker: the launcher is gone; stopping", file=sys.stderr)
                 return 1
             if not plan_run:
-                run_and_emit(group, config, device, events, facts, left)
-            elif not run_agreeing(f"ws{ws}-group{i}", group, config, device, events, facts, left):
-                return 1
+                raced_out |= run_and_emit(group, config, device, events, facts, left, book)
+            else:
+                agreed = run_agreeing(f"ws{ws}-group{i}", group, config, device, events, facts, left, book)
+                if agreed is None:
+                    return 1
+                raced_out |= agreed
         for cell in to_profile:
-            if cell.cell_id in left:  # its row says why; its profiled pass would fail the same way
+            if cell.cell_id in left or cell.cell_id in raced_out:  # failed alone (its row says why), raced
                 continue
             try:
                 profile_and_emit(cell, config, device, run_dir, events)
@@ -105,37 +112,41 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_and_emit(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
-                 facts: dict, left: set[str]) -> None:
+                 facts: dict, left: set[str], book: RaceBook | None = None) -> set[str]:
     """Run one group of cells on this rank and write its events, adding to `left` the cells that failed
-    alone; a failure of the whole group is re-raised after its "error" event."""
+    alone; a failure of the whole group is re-raised after its "error" event. Returns the cells a race
+    eliminated."""
     t_group = time.perf_counter()
-    outcomes = measure_group(group, config, device, events)
+    outcomes = measure_group(group, config, device, events, book)
     emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group)
     left |= failed_alone(group, outcomes)
     release(device)
+    return raced(group, outcomes)
 
 
 def failed_alone(group: list[Cell], outcomes: list) -> set[str]:
     """The cells of a group that left it with a failure of their own (not ok, not diverged)."""
-    return {c.cell_id for c, (status, _, _) in zip(group, outcomes) if status not in ("ok", "diverged")}
+    return {c.cell_id for c, (status, _, _) in zip(group, outcomes)
+            if status not in ("ok", "diverged", "raced_out")}
 
 
 def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
-                 facts: dict, left: set[str]) -> bool:
+                 facts: dict, left: set[str], book: RaceBook | None = None) -> set[str] | None:
     """Plan mode: run one group; a failure on any rank is recorded on every rank (the failing rank's own
-    "error" event says why; the others' say `peer`) and the run goes on. False when the ranks could not
-    agree (plan_mode.group_failed): the process group is unusable and this rank must stop."""
+    "error" event says why; the others' say `peer`) and the run goes on. Returns the cells a race
+    eliminated; None when the ranks could not agree (plan_mode.group_failed): the process group is
+    unusable and this rank must stop."""
     t_group = time.perf_counter()
     store = dist.distributed_c10d._get_default_store()
     with plan_mode.FailureWatch(store, key, dist.get_rank(), plan_mode.abort_for(device)) as watch:
         try:
-            outcomes = measure_group(group, config, device, events)
+            outcomes = measure_group(group, config, device, events, book)
         except Exception:  # measure_group wrote the "error" event
             outcomes = None
             watch.failed()  # the peers stop waiting for this rank now (NCCL: FailureWatch)
     failed = plan_mode.group_failed(key, outcomes is None, config.run.process_group_timeout_s, device)
     if failed is None:
-        return False
+        return None
     if failed and outcomes is not None:
         events.emit(event="error", cell_ids=[c.cell_id for c in group], rank=dist.get_rank(),
                     status="failed", phase="cell", peer=True,
@@ -144,13 +155,18 @@ def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch
         emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group)
         left |= failed_alone(group, outcomes)
     release(device)
-    return True
+    return set() if failed else raced(group, outcomes)
+
+
+def raced(group: list[Cell], outcomes: list[tuple[str, str | None, dict]]) -> set[str]:
+    """The group's cells a race eliminated (status raced_out)."""
+    return {c.cell_id for c, (status, _, _) in zip(group, outcomes) if status == "raced_out"}
 
 
 def measure_group(group: list[Cell], config: BenchConfig, device: torch.device,
-                  events: Events) -> list[tuple[str, str | None, dict]]:
+                  events: Events, book: RaceBook | None = None) -> list[tuple[str, str | None, dict]]:
     """Collective. Run one group of cells on this rank (rank 0 writes "start" and "progress"); a failure is
-    re-raised after this rank's "error" event."""
+    re-raised after this rank's "error" event. With a RaceBook the group is a race."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     ids = [c.cell_id for c in group]
     if rank == 0:
@@ -160,7 +176,7 @@ def measure_group(group: list[Cell], config: BenchConfig, device: torch.device,
             inject_fault(config.debug.fault_for(cell.cell_id), cell, rank, ws)
         progress = (lambda phase: events.emit(event="progress", cell_ids=ids, phase=phase)) if rank == 0 \
             else (lambda phase: None)
-        return run_group(group, config, device, rank, ws, progress)
+        return run_group(group, config, device, rank, ws, progress, book)
     except Exception as e:
         emit_error(events, ids, e, "cell")
         raise

@@ -1,0 +1,78 @@
+"""A racing search against the full grid of the same preset (docs/measurement.md, "Racing"): per recipe
+(world size, global batch), the race's winner (its ok row of highest samples/s, what `bench advise` ranks
+first) against the grid's best, whether the grid calls them tied (the winner's configuration, measured
+in the grid, has a 95 % throughput interval reaching the best one's: advise's tie rule), and whether the
+race eliminated the grid's best (a miss of the race itself, rather than the two runs measuring apart);
+then each run's sweep time (its launches' first to last event) and how many cells the race eliminated.
+
+    python -m bench run --config default --set matrix.world_size=2 --set profile.enabled=false \\
+        --search race --out RACE
+    python -m bench run --config default --set matrix.world_size=2 --set profile.enabled=false --out GRID
+    PYTHONPATH=. python scripts/race_vs_grid.py RACE GRID
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import race, run_folder  # noqa: E402
+from bench.schema import CONFIG_KEYS  # noqa: E402
+
+
+def sweep_seconds(run_dir: Path) -> float:
+    """From the first to the last event of the run's launches."""
+    paths = sorted((run_dir / run_folder.LOGS).glob("launch-*.events.jsonl"))
+    times = [json.loads(line)["t"] for path in paths
+             for line in path.read_text().splitlines() if line.strip()]
+    return max(times) - min(times)
+
+
+def throughput_interval(row: dict) -> tuple[float, float]:
+    return (row["global_batch"] / row["step_time_ms_ci95_high"] * 1e3,
+            row["global_batch"] / row["step_time_ms_ci95_low"] * 1e3)
+
+
+def config_of(row: dict) -> tuple:
+    return tuple(row[k] for k in CONFIG_KEYS)
+
+
+def main(race_dir: Path, grid_dir: Path) -> None:
+    raced, grid = run_folder.read_records(race_dir), run_folder.read_records(grid_dir)
+    grid_by_config = {config_of(r): r for r in grid if r["status"] == "ok"}
+    recipes = sorted({race.recipe(r) for r in grid if r["status"] == "ok"})
+    same = tied = lost = 0
+    for key in recipes:
+        ok_grid = [r for r in grid if r["status"] == "ok" and race.recipe(r) == key]
+        ok_race = [r for r in raced if r["status"] == "ok" and race.recipe(r) == key]
+        best = max(ok_grid, key=lambda r: r["samples_per_s"])
+        winner = max(ok_race, key=lambda r: r["samples_per_s"])
+        twin = grid_by_config.get(config_of(winner))
+        is_tied = twin is not None and throughput_interval(twin)[1] >= throughput_interval(best)[0]
+        same += winner["cell_id"] == best["cell_id"]
+        tied += winner["cell_id"] == best["cell_id"] or is_tied
+        gone = sum(r["status"] == "raced_out" and race.recipe(r) == key for r in raced)
+        fate = next((r for r in raced if r["cell_id"] == best["cell_id"]), {})
+        lost += fate.get("status") == "raced_out"
+        print(f"ws{key[2]} gb{key[3]}: race winner {winner['cell_id']} ({winner['samples_per_s']:.1f}/s); "
+              f"grid best {best['cell_id']} ({best['samples_per_s']:.1f}/s); "
+              + ("the same" if winner["cell_id"] == best["cell_id"] else
+                 f"in the grid {twin['samples_per_s']:.1f}/s, " + ("tied" if is_tied else "NOT tied"))
+              + f"; {gone} of {len(ok_grid)} raced out"
+              + (f"; the grid's best was raced out: {fate['error']}" if fate.get("status") == "raced_out"
+                 else f"; the grid's best {fate.get('status', 'missing')} in the race"
+                 + (", tied there with the winner" if fate.get("status") == "ok" and fate is not winner
+                    and throughput_interval(fate)[1] >= throughput_interval(winner)[0] else "")))
+    t_race, t_grid = sweep_seconds(race_dir), sweep_seconds(grid_dir)
+    out = sum(r["status"] == "raced_out" for r in raced)
+    print(f"recipes: {len(recipes)}; winner = grid's best {same}, best or tied {tied} "
+          f"({tied / len(recipes):.0%}); the grid's best raced out in {lost}")
+    print(f"sweep: race {t_race:.0f} s, grid {t_grid:.0f} s, race/grid {t_race / t_grid:.0%}; "
+          f"{out} of {len(raced)} cells raced out")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]))
