@@ -84,7 +84,8 @@ def describe(plan: Plan) -> list[str]:
              + ("  [profiled]" if cell.cell_id in profiled else "") for cell in cells]
     est = estimate_seconds(config, cells)
     lines.append(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} "
-                 f"skipped, {len(by_launch(runnable))} launches; estimated wall time ~{est / 60:.1f} min "
+                 f"skipped, {len(by_launch(runnable)) * config.run.launches} launches; "
+                 f"estimated wall time ~{est / 60:.1f} min "
                  f"(bench.run.estimate.RATES: calibrated on a 2-core CPU and one H100; GPU all-reduce speed "
                  f"assumed)")
     r = config.run

@@ -30,8 +30,10 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
 
     run_dir, config, todo = folder.path, plan.config, folder.todo(plan)
     print(f"run folder: {run_dir}  ({len(todo)} cells to run, {len(plan.cells) - len(todo)} done or skipped)")
-    progress = Progress(total=len(todo), profiled=len(plan.profiled(todo)))
-    runner = Sweep(config, run_dir, progress)
+    progress = Progress(total=0, profiled=len(plan.profiled(todo)),
+                        unit="cells" if config.run.launches == 1 else "cell launches")
+    runner = Sweep(config, run_dir, progress, fresh=folder.retried)
+    progress.total = runner.measurements(todo)
     t0 = time.perf_counter()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops as cleanly as Ctrl-C
     try:
@@ -77,6 +79,9 @@ def write_plan_only(folder: RunFolder, plan: Plan, quiet: bool = False) -> Path:
     write_plan(path, plan.config, folder.path, todo, launcher_pid=None, profile=plan.profiled(todo))
     if quiet:
         return path
+    if plan.config.run.launches > 1:  # nobody here runs the plan again: the between-launch spread is unknown
+        print(f"note: run.launches={plan.config.run.launches} does not apply to a plan run: your torchrun or "
+              "srun times each cell once, and its rows say their between-launch variance is unknown")
     print(f"wrote {path} ({len(todo)} cells to run; re-running it skips the cells that finished). "
           "On every node, per world size N = nodes × GPUs per node:")
     print(f"  torchrun --nnodes $NNODES --nproc-per-node $GPUS --rdzv-backend c10d "

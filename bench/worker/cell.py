@@ -22,7 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench import metrics, stats
+from bench import metrics, stats, steady
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell
 from bench.worker import measure, parity
@@ -50,18 +50,40 @@ def steps_needed(config: BenchConfig) -> int:
             + r.compute_only_steps)
 
 
+class Budget:
+    """The seconds of timed rounds a launch's groups may spend: run.max_group_s each, and what a group leaves
+    unspent (it reached its target early) goes to the groups after it, so quiet groups hand their time to
+    noisy ones. Rank 0's clock decides (adaptive_rounds), so only rank 0's figures matter."""
+
+    def __init__(self, per_group_s: float):
+        self.per_group_s, self.carried_s = per_group_s, 0.0
+
+    def allowance_s(self) -> float:
+        """This group's budget: its own share and what the groups before it left."""
+        return self.per_group_s + self.carried_s
+
+    def spend(self, allowance_s: float, used_s: float) -> None:
+        self.carried_s = max(0.0, allowance_s - used_s)
+
+
 def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank: int, world_size: int,
-              progress=lambda phase: None) -> list[tuple[str, str | None, dict]]:
+              progress=lambda phase: None, budget: Budget | None = None,
+              timing_only: bool = False) -> list[tuple[str, str | None, dict]]:
     """Collective. Every phase of the group's cells → per cell (status "ok" | "diverged", error, measured
-    part of the row). `progress(phase)` is called between phases (the launcher's watchdog hears it)."""
+    part of the row). `progress(phase)` is called between phases (the launcher's watchdog hears it).
+    `budget`: the launch's (default: run.max_group_s for this group alone). `timing_only`: a repeat launch
+    (run.launches): build, warm-up, timed rounds and the parity check, no phase, compute-only, probe or
+    memory pass."""
     r = config.run
+    budget = budget or Budget(r.max_group_s)
     all_cells, dropped = cells, {}
     trainers = [Trainer(c, config, device, rank, world_size, steps_needed(config)) for c in cells]
     clock = Stopwatch()
     with clock:
-        compile_s = warm_up(trainers, r.warmup_steps, device, dropped)
+        compile_s, warm = warm_up(trainers, r.warmup_steps, device, dropped)
         sync_device(device)
-    trainers = [t for t in trainers if t.cell.cell_id not in dropped]
+    kept = [i for i, t in enumerate(trainers) if t.cell.cell_id not in dropped]
+    trainers, warm = [trainers[i] for i in kept], [warm[i] for i in kept]
     cells = [t.cell for t in trainers]
     if not trainers:
         return [(*dropped[c.cell_id], {}) for c in all_cells]
@@ -69,17 +91,21 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     first_timed = trainers[0].cursor
     skipped_before = [skipped_steps(t) for t in trainers]  # syncs, outside the timed window
     reference = next((i for i, c in enumerate(cells) if c.is_baseline), None)
-    with clock:
+    allowance, timed_clock = budget.allowance_s(), Stopwatch()
+    with clock, timed_clock:
         per_rank, stopped_by = adaptive_rounds([t.step for t in trainers], config, device, reference,
-                                               progress)
+                                               progress, warmup=warm, budget_s=allowance)
+    budget.spend(allowance, timed_clock.seconds)
     skipped_timed = [None if b is None else skipped_steps(t) - b for t, b in zip(trainers, skipped_before)]
     timed_steps = trainers[0].schedule[first_timed:trainers[0].cursor]  # the same batches for every engine
+    found, first = warmup_found(warm, per_rank)
     progress("checks")
     rows = []
-    for trainer, ranks in zip(trainers, per_rank):
+    for trainer, ranks, engine_warm, engine_found in zip(trainers, per_rank, warm, found):
         with clock:
-            phases = [phase_pass(trainer) for _ in range(r.phase_steps)]
-        rows.append(timed_values(ranks, trainer.cell.global_batch) | phase_values(phases) | {
+            phases = [phase_pass(trainer) for _ in range(0 if timing_only else r.phase_steps)]
+        rows.append(timed_values([times[first:] for times in ranks], trainer.cell.global_batch)
+                    | warmup_values(engine_warm, ranks, first, engine_found) | phase_values(phases) | {
             "final_loss": measure.mean_over_ranks(float(trainer.last_loss.float()), device),
             "compile_s": compile_s.get(trainer.cell.cell_id)} | trainer.precision.flags
             | trainer.engine.state_bytes_per_rank(trainer.param_bytes, world_size, trainer.cell))
@@ -92,11 +118,11 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
                                    trainer.cursor)
     progress("compute-only")
     with clock:  # no_sync from here on: ranks' parameters drift apart, which the check above has seen
-        compute_only = compute_only_rounds(trainers, timed_steps, r.compute_only_steps)
+        compute_only = compute_only_rounds(trainers, timed_steps, 0 if timing_only else r.compute_only_steps)
     for row, trainer, samples in zip(rows, trainers, compute_only):
         tokens, flops = measure.work_per_step(trainer, timed_steps)
         row |= exposed_values(row["step_times_ms"], samples) | work_values(trainer, row, tokens, flops)
-        row |= probe_values(measure.allreduce_probe(trainer, r.probe_iters), world_size)
+        row |= probe_values(measure.allreduce_probe(trainer, 0 if timing_only else r.probe_iters), world_size)
         # the layout the engine used, as it reports it (cells.jsonl): what `bench project` reads
         row["bucket_sizes_bytes"] = trainer.engine.bucket_sizes_bytes(trainer.model,
                                                                       trainer.cell.wrap_bucket_mb)
@@ -107,7 +133,8 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     release(device)
     progress("memory")
     for row, cell in zip(rows, cells):
-        row |= solo_peak_memory(cell, config, device, rank, world_size)
+        if not timing_only:
+            row |= solo_peak_memory(cell, config, device, rank, world_size)
         row["steps_wall_s"] = clock.seconds / len(cells)
         row["interleaved"] = len(cells) > 1
         row["stopped_by"] = stopped_by
@@ -117,16 +144,22 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
 
 
 def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, reference: int | None,
-                    progress=lambda phase: None) -> tuple[list[list[list[float]]], str | None]:
+                    progress=lambda phase: None, warmup: list[list[float]] | None = None,
+                    budget_s: float | None = None) -> tuple[list[list[list[float]]], str | None]:
     """Collective. The group's timed rounds → (per engine, per rank, its step times; why they stopped).
 
     run.repeats windows of run.timed_steps rounds first; then, with run.target_ci_pct on, more rounds up to
     each pre-set checkpoint (stats.checkpoints: doubling up to run.max_timed_steps) until stats.stop_reason
-    says stop; a "budget" stop first runs the rounds that still fit in run.max_group_s (stats.budget_fill).
-    Rank 0 decides (the budget reads its clock) and broadcasts, so every rank stops at the same round and
-    the collectives of the rounds pair up. stopped_by is None with adaptivity off.
+    says stop; a "budget" stop first runs the rounds that still fit in `budget_s` (default run.max_group_s;
+    stats.budget_fill). The intervals looked at are those of the rounds after the warm-up that
+    `warmup_found` finds in `warmup` (per engine, its warm-up steps) and the rounds so far. Rank 0 decides
+    (the budget reads its clock) and broadcasts, so every rank stops at the same round and the collectives
+    of the rounds pair up. stopped_by is None with adaptivity off; then, when the test finds the warm-up
+    reaching into the rounds, as many rounds again are run once, so that the fixed count stays steady.
     """
     r = config.run
+    budget_s = r.max_group_s if budget_s is None else budget_s
+    warmup = warmup or [[] for _ in steps]
     per_rank: list[list[list[float]]] = [[[] for _ in range(dist.get_world_size())] for _ in steps]
 
     def run(n):
@@ -137,19 +170,21 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
     t0 = time.perf_counter()
     for _ in range(r.repeats):
         run(r.timed_steps)
-    if not r.adaptive:
+    if not r.adaptive:  # every rank has every rank's times: each runs the same count
+        run(min(warmup_found(warmup, per_rank)[1], r.min_timed_steps))
         return per_rank, None
     points = stats.checkpoints(r.min_timed_steps, r.max_timed_steps)
     for i, done in enumerate(points):
         decision = [None, 0]  # why stop (None: go on), and the rounds to fill the budget with
         if dist.get_rank() == 0:
-            samples = [metrics.step_times_over_ranks(ranks) for ranks in per_rank]
+            first = warmup_found(warmup, per_rank)[1]
+            samples = [metrics.step_times_over_ranks(ranks)[first:] for ranks in per_rank]
             worst = stats.group_half_width_pct(samples, reference)
             upcoming = points[i + 1] if i + 1 < len(points) else done
             elapsed = time.perf_counter() - t0
             why = stats.stop_reason(worst, r.target_ci_pct, done, r.max_timed_steps, elapsed, upcoming,
-                                    r.max_group_s)
-            fill = stats.budget_fill(done, elapsed, r.max_group_s, r.max_timed_steps)
+                                    budget_s)
+            fill = stats.budget_fill(done, elapsed, budget_s, r.max_timed_steps)
             decision = [why, fill if why == "budget" else 0]
         dist.broadcast_object_list(decision, src=0)
         if decision[0] is not None:
@@ -174,30 +209,33 @@ def outcome(row: dict, cell: Cell) -> tuple[str, str | None, dict]:
 
 
 def warm_up(trainers: list[Trainer], n: int, device: torch.device,
-            dropped: dict[str, tuple[str, str]]) -> dict:
+            dropped: dict[str, tuple[str, str]]) -> tuple[dict, list[list[float]]]:
     """Collective. n rounds of every trainer's step, then more (at most MAX_RECOMPILE_STEPS) while a
     compiled trainer still compiled in the last round. Returns per compiled cell the seconds of its
     warm-up steps that compiled (compile_s): 0 when every graph it runs was compiled earlier in the
     process for an identical model (dynamo guards on code, shapes and dtypes, not on the module object, so
-    a second trainer of the same model reuses the first one's graphs). A compiled cell torch refuses
+    a second trainer of the same model reuses the first one's graphs); and per trainer its warm-up steps'
+    times, each timed as a timed round's step (measure.StepTimer) and the slowest rank's: the start of the
+    series the warm-up test reads (`warmup_found`). A compiled cell torch refuses
     (KNOWN_COMPILE_REFUSALS) leaves the group, into `dropped` (cell id → status "skipped", reason)."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
     compile_s: dict[str, float] = {}
     compiled = [t for t in trainers if t.cell.compile not in (None, "none")]
+    timers = [measure.StepTimer(device) for _ in trainers]
     for round_ in range(n + MAX_RECOMPILE_STEPS):
         recompiled = False
-        for trainer in trainers:
+        for trainer, timer in zip(trainers, timers):
             cell = trainer.cell
             if cell.cell_id in dropped:
                 continue
             if trainer not in compiled:
-                trainer.step()
+                timer.time(trainer.step)
                 continue
             graphs, t0 = counters["stats"]["unique_graphs"], time.perf_counter()
             try:
-                trainer.step()
+                timer.time(trainer.step)
             except Exception as e:  # noqa: BLE001 - only a known refusal is a skip; the rest re-raised
                 if not any(text in str(e) for text in KNOWN_COMPILE_REFUSALS):
                     raise
@@ -217,7 +255,30 @@ def warm_up(trainers: list[Trainer], n: int, device: torch.device,
     for trainer in compiled:  # compiled, but every graph it runs was compiled before in this process
         if trainer.cell.cell_id not in dropped:
             compile_s.setdefault(trainer.cell.cell_id, 0.0)
-    return compile_s
+    return compile_s, [metrics.step_times_over_ranks(ranks) for ranks in measure.gather_times(timers)]
+
+
+def warmup_found(warm: list[list[float]], per_rank: list[list[list[float]]]) -> tuple[list[int], int]:
+    """Where each engine's warm-up ends, found by the changepoint test (bench.steady.warmup_end) on its
+    series: its warm-up steps, then its timed rounds (the slowest rank's). Returns (per engine the steps
+    of its series found to be warm-up, 0 for none; the timed rounds the group leaves out as warm-up: the
+    latest engine's end past the warm-up steps, the same for every engine so that rounds stay paired)."""
+    found, first = [], 0
+    for series_head, ranks in zip(warm, per_rank):
+        end, _ = steady.warmup_end(list(series_head) + metrics.step_times_over_ranks(ranks))
+        found.append(end)
+        first = max(first, end - len(series_head))
+    return found, first
+
+
+def warmup_values(warm: list[float], per_rank: list[list[float]], first: int, found: int) -> dict:
+    """The row's warm-up and outlier columns: warmup_steps_detected (the test's end of warm-up, in steps
+    from the cell's first; 0: none found), the steps kept out of the measurement (`warmup_times_ms`, the
+    warm-up steps and the rounds left out, in cells.jsonl) and outlier_steps (Tukey's fences over the
+    steps measured: counted, kept)."""
+    timed = metrics.step_times_over_ranks(per_rank)
+    return {"warmup_steps_detected": found, "warmup_times_ms": list(warm) + timed[:first],
+            "outlier_steps": steady.tukey_outliers(timed[first:])}
 
 
 def reference_for(trainer: Trainer, trainers: list[Trainer], config: BenchConfig, rank: int,
@@ -375,10 +436,7 @@ def add_speed_vs_torch(cells: list[Cell], rows: list[dict]) -> None:
     torch step / engine step, its 95 % interval, and the verdict. Empty without a torch cell."""
     torch_rows = [row for cell, row in zip(cells, rows) if cell.is_baseline]
     for cell, row in zip(cells, rows):
-        ratio = low = high = p = None
+        ratios = []
         if torch_rows and not cell.is_baseline:
-            ratio, low, high = stats.paired_ratio(torch_rows[0]["step_times_ms"], row["step_times_ms"])
-            p = stats.sign_test_p(torch_rows[0]["step_times_ms"], row["step_times_ms"])
-        row |= {"speed_vs_torch": ratio, "speed_vs_torch_ci95_low": low, "speed_vs_torch_ci95_high": high,
-                "speed_vs_torch_half_width_pct": stats.half_width_pct(ratio, low, high),
-                "speed_vs_torch_p": p, "verdict_vs_torch": stats.verdict(low, high)}
+            ratios = stats.round_ratios(torch_rows[0]["step_times_ms"], row["step_times_ms"]).tolist()
+        row |= stats.speed_vs_torch_columns(ratios)

@@ -31,7 +31,7 @@ from bench.lifetime import die_with_parent, watch_launcher
 from bench.matrix import Cell
 from bench.schema import error_text
 from bench.worker import plan_mode, process
-from bench.worker.cell import release, run_group
+from bench.worker.cell import Budget, release, run_group
 from bench.worker.events import Events
 from bench.worker.groups import plan_groups
 from bench.worker.profiling import profile_cell
@@ -57,9 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     plan_run = plan.get("launcher_pid") is None  # the user's own torchrun/srun: see plan_mode
     if plan_run:
         plan_mode.write_node_env(run_dir, config, [sys.executable, "-m", "bench.worker", *sys.argv[1:]])
-    threads = config.run.threads_for(int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    local_rank, local_ws = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    threads = config.run.threads_for(local_ws)
+    pinned = (process.pin_cpus(threads, local_rank, local_ws)
+              if config.run.pin_cpus and config.run.device == "cpu" else None)
     torch.set_num_threads(threads)
-    device = process.pick_device(config.run.device, int(os.environ.get("LOCAL_RANK", 0)))
+    device = process.pick_device(config.run.device, local_rank)
     cells = [Cell.from_dict(c) for c in plan["cells"] if c["world_size"] == ws]
     to_profile = [Cell.from_dict(c) for c in plan.get("profile", []) if c["world_size"] == ws]
     try:
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{str(e).strip()[:2000]}")
         raise
     # Facts of this rank's process that go into every row it finishes.
-    facts = {"threads_per_rank": threads, "hostname": host,
+    facts = {"threads_per_rank": threads, "hostname": host, "rank0_cpus": pinned,
              "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
     try:
         if plan_run:  # an earlier run of this plan finished these: continue after them
@@ -81,13 +84,15 @@ def main(argv: list[str] | None = None) -> int:
             to_profile = [c for c in to_profile if c.cell_id not in traced]
         # Collective: every rank plans from the smallest free memory over the ranks, so all build the
         # same trainers and their collectives pair up.
+        budget = Budget(config.run.max_group_s)  # a launch's: what a quiet group leaves, the next may use
+        timing_only = bool(plan.get("timing_only"))  # a repeat launch (run.launches): steps timed only
         for i, group in enumerate(plan_groups(cells, config, device)):
             if not process.launcher_alive(plan.get("launcher_pid"), device):
                 print("bench.worker: the launcher is gone; stopping", file=sys.stderr)
                 return 1
             if not plan_run:
-                run_and_emit(group, config, device, events, facts)
-            elif not run_agreeing(f"ws{ws}-group{i}", group, config, device, events, facts):
+                run_and_emit(group, config, device, events, facts, budget, timing_only)
+            elif not run_agreeing(f"ws{ws}-group{i}", group, config, device, events, facts, budget):
                 return 1
         for cell in to_profile:
             profile_and_emit(cell, config, device, run_dir, events)
@@ -98,23 +103,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_and_emit(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
-                 facts: dict) -> None:
+                 facts: dict, budget: Budget | None = None, timing_only: bool = False) -> None:
     """Run one group of cells on this rank and write its events; a failure is re-raised after its "error"
     event."""
     t_group = time.perf_counter()
-    outcomes = measure_group(group, config, device, events)
+    outcomes = measure_group(group, config, device, events, budget, timing_only)
     emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group)
     release(device)
 
 
 def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
-                 facts: dict) -> bool:
+                 facts: dict, budget: Budget | None = None) -> bool:
     """Plan mode: run one group; a failure on any rank is recorded on every rank (the failing rank's own
     "error" event says why; the others' say `peer`) and the run goes on. False when the ranks could not
     agree (plan_mode.group_failed): the process group is unusable and this rank must stop."""
     t_group = time.perf_counter()
     try:
-        outcomes = measure_group(group, config, device, events)
+        outcomes = measure_group(group, config, device, events, budget)
     except Exception:  # measure_group wrote the "error" event
         outcomes = None
     failed = plan_mode.group_failed(key, outcomes is None, config.run.process_group_timeout_s, device)
@@ -130,10 +135,11 @@ def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch
     return True
 
 
-def measure_group(group: list[Cell], config: BenchConfig, device: torch.device,
-                  events: Events) -> list[tuple[str, str | None, dict]]:
+def measure_group(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
+                  budget: Budget | None = None,
+                  timing_only: bool = False) -> list[tuple[str, str | None, dict]]:
     """Collective. Run one group of cells on this rank (rank 0 writes "start" and "progress"); a failure is
-    re-raised after this rank's "error" event."""
+    re-raised after this rank's "error" event. `budget` and `timing_only`: see cell.run_group."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     ids = [c.cell_id for c in group]
     if rank == 0:
@@ -143,7 +149,7 @@ def measure_group(group: list[Cell], config: BenchConfig, device: torch.device,
             inject_fault(config.debug.fault_for(cell.cell_id), cell, rank, ws)
         progress = (lambda phase: events.emit(event="progress", cell_ids=ids, phase=phase)) if rank == 0 \
             else (lambda phase: None)
-        return run_group(group, config, device, rank, ws, progress)
+        return run_group(group, config, device, rank, ws, progress, budget, timing_only)
     except Exception as e:
         emit_error(events, ids, e, "cell")
         raise

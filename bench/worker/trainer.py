@@ -158,6 +158,8 @@ class Trainer:
         self.schedule = [[stage(idx, device) for idx in micro] for micro in index_schedule(
             sampler, n_steps, cell.grad_accum, cell.per_rank_batch)]
         self.cursor = 0
+        # debug.fault "slow:<ms>@…": the last rank straggles by that much in every step of this cell
+        self.straggle_s = config.debug.slow_ms(cell.cell_id) / 1e3 if rank == world_size - 1 else 0.0
         self.last_loss: torch.Tensor | None = None  # the last step's loss, on the device (no sync to keep it)
         self.losses: list[torch.Tensor] = []  # every step's last_loss, on the device (the lossy-hook gate)
 
@@ -170,6 +172,8 @@ class Trainer:
     def step(self, instrument: Instrument = QUIET) -> torch.Tensor:
         """One optimizer step; returns the last micro-step's loss (not divided by grad_accum)."""
         model, inst, k = self.model, instrument, self.cell.grad_accum
+        if self.straggle_s:
+            time.sleep(self.straggle_s)
         for i, idx in enumerate(self.next_micro_batches()):
             with self.engine.no_sync(model) if i < k - 1 else nullcontext():
                 with inst.phase("data_movement"):
