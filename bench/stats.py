@@ -262,7 +262,7 @@ def budget_fill(rounds: int, elapsed_s: float, budget_s: float, max_rounds: int)
     return max(0, min(max_rounds - rounds, math.floor((budget_s - elapsed_s) / (elapsed_s / rounds))))
 
 
-# --- Student's t, for the intervals of a cell measured in several launches (bench/between.py) ----------
+# --- Student's t, for the intervals of a cell measured in several launches (bench/run/between.py) ----------
 Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
 
 

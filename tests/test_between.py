@@ -1,4 +1,4 @@
-"""bench/between.py: the interval of a cell measured in several launches, hand-worked, and its coverage on
+"""bench/run/between.py: the interval of a cell measured in several launches, hand-worked, and its coverage on
 synthetic steps with a launch effect (tests/synthetic_steps.py), where the interval of one launch's steps
 misses the cell's value far more often than 5 %."""
 
@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from bench import between, stats
+from bench import stats
+from bench.run import between
 from tests import synthetic_steps as syn
 
 

@@ -14,10 +14,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from bench import between, stats
+from bench import stats
 from bench.config import ConfigError, load_config
 from bench.matrix import expand
-from bench.run import merge, results
+from bench.run import between, merge, results
 from bench.run.folder import launches_complete
 from bench.run.launch import launch_schedule
 from bench.run_folder import launch_file, read_records

@@ -1,4 +1,4 @@
-"""bench/steady.py: the warm-up found by a changepoint test, and outliers counted by Tukey's fences."""
+"""bench/worker/steady.py: the warm-up found by a changepoint test, and outliers counted by Tukey's fences."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bench import steady
+from bench.worker import steady
 
 
 def test_the_standardised_prefix_rank_sum_by_hand():

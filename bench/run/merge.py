@@ -1,6 +1,6 @@
 """A cell measured in several launches (run.launches) as one row: each launch's outcome kept, their steps
 pooled, and the step-time columns recomputed over the launches with the two-level interval
-(bench/between.py), moderated over the cells of the same world size (the family measured in the same
+(bench/run/between.py), moderated over the cells of the same world size (the family measured in the same
 launches).
 
 A record's `launch_rows` holds one entry per launch that ran the cell, in the order they ran:
@@ -23,8 +23,8 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 
-from bench import between, metrics, stats
-from bench.run import results
+from bench import metrics, stats
+from bench.run import between, results
 
 MEASURED = ("ok", "diverged")  # a launch's outcomes that carry steps (diverged: measured, ranks differ)
 LISTS = ("step_times_ms", "warmup_times_ms", "speed_vs_torch_ratios")

@@ -60,7 +60,7 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
         beyond_steps, beyond_timed = stats.wall_s - stats.steps_s, stats.wall_s - stats.timed_s
         print(f"overhead per cell beyond its measured steps: mean {beyond_steps / stats.cells:.2f} s"
               f" (beyond the timed steps only: {beyond_timed / stats.cells:.2f} s;"
-              f" launch start-up amortised; {stats.cells} cells)")
+              f" launch start-up amortised; {stats.cells} {progress.unit})")
     print(f"results: {run_dir / run_folder.RESULTS}")
     if config.profile.enabled:
         traces = list((run_dir / run_folder.TRACES).glob(f"*/{TRACE_GLOB}"))

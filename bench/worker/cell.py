@@ -22,10 +22,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from bench import metrics, stats, steady
+from bench import metrics, stats
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell
-from bench.worker import measure, parity
+from bench.worker import measure, parity, steady
 from bench.worker.measure import Stopwatch
 from bench.worker.trainer import PhaseClock, Trainer, sync_device
 
@@ -259,7 +259,7 @@ def warm_up(trainers: list[Trainer], n: int, device: torch.device,
 
 
 def warmup_found(warm: list[list[float]], per_rank: list[list[list[float]]]) -> tuple[list[int], int]:
-    """Where each engine's warm-up ends, found by the changepoint test (bench.steady.warmup_end) on its
+    """Where each engine's warm-up ends, found by the changepoint test (bench.worker.steady.warmup_end) on its
     series: its warm-up steps, then its timed rounds (the slowest rank's). Returns (per engine the steps
     of its series found to be warm-up, 0 for none; the timed rounds the group leaves out as warm-up: the
     latest engine's end past the warm-up steps, the same for every engine so that rounds stay paired)."""

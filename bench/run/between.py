@@ -16,7 +16,8 @@ Var(ȳ_c) = (σ_b² + σ_c² + w̄_c) / L.
 The cells measured in the same launches (a family: one world size of a run) separate the two: the launch's
 shared effect is the mean over cells of their deviations, b̂_j = mean_c (y_cj − ȳ_c), with
 S_b² = Σ b̂_j² / (L − 1) on L − 1 degrees of freedom, however many cells: pooling cells cannot tell more of
-an effect they all share (a synthetic check that pooled it over cells covered 93.5 % instead of 95 %). What
+an effect they all share (moderating each cell's whole spread across the family, as if the shared part were
+its own, covered 93.5 % on synthetic steps: 3 launches, σ 5 %, half of it shared, 1,600 cells). What
 is left is each cell's own, s_c² = C/(C − 1) · Σ_j (y_cj − ȳ_c − b̂_j)² / (L − 1) on d = (L − 1)(C − 1)/C
 degrees of freedom (C cells), estimating σ_c² + w̄_c. With the 2-3 launches a run affords, s_c² alone is
 wide (Student's t on 1 or 2 degrees of freedom: 12.7 and 4.3 where the normal says 1.96), so it is moderated
