@@ -26,7 +26,7 @@ CASES = [
     (["--set", "run.target_ci_pct=nan"], "run.target_ci_pct=nan: must be a finite number"),
     (["--set", "run.max_group_s=0"], "run.max_group_s=0.0: must be > 0"),
     (["--set", "run.target_ci_pct=2", "--set", "run.max_timed_steps=5"],
-     "run.max_timed_steps=5: must be >= run.timed_steps × run.repeats = 6"),
+     "run.max_timed_steps=5: must be >= run.timed_steps × run.repeats = 20"),
     (["--set", "matrix.world_size=100000"], "matrix.world_size=100000: must be <= 65536"),
     (["--set", "run.threads_per_rank=1e3"], "run.threads_per_rank='1e3': must be a int"),
     (["--set", "workload.seq_len=" + "9" * 100_000], "workload.seq_len="),

@@ -88,9 +88,10 @@ def merged_row(entries: list[dict], lists: dict[str, list], global_batch: int,
     row["outlier_steps"] = None if None in outliers else sum(outliers)
     for key in WALL:
         row[key] = sum(r.get(key) or 0.0 for r in rows)
-    if len(measured) == 1:
+    spread = spread_of(entries, lists["step_times_ms"])
+    if len(measured) == 1 or spread is None:  # one launch, or no steps to merge: its own row
         return row | {"between_launch_cv_pct": None}
-    combined = between.combine(spread_of(entries, lists["step_times_ms"]), family)
+    combined = between.combine(spread, family)
     p50 = combined.center
     row |= {"step_time_ms_p50": p50, "step_time_ms_ci95_low": combined.low,
             "step_time_ms_ci95_high": combined.high,
