@@ -44,7 +44,8 @@ def test_run_group_measures_a_cell(tmp_path, one_rank_group, precision):
     ((status, error, row),) = run_group([cell], config, torch.device("cpu"), 0, 1)
     assert (status, error) == ("ok", None) and "status" not in row
     assert set(row) - set(RESULT_COLUMNS) == {"step_times_ms", "steps_wall_s", "allreduce_sweep",
-                                              "bucket_sizes_bytes", "warmup_times_ms"}
+                                              "bucket_sizes_bytes", "warmup_times_ms",
+                                              "speed_vs_torch_ratios"}
     assert sum(row["bucket_sizes_bytes"]) == row["n_params"] * 4  # every fp32 gradient in one bucket once
     # timed_steps × repeats, and as many again as the warm-up test found still warming up, moved out
     left_out = len(row["warmup_times_ms"]) - config.run.warmup_steps
