@@ -199,3 +199,25 @@ def test_a_run_of_two_launches_end_to_end(tmp_path):
     spread = merge.spread_of(rows["torch"]["launch_rows"], rows["torch"]["step_times_ms"])
     assert rows["torch"]["step_time_ms_p50"] == pytest.approx(math.exp(spread.mean))
     assert isinstance(between.fit_family([spread]), type(None)) and stats.MIN_SAMPLES == 6
+
+
+def test_a_quiet_group_hands_its_unspent_budget_to_the_next():
+    from bench.worker.cell import Budget
+
+    budget = Budget(8.0)
+    assert budget.allowance_s() == 8.0
+    budget.spend(8.0, 3.0)             # stopped at the target after 3 s: 5 s left over
+    assert budget.allowance_s() == 13.0
+    budget.spend(13.0, 13.4)           # the next spent it all (a round past it: nothing carried, no debt)
+    assert budget.allowance_s() == 8.0
+
+
+def test_pin_cpus_gives_each_local_rank_its_own_share(monkeypatch):
+    from bench.worker import process
+
+    pinned = []
+    monkeypatch.setattr(process.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(process.os, "sched_setaffinity", lambda pid, cpus: pinned.append(list(cpus)),
+                        raising=False)
+    assert process.pin_cpus(2, 1, 2) == [2, 3] and pinned == [[2, 3]]
+    assert process.pin_cpus(3, 0, 2) is None and len(pinned) == 1  # 6 CPUs wanted, 4 allowed: left alone

@@ -63,6 +63,7 @@ class Budget:
         return self.per_group_s + self.carried_s
 
     def spend(self, allowance_s: float, used_s: float) -> None:
+        """A group given `allowance_s` used `used_s`: the rest goes to the next group."""
         self.carried_s = max(0.0, allowance_s - used_s)
 
 

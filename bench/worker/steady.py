@@ -40,14 +40,13 @@ WARMUP_SEED = 20261126  # fixed: the same steps give the same warm-up
 TUKEY_K = 1.5  # Tukey's inner fences: 1.5 interquartile ranges beyond the quartiles
 
 
-def _max_prefix_z(ranks: np.ndarray, last: int) -> tuple[np.ndarray, np.ndarray]:
+def _max_prefix_z(ranks: np.ndarray, last: int) -> np.ndarray:
     """For each row of `ranks` (permutations × n), the largest standardised prefix rank-sum Z_t over the
-    splits t = 1..last, and that t."""
+    splits t = 1..last."""
     n = ranks.shape[-1]
     t = np.arange(1, last + 1, dtype=np.float64)
     u = 2 * np.cumsum(ranks[..., :last], axis=-1) - t * (n + 1)
-    z = u / np.sqrt(t * (n - t) * (n + 1) / 3)
-    return z.max(axis=-1), z.argmax(axis=-1) + 1
+    return (u / np.sqrt(t * (n - t) * (n + 1) / 3)).max(axis=-1)
 
 
 def warmup_end(steps: Sequence[float]) -> tuple[int, float | None]:
@@ -60,10 +59,10 @@ def warmup_end(steps: Sequence[float]) -> tuple[int, float | None]:
         return 0, None
     ranks = x.argsort(kind="stable").argsort(kind="stable") + 1.0  # ties: arbitrary but fixed order
     last = n // 2
-    observed, _ = _max_prefix_z(ranks[None, :], last)
+    observed = _max_prefix_z(ranks[None, :], last)
     rng = np.random.default_rng(WARMUP_SEED)
     perms = rng.permuted(np.tile(ranks, (WARMUP_PERMUTATIONS, 1)), axis=1)
-    null, _ = _max_prefix_z(perms, last)
+    null = _max_prefix_z(perms, last)
     p = (1 + int((null >= observed[0] - 1e-12).sum())) / (1 + WARMUP_PERMUTATIONS)
     return (_l1_break(x, last) if p <= WARMUP_ALPHA else 0), p
 
