@@ -221,3 +221,63 @@ def test_pin_cpus_gives_each_local_rank_its_own_share(monkeypatch):
                         raising=False)
     assert process.pin_cpus(2, 1, 2) == [2, 3] and pinned == [[2, 3]]
     assert process.pin_cpus(3, 0, 2) is None and len(pinned) == 1  # 6 CPUs wanted, 4 allowed: left alone
+
+
+def _pair_of_runs(tmp_path, launches: int, shifts: list[float]):
+    """Two fixture runs of 20 cells (torch, world sizes 1..20): run b's steps × each shift, each ±3 %."""
+    from report_fixtures import row, write_run
+
+    def rows(scale):
+        out = []
+        for n, shift in zip(range(1, 21), scale):
+            r = row("torch", n, 100.0 * shift, global_batch=840)
+            r.update(step_time_ms_ci95_low=97.0 * shift, step_time_ms_ci95_high=103.0 * shift,
+                     launches=launches, between_launch_cv_pct=2.0 if launches > 1 else "")
+            out.append(r)
+        return out
+
+    return (write_run(tmp_path / "a", rows([1.0] * 20)), write_run(tmp_path / "b", rows(shifts)))
+
+
+def test_compare_corrects_its_cell_verdicts_for_their_number_and_says_what_it_knows_of_launches(tmp_path):
+    from bench.report import compare
+    from bench.report.compare_page import write_compare_page
+    from bench.run_folder import load_run
+
+    # 20 cells, b 5 % slower in each: ratio 1/1.05, each side [97, 103] % → the ratio's log half-widths
+    # √(ln(100/97)² + ln(1.03)²) = 0.04244 both ways, se = 0.04244/1.96 = 0.02166, z = ln(1.05)/0.02166 =
+    # 2.25, p = 0.024 each: slower alone, not after Holm (the smallest must be ≤ 0.05/20 = 0.0025)
+    a, b = _pair_of_runs(tmp_path, 2, [1.05] * 20)
+    joined = compare.join_cells([load_run(a), load_run(b)])
+    se = math.hypot(math.log(100 / 97), math.log(103 / 100)) / stats.Z95
+    p = 2 * (1 - __import__("statistics").NormalDist().cdf(math.log(1.05) / se))
+    assert joined["p_b_vs_a"].tolist() == pytest.approx([p] * 20, rel=1e-3)
+    assert set(joined["verdict_b_vs_a"]) == {"slower"} and set(joined["verdict_holm"]) == {"within noise"}
+    text = (write_compare_page([a, b], tmp_path / "cmp").parent / "summary.md").read_text()
+    assert "20 within noise once corrected for the 20 comparisons" in text
+    assert "each cell alone: 20 slower" in text
+    assert "a timed each cell in 2 launches, whose medians spread by 2.0 %" in text
+    # one cell 40 % slower: its p survives the correction; one-launch runs are said to leave the noise unknown
+    a1, b1 = _pair_of_runs(tmp_path / "one", 1, [1.0] * 19 + [1.4])
+    text = (write_compare_page([a1, b1], tmp_path / "cmp1").parent / "summary.md").read_text()
+    assert "1 slower, 19 within noise once corrected" in text
+    assert "a and b timed each cell in one launch, so their between-launch variance is unknown" in text
+
+
+def test_the_report_says_what_the_intervals_hold_of_launches_warm_up_and_outliers():
+    import pandas as pd
+
+    from bench.report import findings
+
+    base = {"status": "ok", "step_time_ms_ci95_low": 9.0, "cell_id": "c"}
+    one = pd.DataFrame([base | {"launches": 1.0, "between_launch_cv_pct": float("nan")}])
+    assert "the variance between launches is unknown" in findings.launch_noise(one)[0]
+    two = pd.DataFrame([base | {"launches": 2.0, "between_launch_cv_pct": 3.0},
+                        base | {"launches": 2.0, "between_launch_cv_pct": 5.0, "cell_id": "d"}])
+    assert "2 of 2 cells were timed in 2 launches" in findings.launch_noise(two)[0]
+    assert "4.0 % at the median cell" in findings.launch_noise(two)[0]
+    counted = pd.DataFrame([base | {"warmup_steps_detected": 7.0, "outlier_steps": 3.0},
+                            base | {"warmup_steps_detected": 0.0, "outlier_steps": 0.0, "cell_id": "d"}])
+    warm, outliers = findings.warmup_and_outliers(counted)
+    assert "a slower start in 1 of 2 cells, the longest 7 steps (c)" in warm
+    assert outliers.startswith("3 timed steps in 1 cells lie outside Tukey's fences")
