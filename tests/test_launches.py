@@ -187,6 +187,7 @@ def test_a_run_of_two_launches_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     plans = [json.loads((out / "logs" / launch_file(k, "plan.json")).read_text()) for k in range(2)]
     assert sorted(p["timing_only"] for p in plans) == [False, True]
+    assert [p["carried_s"] for p in plans] == [0.0, 0.0]  # fixed rounds (cpu-smoke) leave no budget
     assert [len(p["profile"]) for p in plans if p["timing_only"]] == [0]  # profiled once, in the full one
     rows = {r["engine"]: r for r in read_records(out)}
     for r in rows.values():

@@ -91,6 +91,7 @@ class Sweep:
         self.config, self.run_dir, self.progress = config, run_dir, progress
         self.stats = SweepStats()
         self.records = LaunchRecords(run_dir, config, fresh)
+        self.carried_s = 0.0  # timed-rounds budget the launches so far left unspent (worker.cell.Budget)
         (run_dir / run_folder.LOGS).mkdir(parents=True, exist_ok=True)
         # A resumed run keeps the earlier launches' logs: number the new ones after them.
         self.first_launch = len(list((run_dir / run_folder.LOGS).glob(run_folder.launch_file("*", "cmd"))))
@@ -160,7 +161,7 @@ class Launch:
     def command(self) -> list[str]:
         plan_path = self.logs / run_folder.launch_file(self.k, "plan.json")
         write_plan(plan_path, self.config, self.sweep.run_dir, self.pending, launcher_pid=os.getpid(),
-                   profile=self.to_profile, timing_only=not self.full)
+                   profile=self.to_profile, timing_only=not self.full, carried_s=self.sweep.carried_s)
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                 str(self.ws), "-m", "bench.worker", "--plan", str(plan_path.resolve()),
                 "--events", str(self.reader.path.resolve())]
@@ -257,6 +258,7 @@ class Launch:
             self.current.remove(cell.cell_id)
         # the launcher owns nccl_transport: NCCL's log of this launch, read when the cell finishes
         self.sweep.record(cell, self, ev["status"], ev.get("error"), ev["row"], self.nccl_transport())
+        self.sweep.carried_s = ev.get("carried_s", self.sweep.carried_s)
 
     def time_limit_s(self) -> float:
         """The watchdog's limit on silence (RunConfig.watchdog_limit_s): run.cell_timeout_s since the last
@@ -306,13 +308,14 @@ class Launch:
 
 
 def write_plan(path: Path, config: BenchConfig, run_dir: Path, cells: list[Cell], launcher_pid: int | None,
-               profile: list[Cell], timing_only: bool = False) -> None:
+               profile: list[Cell], timing_only: bool = False, carried_s: float = 0.0) -> None:
     """The worker's input: resolved config, the cells to time, the cells to profile after them, the
-    launcher to watch for (None: the user's own torchrun/srun), and whether the launch times the steps only
-    (a repeat launch of run.launches)."""
+    launcher to watch for (None: the user's own torchrun/srun), whether the launch times the steps only
+    (a repeat launch of run.launches), and the timed-rounds budget earlier launches left unspent
+    (worker.cell.Budget)."""
     plan = {"run_dir": str(run_dir.resolve()), "config": config.to_dict(),
             "cells": [c.to_dict() for c in cells], "profile": [c.to_dict() for c in profile],
-            "launcher_pid": launcher_pid, "timing_only": timing_only}
+            "launcher_pid": launcher_pid, "timing_only": timing_only, "carried_s": carried_s}
     path.write_text(json.dumps(plan, indent=1))
 
 

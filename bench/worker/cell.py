@@ -51,12 +51,14 @@ def steps_needed(config: BenchConfig) -> int:
 
 
 class Budget:
-    """The seconds of timed rounds a launch's groups may spend: run.max_group_s each, and what a group leaves
-    unspent (it reached its target early) goes to the groups after it, so quiet groups hand their time to
-    noisy ones. Rank 0's clock decides (adaptive_rounds), so only rank 0's figures matter."""
+    """The seconds of timed rounds groups may spend: run.max_group_s each, and what a group leaves unspent
+    (it reached its target early) goes to the groups after it — in its launch, and through the launcher
+    (`carried_s` in the plan) to the next launch — so quiet groups hand their time to noisy ones and the
+    run's timed rounds stay within groups × max_group_s. Rank 0's clock decides (adaptive_rounds), so only
+    rank 0's figures matter."""
 
-    def __init__(self, per_group_s: float):
-        self.per_group_s, self.carried_s = per_group_s, 0.0
+    def __init__(self, per_group_s: float, carried_s: float = 0.0):
+        self.per_group_s, self.carried_s = per_group_s, carried_s
 
     def allowance_s(self) -> float:
         """This group's budget: its own share and what the groups before it left."""
@@ -96,7 +98,8 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     with clock, timed_clock:
         per_rank, stopped_by = adaptive_rounds([t.step for t in trainers], config, device, reference,
                                                progress, warmup=warm, budget_s=allowance)
-    budget.spend(allowance, timed_clock.seconds)
+    if r.adaptive:  # a fixed count spends no budget, and so leaves none
+        budget.spend(allowance, timed_clock.seconds)
     skipped_timed = [None if b is None else skipped_steps(t) - b for t, b in zip(trainers, skipped_before)]
     timed_steps = trainers[0].schedule[first_timed:trainers[0].cursor]  # the same batches for every engine
     found, first = warmup_found(warm, per_rank)

@@ -5,7 +5,8 @@ One JSON object per line, appended and flushed per event, each with its time `t`
 - "hello"  every rank, at start: rank, pid, pgid (so the launcher can stop the workers by process group),
            ppid (the torchrun agent or srun step that started it);
 - "start"  rank 0, a cell begins: cell_id;
-- "finish" rank 0, a cell ended with a measurement: cell_id, status ("ok" | "diverged"), error, row;
+- "finish" rank 0, a cell ended with a measurement: cell_id, status ("ok" | "diverged"), error, row, and
+           carried_s (the timed-rounds budget left unspent so far: bench/worker/cell.py's Budget);
 - "error"  a rank whose cell raised: cell_ids, rank, status ("failed" | "oom"), phase, error; in a plan run
            (bench/worker/plan_mode.py) every rank writes one for a failed group, `peer: true` on the ranks
            that only learnt of it, and phase "start" when the process group never formed.

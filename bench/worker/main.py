@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             to_profile = [c for c in to_profile if c.cell_id not in traced]
         # Collective: every rank plans from the smallest free memory over the ranks, so all build the
         # same trainers and their collectives pair up.
-        budget = Budget(config.run.max_group_s)  # a launch's: what a quiet group leaves, the next may use
+        # the run's timed-rounds budget: what a quiet group leaves, the next may use, across launches too
+        budget = Budget(config.run.max_group_s, plan.get("carried_s", 0.0))
         timing_only = bool(plan.get("timing_only"))  # a repeat launch (run.launches): steps timed only
         for i, group in enumerate(plan_groups(cells, config, device)):
             if not process.launcher_alive(plan.get("launcher_pid"), device):
@@ -108,7 +109,7 @@ def run_and_emit(group: list[Cell], config: BenchConfig, device: torch.device, e
     event."""
     t_group = time.perf_counter()
     outcomes = measure_group(group, config, device, events, budget, timing_only)
-    emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group)
+    emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group, budget)
     release(device)
 
 
@@ -130,7 +131,7 @@ def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch
                     status="failed", phase="cell", peer=True,
                     error="the group failed on another rank (its error event says why)")
     elif not failed:
-        emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group)
+        emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group, budget)
     release(device)
     return True
 
@@ -155,13 +156,16 @@ def measure_group(group: list[Cell], config: BenchConfig, device: torch.device, 
         raise
 
 
-def emit_finish(group: list[Cell], outcomes: list, events: Events, facts: dict, wall_s: float) -> None:
-    """Rank 0: a "finish" event per cell of the group, its wall time shared evenly."""
+def emit_finish(group: list[Cell], outcomes: list, events: Events, facts: dict, wall_s: float,
+                budget: Budget | None = None) -> None:
+    """Rank 0: a "finish" event per cell of the group, its wall time shared evenly, and the timed-rounds
+    budget the groups so far left unspent (`carried_s`: the launcher hands it to the next launch)."""
     if dist.get_rank() != 0:
         return
+    carried = {} if budget is None else {"carried_s": budget.carried_s}
     for cell, (status, error, row) in zip(group, outcomes, strict=True):
         row |= facts | {"cell_wall_s": wall_s / len(group)}
-        events.emit(event="finish", cell_id=cell.cell_id, status=status, error=error, row=row)
+        events.emit(event="finish", cell_id=cell.cell_id, status=status, error=error, row=row, **carried)
 
 
 def profile_and_emit(cell: Cell, config: BenchConfig, device: torch.device, run_dir: Path,
