@@ -89,6 +89,10 @@ def describe(plan: Plan) -> list[str]:
                  f"(bench.run.estimate.RATES: calibrated on a 2-core CPU and one H100; GPU all-reduce speed "
                  f"assumed)")
     r = config.run
+    lines.append(f"each cell timed in {r.launches} launches (run.launches), in an order shuffled with "
+                 "run.seed; the intervals hold the variance between them" if r.launches > 1 else
+                 "each cell timed in one launch (run.launches = 1): the variance between launches stays "
+                 "unknown")
     if r.adaptive and runnable:
         rounds = sorted(expected_rounds(config, cells))
         median = rounds[len(rounds) // 2]
