@@ -83,16 +83,16 @@ def describe(plan: Plan) -> list[str]:
              + (f"  ({cell.skip_reason})" if cell.skip_reason else "")
              + ("  [profiled]" if cell.cell_id in profiled else "") for cell in cells]
     est = estimate_seconds(config, cells)
-    lines.append(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} "
-                 f"skipped, {len(by_launch(runnable)) * config.run.launches} launches; "
-                 f"estimated wall time ~{est / 60:.1f} min "
-                 f"(bench.run.estimate.RATES: calibrated on a 2-core CPU and one H100; GPU all-reduce speed "
-                 f"assumed)")
     r = config.run
     lines.append(f"each cell timed in {r.launches} launches (run.launches), in an order shuffled with "
                  "run.seed; the intervals hold the variance between them" if r.launches > 1 else
                  "each cell timed in one launch (run.launches = 1): the variance between launches stays "
                  "unknown")
+    lines.append(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} "
+                 f"skipped, {len(by_launch(runnable)) * config.run.launches} launches; "
+                 f"estimated wall time ~{est / 60:.1f} min "
+                 f"(bench.run.estimate.RATES: calibrated on a 2-core CPU and one H100; GPU all-reduce speed "
+                 f"assumed)")
     if r.adaptive and runnable:
         rounds = sorted(expected_rounds(config, cells))
         median = rounds[len(rounds) // 2]
