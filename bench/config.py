@@ -87,6 +87,8 @@ MAX_BATCH = 1 << 24
 MAX_SECONDS = 7 * 24 * 3600.0    # a week
 MAX_THREADS = 4096
 MAX_TARGET_CI_PCT = 100.0        # ±100 % of the median: any wider target is no target
+MAX_LAUNCHES = 100               # MLPerf asks 5-10 full runs; a hundred launches of every cell is far beyond
+MAX_SLOW_MS = 60_000.0           # a straggler fault of a minute per step is a hang; use "hang"
 
 
 def _engine_names() -> tuple[str, ...]:
@@ -221,6 +223,11 @@ class RunConfig:
     warmup_steps: int = 5           # both engines rebuild their buckets after iteration 1: at least 2
     timed_steps: int = 20           # with target_ci_pct > 0: the minimum (rounds before the first look)
     repeats: int = 1                # timed windows per cell (barrier + sync before each); samples pooled
+    # Separate launches that time every cell, in an order shuffled with the seed (bench/run/launch.py); the
+    # cell's interval combines the variance within and between them (bench/run/between.py). 1: the between-
+    # launch variance is unknown. The first launch of a world size also runs the phase, compute-only,
+    # probe, memory and profiled passes; the others time the steps only.
+    launches: int = 1
     # Adaptive timed rounds (bench.stats.stop_reason): after timed_steps × repeats rounds, and at each
     # doubling of them, stop once every engine's median step and every paired speed_vs_torch ratio of the
     # group has a 95 % interval within ±target_ci_pct % (0: off, exactly timed_steps × repeats rounds),
@@ -228,12 +235,15 @@ class RunConfig:
     # max_group_s seconds.
     target_ci_pct: float = 2.0
     max_timed_steps: int = 320
-    max_group_s: float = 60.0
+    max_group_s: float = 60.0       # per launch; what a group leaves unspent goes to the launch's next groups
     compute_only_steps: int = 10    # steps under no_sync() for exposed_comm_ms; 0: not measured
     phase_steps: int = 3            # instrumented steps for forward/backward/sync/optimizer times; 0: off
     probe_iters: int = 10           # timed all-reduces of the probe; 0: no probe
     seed: int = 1234
     threads_per_rank: int = 0       # 0: the CPUs this process may use // the node's ranks (at least 1)
+    # CPU runs: each rank bound to its own threads_per_rank CPUs of the launcher's affinity mask (local rank
+    # r takes the r-th share), so the scheduler does not move a rank between cores mid-step
+    pin_cpus: bool = True
     cell_timeout_s: float = 600.0   # watchdog: a cell running longer is killed and recorded `timeout`
     startup_timeout_s: float = 120.0  # extra allowance for the first cell of a launch (imports, rendezvous)
     # torch.distributed process-group timeout: "auto" (process_group_timeout_s) or seconds above the
@@ -252,6 +262,7 @@ class RunConfig:
         _check_min("run.warmup_steps", [self.warmup_steps], 2, maximum=MAX_STEPS)
         _check_min("run.timed_steps", [self.timed_steps], 1, maximum=MAX_STEPS)
         _check_min("run.repeats", [self.repeats], 1, maximum=MAX_STEPS)
+        _check_min("run.launches", [self.launches], 1, maximum=MAX_LAUNCHES)
         _check_min("run.target_ci_pct", [self.target_ci_pct], 0, maximum=MAX_TARGET_CI_PCT)
         _check_min("run.max_timed_steps", [self.max_timed_steps], 1, maximum=MAX_STEPS)
         _check_min("run.max_group_s", [self.max_group_s], 0, strict=True, maximum=MAX_SECONDS)
@@ -287,8 +298,9 @@ class RunConfig:
 
     @property
     def most_timed_steps(self) -> int:
-        """The most rounds a group may run (what a trainer's data schedule must hold)."""
-        return self.max_timed_steps if self.adaptive else self.min_timed_steps
+        """The most rounds a group may run (what a trainer's data schedule must hold): with a fixed count,
+        twice it (rounds the warm-up test moves out are run again, once: bench/worker/cell.py)."""
+        return self.max_timed_steps if self.adaptive else 2 * self.min_timed_steps
 
     def watchdog_limit_s(self, first_cell: bool) -> float:
         """The launcher's time limit for a cell: cell_timeout_s, plus startup_timeout_s for the first cell
@@ -373,24 +385,27 @@ class DebugConfig:
     def __post_init__(self):
         if self.fault:
             kind, _, pattern = self.fault.partition("@")
-            name, _, ms = kind.partition(":")
-            ok = name in FAULT_KINDS and bool(pattern) and (name == "slow") == bool(ms)
-            if ok and name == "slow":
+            name, colon, ms = kind.partition(":")
+            if name not in FAULT_KINDS or not pattern or bool(colon) != (name == "slow"):
+                fail("debug.fault", self.fault, "must be 'hang@<cell-id substring>', 'crash@<...>' or "
+                     "'slow:<ms>@<...>'")
+            if name == "slow":
                 try:
-                    ok = math.isfinite(float(ms)) and float(ms) > 0
+                    value = float(ms)
                 except ValueError:
-                    ok = False
-            if not ok:
-                fail("debug.fault", self.fault,
-                     "must be 'hang@<cell-id substring>', 'crash@<...>' or 'slow:<ms>@<...>' (ms > 0)")
+                    value = math.nan
+                if not (math.isfinite(value) and 0 < value <= MAX_SLOW_MS):
+                    fail("debug.fault", self.fault,
+                         f"slow:<ms> takes milliseconds > 0 and <= {MAX_SLOW_MS:g}, not {ms!r}")
 
     def fault_for(self, cell_id: str) -> str | None:
-        """The fault kind ("hang", "crash" or "slow") injected into `cell_id`, or None."""
+        """The fault kind injected into `cell_id` ("hang", "crash" or "slow"), or None."""
         kind, _, pattern = self.fault.partition("@")
         return kind.partition(":")[0] if self.fault and pattern in cell_id else None
 
     def slow_ms_for(self, cell_id: str, rank: int, world_size: int) -> float:
-        """The milliseconds `rank` sleeps at the start of each step of `cell_id` (0: no straggler here)."""
+        """The milliseconds `rank` sleeps in every step of `cell_id` (0: no straggler here): the last rank of
+        a cell the slow fault matches."""
         if self.fault_for(cell_id) != "slow" or rank != world_size - 1:
             return 0.0
         return float(self.fault.partition("@")[0].partition(":")[2])

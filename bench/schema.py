@@ -155,6 +155,10 @@ EXTRA_COLUMNS = (
     "step_time_ms_ci95_high",
     "step_time_half_width_pct",  # that interval's half-width, % of the median: the precision achieved
     "stopped_by",                # why the timed rounds stopped: bench.stats.STOPPED_BY; empty: fixed count
+    "launches",                  # separate launches that timed the cell (run.launches; bench/run/between.py)
+    "between_launch_cv_pct",     # the launches' medians' spread: 100 × sd of their logs; empty: one launch
+    "warmup_steps_detected",     # steps from the first found to be warm-up (bench.worker.steady); 0: none
+    "outlier_steps",             # timed steps outside Tukey's fences (bench.worker.steady), counted and kept
     "exposed_comm_ms_ci95_low",  # 95 % interval of step p50 − compute-only p50
     "exposed_comm_ms_ci95_high",
     "speed_vs_torch",            # median over rounds of torch step / this engine's step, same group (×)

@@ -21,6 +21,7 @@ The difference of two unpaired medians (exposed communication) keeps the **perce
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 from functools import cache
@@ -124,14 +125,21 @@ def paired_ratio(baseline: Sequence[float], other: Sequence[float], alpha: float
     """(median, low, high) over rounds of baseline_i / other_i, with its (1 − alpha) order-statistic
     interval over the rounds (95 % by default). > 1 means `other` is faster than `baseline`. Samples are
     paired by index (round)."""
-    ratios = _ratios(baseline, other)
+    return ratio_interval(round_ratios(baseline, other), alpha)
+
+
+def ratio_interval(ratios: Sequence[float], alpha: float = 1 - CONFIDENCE
+                   ) -> tuple[float | None, float | None, float | None]:
+    """(median, low, high) of per-round ratios (`round_ratios`), the interval as paired_ratio's."""
+    ratios = np.asarray(ratios, dtype=np.float64)
     if not len(ratios):
         return None, None, None
     lo, hi = _order_statistic_interval(ratios, alpha)
     return float(np.median(ratios)), lo, hi
 
 
-def _ratios(baseline: Sequence[float], other: Sequence[float]) -> np.ndarray:
+def round_ratios(baseline: Sequence[float], other: Sequence[float]) -> np.ndarray:
+    """baseline_i / other_i for the rounds where both are finite and non-zero."""
     pairs = [(b, o) for b, o in zip(baseline, other) if b and o and math.isfinite(b) and math.isfinite(o)]
     return np.asarray([b / o for b, o in pairs], dtype=np.float64)
 
@@ -140,7 +148,12 @@ def sign_test_p(baseline: Sequence[float], other: Sequence[float]) -> float | No
     """Two-sided p-value of the sign test that the median ratio baseline_i / other_i is 1 (the test whose
     dual is paired_ratio's interval): with n rounds not tied at exactly 1 and k of them above 1,
     min(1, 2·P(Binomial(n, ½) ≤ min(k, n − k))). None with fewer than MIN_SAMPLES rounds."""
-    ratios = _ratios(baseline, other)
+    return ratio_sign_test_p(round_ratios(baseline, other))
+
+
+def ratio_sign_test_p(ratios: Sequence[float]) -> float | None:
+    """sign_test_p of per-round ratios (`round_ratios`)."""
+    ratios = np.asarray(ratios, dtype=np.float64)
     untied = ratios[ratios != 1.0]
     if len(ratios) < MIN_SAMPLES:
         return None
@@ -154,12 +167,22 @@ def sign_test_greater_p(baseline: Sequence[float], other: Sequence[float]) -> fl
     """One-sided p-value of the sign test that the median ratio baseline_i / other_i is at most 1, against
     "above 1": with n rounds not tied at exactly 1 and k of them above 1, P(Binomial(n, ½) ≥ k). None with
     fewer than MIN_SAMPLES rounds. Worked by hand: 10 rounds all above 1 → 2^-10; 9 of 10 → 11/1024."""
-    ratios = _ratios(baseline, other)
+    ratios = round_ratios(baseline, other)
     if len(ratios) < MIN_SAMPLES:
         return None
     untied = ratios[ratios != 1.0]
     above = int((untied > 1.0).sum())
     return binom_half_cdf(len(untied), len(untied) - above)  # P(B ≥ k) = P(B ≤ n − k) by symmetry
+
+
+def speed_vs_torch_columns(ratios: Sequence[float]) -> dict:
+    """The row's speed_vs_torch columns from per-round ratios torch step / engine step (none: all empty),
+    and the ratios themselves (`speed_vs_torch_ratios`, in cells.jsonl: a cell's launches pool them)."""
+    ratio, low, high = ratio_interval(ratios)
+    return {"speed_vs_torch": ratio, "speed_vs_torch_ci95_low": low, "speed_vs_torch_ci95_high": high,
+            "speed_vs_torch_half_width_pct": half_width_pct(ratio, low, high),
+            "speed_vs_torch_p": ratio_sign_test_p(ratios), "verdict_vs_torch": verdict(low, high),
+            "speed_vs_torch_ratios": list(ratios)}
 
 
 def holm(p_values: Sequence[float | None], alpha: float = 1 - CONFIDENCE) -> list[bool | None]:
@@ -308,3 +331,65 @@ def budget_fill(rounds: int, elapsed_s: float, budget_s: float, max_rounds: int,
     if pace <= 0:
         return 0
     return max(0, min(max_rounds - rounds, math.floor((budget_s - elapsed_s) / pace)))
+
+
+# --- Student's t, for the intervals of a cell measured in several launches (bench/run/between.py) ----------
+Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes, 3rd ed.,
+    § 6.4, `betacf`)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        even = m * (b - m) * x / ((qam + m2) * (a + m2))
+        odd = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        for aa in (even, odd):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b) (Numerical Recipes § 6.4: the continued fraction
+    where it converges fast, else the symmetry I_x(a, b) = 1 − I_{1−x}(b, a))."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
+                 + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, dof: float) -> float:
+    """P(T ≤ t) for Student's t with `dof` degrees of freedom (any positive real): 1 − ½·I_{ν/(ν+t²)}(ν/2, ½)
+    for t ≥ 0 (Abramowitz & Stegun 26.5.27 with 26.7.1)."""
+    tail = 0.5 * betainc(dof / 2.0, 0.5, dof / (dof + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+@cache
+def t_quantile(p: float, dof: float) -> float:
+    """The p quantile of Student's t (p > ½), by bisection on t_cdf to 1e-10; the normal's at dof = inf.
+    Worked values: t_{0.975} = 12.706 (1 dof), 4.303 (2), 2.228 (10), 1.960 (inf)."""
+    if math.isinf(dof):
+        return statistics.NormalDist().inv_cdf(p)
+    low, high = 0.0, 1.0
+    while t_cdf(high, dof) < p:
+        high *= 2.0
+    while high - low > 1e-10 * max(1.0, high):
+        mid = (low + high) / 2.0
+        low, high = (mid, high) if t_cdf(mid, dof) < p else (low, mid)
+    return (low + high) / 2.0

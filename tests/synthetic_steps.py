@@ -39,3 +39,28 @@ def rounds(rng: np.random.Generator, scales: list[float], n: int) -> np.ndarray:
 def cell_median(n: int = 2_000_000, seed: int = 99) -> float:
     """The population median of one engine's step time at scale 1 (from n draws: ±0.1 % or better)."""
     return float(np.median(rounds(np.random.default_rng(seed), [1.0], n)[0]))
+
+
+# A launch's effect on every step it times (tests/test_between.py): log-normal, part of it shared by every
+# cell of the launch (the machine that launch ran on), part the cell's own (where its buffers landed).
+LAUNCH_SHARED_SHARE = 0.5  # of the launch effect's variance
+
+
+def launches(rng: np.random.Generator, cells: int, n_launches: int, n_rounds: int, sigma: float,
+             spread: float = 0.0) -> np.ndarray:
+    """Step times of `cells` engines (groups of 4 stepped round by round, as `rounds`) in `n_launches`
+    launches of `n_rounds` rounds: a (cells × launches × rounds) array. Every step of a launch is multiplied
+    by exp(a), a ~ N(0, σ_c²), σ_c = sigma · exp(N(0, spread²)) per cell (spread > 0: cells whose launches
+    differ more than others'), LAUNCH_SHARED_SHARE of a's variance shared by the launch's cells. The true
+    value of every cell, at a = 0, is CELL_MEDIAN (`cell_median`)."""
+    sigmas = sigma * np.exp(rng.normal(0, spread, cells)) if spread else np.full(cells, sigma)
+    out = np.empty((cells, n_launches, n_rounds))
+    for j in range(n_launches):
+        shared = rng.normal(0, 1)
+        for g in range(0, cells, 4):
+            size = min(4, cells - g)
+            own = rng.normal(0, 1, size)
+            effect = sigmas[g:g + size] * (np.sqrt(LAUNCH_SHARED_SHARE) * shared
+                                          + np.sqrt(1 - LAUNCH_SHARED_SHARE) * own)
+            out[g:g + size, j] = rounds(rng, list(np.exp(effect)), n_rounds)
+    return out

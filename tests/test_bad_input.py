@@ -26,7 +26,7 @@ CASES = [
     (["--set", "run.target_ci_pct=nan"], "run.target_ci_pct=nan: must be a finite number"),
     (["--set", "run.max_group_s=0"], "run.max_group_s=0.0: must be > 0"),
     (["--set", "run.target_ci_pct=2", "--set", "run.max_timed_steps=5"],
-     "run.max_timed_steps=5: must be >= run.timed_steps × run.repeats = 6"),
+     "run.max_timed_steps=5: must be >= run.timed_steps × run.repeats = 20"),
     (["--set", "matrix.world_size=100000"], "matrix.world_size=100000: must be <= 65536"),
     (["--set", "run.threads_per_rank=1e3"], "run.threads_per_rank='1e3': must be a int"),
     (["--set", "workload.seq_len=" + "9" * 100_000], "workload.seq_len="),
@@ -83,7 +83,7 @@ def test_resume_names_the_key_that_differs(tmp_path, capsys):
     base = ["--config", "cpu-smoke", "--out", str(out), "--set", "matrix.engine=torch"]
     assert run([*base, "--plan-only"], capsys)[0] == 0
     rc, text = run([*base, "--set", "run.timed_steps=7", "--resume"], capsys)
-    assert rc == 2 and "run.timed_steps=7 differs from 6" in text
+    assert rc == 2 and "run.timed_steps=7 differs from 20" in text
 
 
 def test_a_full_disk_mid_run_keeps_every_finished_row(tmp_path, capsys, monkeypatch):
@@ -91,24 +91,25 @@ def test_a_full_disk_mid_run_keeps_every_finished_row(tmp_path, capsys, monkeypa
     # hint, the first record and a whole results.csv stay, no .tmp is left; --resume then finishes it.
     from bench.run import results
 
-    real = results.append_record
+    real = results.append_records
     calls = []
 
-    def full_after_one(run_dir, record):
-        calls.append(record["cell_id"])
+    def full_after_one(run_dir, records):
+        calls.extend(r["cell_id"] for r in records)
         if len(calls) == 2:
             raise OSError(errno.ENOSPC, "No space left on device")
-        real(run_dir, record)
+        real(run_dir, records)
 
-    monkeypatch.setattr(results, "append_record", full_after_one)
+    monkeypatch.setattr(results, "append_records", full_after_one)
     out = tmp_path / "run"
     argv = ["--config", "cpu-smoke", "--out", str(out), "--set", "matrix.engine=torch", "--set",
-            "matrix.world_size=1", "--set", "matrix.scaling=strong", "--set", "profile.enabled=false"]
+            "matrix.world_size=1", "--set", "matrix.scaling=strong", "--set", "profile.enabled=false",
+            "--set", "run.launches=1"]
     rc, text = run(argv, capsys)
     assert rc == 1 and "No space left on device" in text and "--resume" in text and "Traceback" not in text
     assert [r["cell_id"] for r in results.read_records(out)] == calls[:1]
     assert (out / "results.csv").read_text().count("\n") == 2 and not list(out.glob("*.tmp"))
-    monkeypatch.setattr(results, "append_record", real)
+    monkeypatch.setattr(results, "append_records", real)
     assert run([*argv, "--resume"], capsys)[0] == 0
     assert len(results.read_records(out)) == 2 and {r["status"] for r in results.read_records(out)} == {"ok"}
 

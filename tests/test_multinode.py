@@ -26,7 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 # cpu-smoke, cut down: three engines at world size 2, one profiled, a few steps each
 TINY = ["matrix.engine=torch,naive,bucketed", "matrix.world_size=2", "matrix.grad_accum=1",
         "matrix.scaling=strong", "run.warmup_steps=2", "run.timed_steps=2", "run.compute_only_steps=2",
-        "run.phase_steps=1", "run.probe_iters=2", "run.interleave=false", "profile.cells=torch-*"]
+        "run.phase_steps=1", "run.probe_iters=2", "run.interleave=false", "profile.cells=torch-*",
+        "run.launches=1"]
 # plan runs have no watchdog: a collective with a dead or stuck peer ends after the process-group timeout
 QUICK_PG = ["run.cell_timeout_s=2", "run.startup_timeout_s=1", "run.pg_timeout_s=4"]
 ENV = os.environ | {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONPATH": str(REPO)}

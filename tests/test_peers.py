@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parent.parent
 # Short windows: the runner's phases all run, each briefly.
 FAST = ["matrix.scaling=strong", "matrix.grad_accum=1", "workload.model=mlp", "workload.model_size=tiny",
         "workload.global_batch=4", "run.warmup_steps=2", "run.timed_steps=3", "run.compute_only_steps=1",
-        "run.phase_steps=1", "run.probe_iters=1", "profile.enabled=false", "run.cell_timeout_s=120"]
+        "run.phase_steps=1", "run.probe_iters=1", "profile.enabled=false", "run.cell_timeout_s=120",
+        "run.launches=1"]
 
 
 def ids(preset: str, *sets: str, cuda: bool = False) -> list[str]:

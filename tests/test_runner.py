@@ -26,7 +26,7 @@ ENV_KEYS = ("torch", "cuda", "cudnn", "nccl", "gpus", "gpu_count", "driver", "to
 FAST = ["matrix.scaling=strong", "workload.model=mlp", "workload.model_size=tiny", "workload.global_batch=4",
         "run.warmup_steps=2", "run.timed_steps=2", "run.compute_only_steps=2", "run.phase_steps=1",
         "run.probe_iters=2", "profile.skip_first=0", "profile.warmup=0", "profile.active=1",
-        "run.cell_timeout_s=60"]
+        "run.cell_timeout_s=60", "run.launches=1"]
 ENGINES = "torch,naive,bucketed,overlap"
 
 

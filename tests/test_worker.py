@@ -45,10 +45,14 @@ def test_run_group_measures_a_cell(tmp_path, one_rank_group, precision):
     ((status, error, row),) = run_group([cell], config, torch.device("cpu"), 0, 1)
     assert (status, error) == ("ok", None) and "status" not in row
     assert set(row) - set(RESULT_COLUMNS) == {"step_times_ms", "steps_wall_s", "allreduce_sweep",
-                                              "bucket_sizes_bytes", "compute_only_ms_per_rank"}
+                                              "bucket_sizes_bytes", "compute_only_ms_per_rank",
+                                              "warmup_times_ms", "speed_vs_torch_ratios"}
     assert row["rank_skew_ms_p50"] is None and len(row["compute_only_ms_per_rank"]) == 1  # one rank
     assert sum(row["bucket_sizes_bytes"]) == row["n_params"] * 4  # every fp32 gradient in one bucket once
-    assert row["n_timed_steps"] == len(row["step_times_ms"]) == 6  # timed_steps × repeats
+    # timed_steps × repeats, and as many again as the warm-up test found still warming up, moved out
+    left_out = len(row["warmup_times_ms"]) - config.run.warmup_steps
+    assert row["n_timed_steps"] == len(row["step_times_ms"]) and row["n_timed_steps"] + left_out >= 6
+    assert row["warmup_steps_detected"] >= 0 and 0 <= row["outlier_steps"] <= row["n_timed_steps"]
     assert row["step_time_ms_p50"] > 0 and row["compute_only_ms_p50"] > 0
     assert row["step_time_ms_ci95_low"] <= row["step_time_ms_p50"] <= row["step_time_ms_ci95_high"]
     assert row["samples_per_s"] == pytest.approx(cell.global_batch / row["step_time_ms_p50"] * 1e3)

@@ -6,8 +6,10 @@ against. Throughput ratio = other / baseline (> 1: the other run is faster).
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bench import stats
@@ -180,15 +182,23 @@ def _join_pair(base: pd.DataFrame, other: pd.DataFrame, label_a: str, label_b: s
     out["throughput_ratio_ci95_low_x"], out["throughput_ratio_ci95_high_x"] = low, high
     out["verdict_b_vs_a"] = [stats.verdict(lo, hi) if pd.notna(lo) and pd.notna(hi) else ""
                              for lo, hi in zip(low, high)]
+    out["p_b_vs_a"] = ratio_p_value(out["throughput_ratio_b_over_a_x"], low, high)
+    rejected = stats.holm([None if pd.isna(p) else float(p) for p in out["p_b_vs_a"]])
+    out["verdict_holm"] = [v if not v or v == "within noise" or kept else "within noise"
+                           for v, kept in zip(out["verdict_b_vs_a"], rejected)]
     for side in ("a", "b"):  # the precision each side reached (run.target_ci_pct, or its fixed steps)
         p50, lo, hi = (pd.to_numeric(merged.get(f"{c}_{side}"), errors="coerce") for c in (
             "step_time_ms_p50", "step_time_ms_ci95_low", "step_time_ms_ci95_high"))
         out[f"half_width_{side}_pct"] = ((hi - lo) / 2 / p50 * 100).where(merged[f"status_{side}"] == "ok")
+        for col in ("launches", "between_launch_cv_pct"):  # what each side knows of between-launch noise
+            values = pd.Series(pd.to_numeric(merged.get(f"{col}_{side}", float("nan")), errors="coerce"),
+                               index=merged.index)
+            out[f"{col}_{side}"] = values.where(merged[f"status_{side}"] == "ok")
     errors = merged[["error_a", "error_b"]].fillna("")
     out["note"] = [_note(r, e, label_a, label_b) for (_, r), (_, e) in zip(out.iterrows(), errors.iterrows())]
     # Reading order: configuration, presence, the comparison itself, then each side's detail.
     first = [*CONFIG_KEYS, "presence", "throughput_ratio_b_over_a_x", "throughput_ratio_ci95_low_x",
-             "throughput_ratio_ci95_high_x", "verdict_b_vs_a", "throughput_delta_pct"]
+             "throughput_ratio_ci95_high_x", "verdict_b_vs_a", "verdict_holm", "throughput_delta_pct"]
     return out[["run_a", "run_b", *first, *[c for c in out.columns if c not in first][2:]]]
 
 
@@ -209,11 +219,23 @@ def ratio_interval(merged: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
         col("step_time_ms_p50", "b"), col("step_time_ms_ci95_low", "b"), col("step_time_ms_ci95_high", "b"))
 
 
-def verdict_counts(joined: pd.DataFrame) -> pd.DataFrame:
+def ratio_p_value(ratio: pd.Series, low: pd.Series, high: pd.Series) -> pd.Series:
+    """Two-sided p-value of throughput ratio = 1 from its 95 % interval, on the log scale where the two
+    sides' errors add: se = (ln(high) − ln(low)) / (2 · 1.96), z = ln(ratio) / se, p = 2·(1 − Φ(|z|)). A side
+    whose interval used Student's t (a few launches) is wider than 1.96 standard errors, so its se is over-
+    rather than under-stated and p errs high. NaN without an interval."""
+    se = (np.log(high) - np.log(low)) / (2 * stats.Z95)
+    z = (np.log(ratio) / se).abs()
+    normal = statistics.NormalDist()
+    return z.map(lambda v: 2 * (1 - normal.cdf(v)) if pd.notna(v) else float("nan"))
+
+
+def verdict_counts(joined: pd.DataFrame, column: str = "verdict_holm") -> pd.DataFrame:
     """Per other run: how many cells measured on both sides are faster, slower, within noise, or have no
-    interval (an older result file on either side)."""
+    interval (an older result file on either side), by `column` (default: after Holm's correction for the
+    comparison's cells; `verdict_b_vs_a`: each cell alone)."""
     both = joined[joined["presence"] == "both"]
-    words = both["verdict_b_vs_a"].replace("", "no interval")
+    words = both[column].replace("", "no interval")
     return words.groupby(both["run_b"], sort=False).value_counts().unstack(fill_value=0).reset_index()
 
 
@@ -252,12 +274,21 @@ def throughput_ratios(joined: pd.DataFrame) -> pd.DataFrame:
 def noise_floor_pct(joined: pd.DataFrame) -> pd.Series:
     """Per other run (run_b): the run-to-run noise floor of this comparison, in %: the median over the cells
     measured on both sides of half their throughput-ratio interval (`ratio_interval`, both runs' step-time
-    intervals at their extremes) relative to the ratio. A median difference smaller than this is noise.
-    NaN for a run whose cells have no intervals."""
+    intervals, which hold their between-launch variance where a run has several launches) relative to the
+    ratio. A median difference smaller than this is noise. NaN for a run whose cells have no intervals."""
     both = joined[(joined["presence"] == "both") & joined["throughput_ratio_b_over_a_x"].notna()]
     half = ((both["throughput_ratio_ci95_high_x"] - both["throughput_ratio_ci95_low_x"]) / 2
             / both["throughput_ratio_b_over_a_x"] * 100)
     return half.groupby(both["run_b"], sort=False).median()
+
+
+def launch_noise(joined: pd.DataFrame) -> pd.DataFrame:
+    """Per other run (run_b) and side: the launches per cell (their median) and the median
+    between_launch_cv_pct over the cells measured on both sides; launches NaN for result files older than
+    run.launches (one launch, between-launch variance unknown)."""
+    both = joined[(joined["presence"] == "both") & joined["throughput_ratio_b_over_a_x"].notna()]
+    cols = ["launches_a", "between_launch_cv_pct_a", "launches_b", "between_launch_cv_pct_b"]
+    return both.groupby("run_b", sort=False)[cols].median()
 
 
 def one_side_only(joined: pd.DataFrame) -> pd.DataFrame:

@@ -85,24 +85,62 @@ def summary_section(
                  "differences below):").bullets(differences, "findings")
     ratios = compare.throughput_ratios(joined).set_index("run_b")
     floors = compare.noise_floor_pct(joined)
+    launches = compare.launch_noise(joined) if len(ratios) else pd.DataFrame()
     for label in labels[1:]:
         if label in ratios.index:
             r = ratios.loc[label]
             sec.para(f"{label} against {labels[0]}: median throughput ratio {r['median']:.2f}× over "
                      f"{int(r['cells'])} cells measured on both (range {r['min']:.2f}× to {r['max']:.2f}×): "
-                     + median_words(label, r["median"], floors.get(label, float("nan"))))
+                     + median_words(label, r["median"], floors.get(label, float("nan")))
+                     + " " + launch_words(labels[0], label, launches.loc[label]))
     counts = compare.verdict_counts(joined).set_index("run_b") if len(joined) else pd.DataFrame()
+    raw = (compare.verdict_counts(joined, "verdict_b_vs_a").set_index("run_b") if len(joined)
+           else pd.DataFrame())
     for label in labels[1:]:
         if label in counts.index:
-            c = counts.loc[label]
-            words = ("faster", "slower", "within noise", "no interval")
-            parts = [f"{int(c[w])} {w}" for w in words if w in c]
+            m = comparisons(counts, label)
             sec.para(f"{label} against {labels[0]}, cell by cell with both sides' 95 % intervals: "
-                     + ", ".join(parts) + " (faster or slower only when the whole interval of the ratio is "
-                     "on one side of 1).")
+                     + count_words(counts.loc[label]) + f" once corrected for the {m} "
+                     "comparisons (Holm's correction, as the run report's: a pair of runs of the same code "
+                     "then shows no faster or slower cell in at least 95 % of comparisons); each cell alone: "
+                     + count_words(raw.loc[label]) + " (faster or slower only when the whole interval of the "
+                     "ratio is on one side of 1).")
     if not len(ratios):
         sec.para("No configuration was measured successfully on both sides, so there is no ratio.", "note")
     return sec.para(f"{n_one_side} configurations were measured on one side only (listed below).")
+
+
+def count_words(counts: pd.Series) -> str:
+    """'3 faster, 1 slower, 28 within noise' from a verdict_counts row."""
+    words = ("faster", "slower", "within noise", "no interval")
+    return ", ".join(f"{int(counts[w])} {w}" for w in words if w in counts)
+
+
+def comparisons(counts: pd.DataFrame, label: str) -> int:
+    """The cells of a run that were compared (those with an interval on both sides)."""
+    row = counts.loc[label]
+    return int(sum(row[w] for w in ("faster", "slower", "within noise") if w in row))
+
+
+def launch_words(label_a: str, label_b: str, medians: pd.Series) -> str:
+    """What each run measured of the noise between launches, where the floor comes from: per run its
+    launches per cell and the median between_launch_cv_pct, or that it is unknown (one launch)."""
+    parts, unknown = [], []
+    for label, side in ((label_a, "a"), (label_b, "b")):
+        n, cv = medians.get(f"launches_{side}"), medians.get(f"between_launch_cv_pct_{side}")
+        if pd.isna(n) or n < 2 or pd.isna(cv):
+            unknown.append(label)
+        else:
+            parts.append(f"{label} timed each cell in {n:.0f} launches, whose medians spread by "
+                         f"{cv:.1f} % (median between_launch_cv_pct)")
+    text = ("The floor holds the runs' own between-launch variance: " + "; ".join(parts) + "."
+            if parts else "")
+    if unknown:
+        whose = "its" if len(unknown) == 1 else "their"
+        text += (f" {' and '.join(unknown)} timed each cell in one launch, so {whose} "
+                 "between-launch variance is unknown and the floor counts only the noise within a launch; "
+                 "runs of the same code differ by more than that (run.launches measures it).")
+    return text.strip()
 
 
 def median_words(label: str, median: float, floor_pct: float) -> str:

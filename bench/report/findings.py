@@ -168,6 +168,51 @@ def unstable_cells(df: pd.DataFrame) -> list[str]:
             f"trusting a comparison that involves them."]
 
 
+def launch_noise(df: pd.DataFrame) -> list[str]:
+    """What the intervals hold of the noise between launches (run.launches): the launches per cell and how
+    far their medians spread, or that it is unknown with one launch (bench/run/between.py)."""
+    ok = df[df["status"] == "ok"]
+    if not len(ok) or not _has(ok, "step_time_ms_ci95_low"):
+        return []
+    launches = ok["launches"] if "launches" in ok else pd.Series(float("nan"), index=ok.index)
+    several = ok[launches.fillna(1) > 1]
+    if not len(several):
+        return ["Each cell was timed in one launch (run.launches = 1), so the variance between launches is "
+                "unknown: the intervals hold only the noise within a launch, and a second run of the same "
+                "code can differ by more (bench compare says so; run.launches ≥ 2 measures it)."]
+    cv = several["between_launch_cv_pct"].dropna()
+    spread = (f"their medians spread by {cv.median():.1f} % at the median cell (between_launch_cv_pct; "
+              f"{cv.max():.1f} % at most)" if len(cv) else "no spread was measured")
+    return [f"{len(several)} of {len(ok)} cells were timed in {several['launches'].median():.0f} launches, "
+            f"in an order shuffled with the seed; {spread}. Their intervals hold that variance "
+            f"(docs/measurement.md, \"Between launches\")."]
+
+
+def warmup_and_outliers(df: pd.DataFrame) -> list[str]:
+    """Cells whose warm-up the changepoint test found running past run.warmup_steps (their first rounds
+    left out), and the steps outside Tukey's fences, counted and kept (bench/worker/steady.py)."""
+    ok = df[(df["status"] == "ok")]
+    out = []
+    if _has(ok, "warmup_steps_detected"):
+        found = ok[ok["warmup_steps_detected"].fillna(0) > 0]
+        if len(found):
+            longest = found.loc[found["warmup_steps_detected"].idxmax()]
+            steps = int(longest["warmup_steps_detected"])
+            out.append(f"The warm-up test (a changepoint in the step times) found a slower start in "
+                       f"{len(found)} of {len(ok)} cells, the longest {steps} steps ({longest['cell_id']}); "
+                       f"each cell's measurement starts after it, or after run.warmup_steps when that is "
+                       f"later (warmup_steps_detected).")
+    if _has(ok, "outlier_steps"):
+        counted = ok["outlier_steps"].dropna()
+        if len(counted) and counted.sum():
+            worst = ok.loc[counted.idxmax()]
+            out.append(f"{int(counted.sum())} timed steps in {int((counted > 0).sum())} cells lie outside "
+                       f"Tukey's fences (1.5 interquartile ranges beyond the quartiles; at most "
+                       f"{int(worst['outlier_steps'])} in {worst['cell_id']}): counted, and kept in every "
+                       f"median and interval.")
+    return out
+
+
 def skipped_optimizer_steps(df: pd.DataFrame) -> list[str]:
     """fp16 cells whose GradScaler skipped an optimizer step inside the timed window: those steps did no
     update (inf/NaN gradients), so the cell's step time is not a training step's."""
@@ -335,6 +380,7 @@ def headline(df: pd.DataFrame, scaling_tables: dict[str, pd.DataFrame], env: dic
             "The run has no cells yet: results.csv has no rows (did the runner stop before the first cell?)."
         ]
     sentences = (engines_per_world_size(df) + family_of_verdicts(df) + transport_warnings(df, env)
-                 + efficiency_drops(df, scaling_tables) + unstable_cells(df) + skipped_optimizer_steps(df))
+                 + efficiency_drops(df, scaling_tables) + unstable_cells(df) + launch_noise(df)
+                 + warmup_and_outliers(df) + skipped_optimizer_steps(df))
     why = tables.efficiency_unavailable(df)
     return sentences + ([why] if why else []) + race_summary(df, search) + status_summary(df)

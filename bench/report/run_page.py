@@ -227,6 +227,7 @@ def memory_section(df: pd.DataFrame, out_dir: Path) -> Section:
 # What the all-cells listing shows of each row (the CSV keeps every column).
 CELL_LISTING = (
     *tables.CELL_COLUMNS, "n_timed_steps", "step_time_ms_p50", "step_time_ms_p90", "samples_per_s",
+    "step_time_half_width_pct", "launches", "between_launch_cv_pct", "warmup_steps_detected", "outlier_steps",
     "compute_only_ms_p50", "exposed_comm_ms", "peak_mem_mb", "allreduce_busbw_gbps",
 )
 

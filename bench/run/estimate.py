@@ -187,17 +187,21 @@ def group_size(config: BenchConfig) -> int:
 def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_per_sample: float,
                           n_params: int, n_tensors: int, at_least: int = 0) -> float:
     """A cell's wall time (its `cell_wall_s`, its profiled pass not included): two builds (the timed
-    trainer, the peak-memory pass), its steps (warm-up, the expected timed rounds but at least
-    `at_least`, phase, memory pass; compute-only without the all-reduce), and the fixed per-cell
-    overhead."""
+    trainer, the peak-memory pass), its steps (warm-up, the expected timed rounds, phase, memory pass;
+    compute-only without the all-reduce), and the fixed per-cell overhead; then per repeat launch
+    (run.launches − 1) a build, the overhead, warm-up and timed rounds."""
     r = config.run
     step = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors)
     timed = max(at_least, expected_timed_steps(config, rates, group_size(config) * step))
     synced = r.warmup_steps + timed + r.phase_steps + MEMORY_STEPS
     unsynced = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors, sync=False)
     compiled = cell.compile not in (None, "none")
+    # each repeat launch (run.launches) builds the trainer again, warms it up and times its rounds
+    repeat = (rates.build_s_per_param * n_params + rates.cell_s + (r.warmup_steps + timed) * step
+              + (rates.compile_s if compiled else 0.0))
     return (2 * rates.build_s_per_param * n_params + rates.cell_s + synced * step
-            + r.compute_only_steps * unsynced + (rates.compile_s if compiled else 0.0))
+            + r.compute_only_steps * unsynced + (rates.compile_s if compiled else 0.0)
+            + (r.launches - 1) * repeat)
 
 
 def expected_rounds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> list[int]:
@@ -222,7 +226,7 @@ def estimate_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None
     flops = workload.train_flops_per_sample() or 0.0
     n_params, n_tensors = model_size_counts(config)
     runnable = [c for c in cells if not c.skip_reason]
-    total = rates.run_s + rates.launch_s * len(by_launch(runnable))
+    total = rates.run_s + rates.launch_s * len(by_launch(runnable)) * config.run.launches
     for cell in runnable:
         total += estimate_cell_seconds(config, rates, cell, flops, n_params, n_tensors)
         step = estimate_step_seconds(rates, cell, flops, n_params, n_tensors)

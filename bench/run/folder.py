@@ -34,6 +34,7 @@ class RunFolder:
     path: Path
     lock: IO = field(repr=False)
     done: set[str] = field(default_factory=set)
+    retried: set[str] = field(default_factory=set)  # recorded with a status --retry names: measured afresh
 
     def todo(self, plan: Plan) -> list[Cell]:
         """The plan's runnable cells that have no record here yet."""
@@ -172,10 +173,20 @@ def open_run(plan: Plan, out: Path | None = None, resume: bool = False,
                   f"(pids {', '.join(map(str, left))})", file=sys.stderr)
     if not (run_dir / run_folder.ENV).exists():
         write_env(run_dir, plan.config)
-    done = {r["cell_id"] for r in results.read_records(run_dir) if r["status"] not in retry}
+    records = results.read_records(run_dir)
+    launches = plan.config.run.launches
+    done = {r["cell_id"] for r in records if r["status"] not in retry and launches_complete(r, launches)}
     for cell in plan.cells:
         if cell.skip_reason and cell.cell_id not in done:
             record = results.make_record(cell, plan.config, "skipped", cell.skip_reason)
             results.append_record(run_dir, record)
             done.add(cell.cell_id)
-    return RunFolder(path=run_dir, lock=lock, done=done)
+    return RunFolder(path=run_dir, lock=lock, done=done,
+                     retried={r["cell_id"] for r in records if r["status"] in retry})
+
+
+def launches_complete(record: dict, launches: int) -> bool:
+    """A recorded cell is finished when it failed (a failure ends it), when every launch measured it (a run
+    stopped between its launches resumes with the missing ones), or when a plan run recorded it."""
+    rows = record.get("launch_rows")  # none: a plan run's record (one launch by its nature; --collect)
+    return record["status"] not in ("ok", "diverged") or rows is None or len(rows) >= launches

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from bench.config import BenchConfig
 from bench.lifetime import die_with_parent, kill_groups
 from bench.matrix import Cell, by_launch
 from bench.run import nccl_log, results
+from bench.run.merge import LaunchRecords
 from bench.run.progress import Progress
 from bench.schema import ERROR_TAIL_LINES, RACE_COLUMNS, error_text
 from bench.worker.events import EventReader
@@ -132,41 +134,75 @@ class SweepStats:
     launches: int = 0
 
 
-class Sweep:
-    """Runs cells group by group, one launch at a time, and records every outcome in the run folder."""
+def launch_schedule(world_sizes: list[int], launches: int, seed: int,
+                    in_order: bool = False) -> list[tuple[int, int]]:
+    """(world size, repeat) of every launch of a sweep: run.launches per world size, in an order shuffled
+    with the run's seed, so that a drift of the machine over the run lands on every world size and repeat
+    alike (Google Benchmark's random interleaving of repetitions). One launch each, or `in_order` (a
+    `race` search: a world size's eliminations carry over to the larger ones): the world sizes in order,
+    each one's launches in a row."""
+    schedule = [(ws, j) for ws in world_sizes for j in range(launches)]
+    if launches > 1 and not in_order:
+        random.Random(seed).shuffle(schedule)
+    return schedule
 
-    def __init__(self, config: BenchConfig, run_dir: Path, progress: Progress):
+
+class Sweep:
+    """Runs cells group by group, one launch at a time, and records every outcome in the run folder: a cell
+    is measured in run.launches launches (bench/run/merge.py merges them into its row)."""
+
+    def __init__(self, config: BenchConfig, run_dir: Path, progress: Progress, fresh: set[str] = frozenset()):
         self.config, self.run_dir, self.progress = config, run_dir, progress
         self.stats = SweepStats()
+        self.records = LaunchRecords(run_dir, config, fresh)
+        self.carried_s = 0.0  # timed-rounds budget the launches so far left unspent (worker.cell.Budget)
         (run_dir / run_folder.LOGS).mkdir(parents=True, exist_ok=True)
         # A resumed run keeps the earlier launches' logs: number the new ones after them.
         self.first_launch = len(list((run_dir / run_folder.LOGS).glob(run_folder.launch_file("*", "cmd"))))
 
-    def record(self, record: dict) -> None:
-        results.append_record(self.run_dir, record)
+    def record(self, cell: Cell, launch: Launch, status: str, error: str | None, row: dict | None = None,
+               nccl_transport: str | None = None) -> None:
+        record = self.records.outcome(cell, launch.repeat, launch.full, status, error, row, nccl_transport)
+        self.finish(record)
+
+    def finish(self, record: dict) -> None:
+        """One measurement done; a cell ended before its last launch (a failure, a race's elimination) takes
+        its launches still to come off the progress bar's total."""
+        self.progress.total -= self.config.run.launches - len(record.get("launch_rows") or [None])
         self.progress.finish(summary_line(record))
 
+    def measurements(self, cells: list[Cell]) -> int:
+        """The (cell, launch) measurements still to run: what the progress bar counts."""
+        return sum(self.records.needs(c, j) for c in cells for j in range(self.config.run.launches))
+
     def run(self, cells: list[Cell]) -> SweepStats:
-        for ws, launch_cells in by_launch(cells).items():
-            if self.config.run.search == "race":
-                launch_cells = self.carry_over(launch_cells)
-            pending, carried = list(launch_cells), []
+        r = self.config.run
+        by_ws = by_launch(cells)
+        in_order = r.search == "race"  # smaller world sizes' eliminations carry over to the larger ones
+        for ws, j in launch_schedule(list(by_ws), r.launches, r.seed, in_order):
+            if in_order and j == 0:
+                by_ws[ws] = self.carry_over(by_ws[ws])
+            pending, carried = [c for c in by_ws[ws] if self.records.needs(c, j)], []
+            if r.launches > 1:  # no group always first in its launch, right after start-up
+                random.Random(f"{r.seed}-{ws}-{j}").shuffle(pending)
+            launch = None
             while pending:
-                launch = Launch(self, ws, pending, carried, self.first_launch + self.stats.launches)
+                launch = Launch(self, ws, pending, carried, self.first_launch + self.stats.launches, j)
                 self.stats.launches += 1
                 pending = launch.run()
                 # cells timed in a launch that was stopped early are profiled by the next one
                 carried = list(launch.untraced.values()) if pending else []
-            if carried or (not pending and launch.untraced):
+            if launch is not None and launch.untraced:
                 self.progress.note(f"no traces for {len(launch.untraced)} cell(s) of world size {ws}: "
                                    f"their launch ended before their profiled pass (rows kept)")
+            self.records.remerge(by_ws[ws])  # the family's prior has the launch's cells now
         return self.stats
 
     def carry_over(self, cells: list[Cell]) -> list[Cell]:
         """A `race` search, world sizes smallest first: the cells of one world size whose configuration a
         smaller one raced out in every recipe (race.not_launched) are recorded raced_out, with that
         comparison, and not launched; returns the rest."""
-        records = results.read_records(self.run_dir)
+        records = list(self.records.latest.values())
         keep = []
         for cell in cells:
             source = race.not_launched(cell, records)
@@ -175,7 +211,9 @@ class Sweep:
                 continue
             why = race.not_launched_reason(cell, source)
             copied = {k: source.get(k) for k in RACE_COLUMNS}
-            self.record(results.make_record(cell, self.config, "raced_out", why, measured=copied))
+            record = results.make_record(cell, self.config, "raced_out", why, measured=copied)
+            self.records.write([record])
+            self.finish(record)
             if self.config.profile.covers(cell.cell_id):
                 self.progress.drop_pass()
         return keep
@@ -189,12 +227,16 @@ class Launch:
     """One torchrun launch over the pending cells of one world size: start it, follow its events, stop it
     when a group stops making progress, and say which cells are still to run when it ends."""
 
-    def __init__(self, sweep: Sweep, ws: int, pending: list[Cell], carried: list[Cell], k: int):
+    def __init__(self, sweep: Sweep, ws: int, pending: list[Cell], carried: list[Cell], k: int,
+                 repeat: int = 0):
         self.sweep, self.config, self.ws, self.k = sweep, sweep.config, ws, k
+        # repeat 0 of a world size is its full launch: every phase and the profiled passes; the others
+        # time the steps only (run.launches)
+        self.repeat, self.full = repeat, repeat == 0
         self.logs = sweep.run_dir / run_folder.LOGS
         self.pending = list(pending)
         self.remaining = {c.cell_id: c for c in pending}
-        self.to_profile = carried + sweep.profile_list(pending)
+        self.to_profile = carried + (sweep.profile_list(pending) if self.full else [])
         self.untraced = {c.cell_id: c for c in self.to_profile}  # profiled pass still to come
         self.reader = EventReader(self.logs / run_folder.launch_file(k, "events.jsonl"))
         self.worker_pgids: set[int] = set()
@@ -212,7 +254,7 @@ class Launch:
     def command(self) -> list[str]:
         plan_path = self.logs / run_folder.launch_file(self.k, run_folder.PLAN)
         write_plan(plan_path, self.config, self.sweep.run_dir, self.pending, launcher_pid=os.getpid(),
-                   profile=self.to_profile)
+                   profile=self.to_profile, timing_only=not self.full, carried_s=self.sweep.carried_s)
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                 str(self.ws), "-m", "bench.worker", "--plan", str(plan_path.resolve()),
                 "--events", str(self.reader.path.resolve())]
@@ -297,9 +339,7 @@ class Launch:
 
     def traced(self, cell_id: str, trace_dir: str) -> None:
         """Complete a recorded cell with its traces: a new line for it in cells.jsonl supersedes the old."""
-        record = results.latest_record(self.sweep.run_dir, cell_id)
-        if record is not None:
-            results.append_record(self.sweep.run_dir, results.record_with_traces(record, trace_dir))
+        self.sweep.records.with_traces(cell_id, trace_dir)
 
     def finished(self, cell: Cell, ev: dict) -> None:
         """Record a finished cell and the launcher's overhead beyond its steps."""
@@ -311,11 +351,11 @@ class Launch:
         self.mark = ev["t"]
         if cell.cell_id in self.current:
             self.current.remove(cell.cell_id)
-        record = results.record_from_event(cell, self.config, ev)
-        if record["status"] == "raced_out" and self.untraced.pop(cell.cell_id, None) is not None:
+        if ev["status"] == "raced_out" and self.untraced.pop(cell.cell_id, None) is not None:
             self.sweep.progress.drop_pass()  # a race eliminated it: the ranks skip its profiled pass
         # the launcher owns nccl_transport: NCCL's log of this launch, read when the cell finishes
-        self.sweep.record(record | {"nccl_transport": self.nccl_transport()})
+        self.sweep.record(cell, self, ev["status"], ev.get("error"), ev["row"], self.nccl_transport())
+        self.sweep.carried_s = ev.get("carried_s", self.sweep.carried_s)
 
     def time_limit_s(self) -> float:
         """The watchdog's limit on silence (RunConfig.watchdog_limit_s): run.cell_timeout_s since the last
@@ -339,7 +379,7 @@ class Launch:
         why = (f"no progress within run.cell_timeout_s={r.cell_timeout_s:g}s"
                + (f" + run.startup_timeout_s={r.startup_timeout_s:g}s" if first else "") + "; launch killed")
         for cell in victims:
-            self.sweep.record(results.make_record(cell, self.config, "timeout", why))
+            self.sweep.record(cell, self, "timeout", why)
             self.remaining.pop(cell.cell_id)
 
     def after_exit(self, rc: int) -> list[Cell]:
@@ -350,29 +390,29 @@ class Launch:
             for cell in in_flight:
                 ev = self.errors.get(cell.cell_id)
                 why = f"launch exited with code {rc}:\n{err_tail}"
-                self.sweep.record(results.record_from_event(cell, self.config, ev) if ev
-                                  else results.make_record(cell, self.config, "failed", why))
+                self.sweep.record(cell, self, *((ev["status"], ev["error"]) if ev else ("failed", why)))
                 self.remaining.pop(cell.cell_id)
         elif self.remaining and not self.started_any:  # nothing ran: a start-up failure, same for every cell
             why = f"launch exited with code {rc} before its first cell:\n{err_tail}"
             for cell in self.remaining.values():
-                self.sweep.record(results.make_record(cell, self.config, "failed", why))
+                self.sweep.record(cell, self, "failed", why)
             return []
         elif self.remaining and len(self.remaining) == len(self.pending):  # no progress: do not loop
             cell = next(iter(self.remaining.values()))
-            self.sweep.record(results.make_record(cell, self.config, "failed",
-                                                  f"launch exited with code {rc} without running it"))
+            self.sweep.record(cell, self, "failed", f"launch exited with code {rc} without running it")
             self.remaining.pop(cell.cell_id)
         return list(self.remaining.values())
 
 
 def write_plan(path: Path, config: BenchConfig, run_dir: Path, cells: list[Cell], launcher_pid: int | None,
-               profile: list[Cell]) -> None:
-    """The worker's input: resolved config, the cells to time, the cells to profile after them, and the
-    launcher to watch for (None: the user's own torchrun/srun)."""
+               profile: list[Cell], timing_only: bool = False, carried_s: float = 0.0) -> None:
+    """The worker's input: resolved config, the cells to time, the cells to profile after them, the
+    launcher to watch for (None: the user's own torchrun/srun), whether the launch times the steps only
+    (a repeat launch of run.launches), and the timed-rounds budget earlier launches left unspent
+    (worker.cell.Budget)."""
     plan = {"run_dir": str(run_dir.resolve()), "config": config.to_dict(),
             "cells": [c.to_dict() for c in cells], "profile": [c.to_dict() for c in profile],
-            "launcher_pid": launcher_pid}
+            "launcher_pid": launcher_pid, "timing_only": timing_only, "carried_s": carried_s}
     path.write_text(json.dumps(plan, indent=1))
 
 

@@ -133,9 +133,13 @@ def describe(plan: Plan) -> list[str]:
                 f"measured yet)")
     else:
         wall = f"estimated wall time{grid} ~{estimate_seconds(config, cells) / 60:.1f} min"
+    lines.append(f"each cell timed in {r.launches} launches (run.launches), in an order shuffled with "
+                 "run.seed; the intervals hold the variance between them" if r.launches > 1 else
+                 "each cell timed in one launch (run.launches = 1): the variance between launches stays "
+                 "unknown")
     lines.append(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} "
-                 f"skipped, {len(by_launch(runnable))} launches; {wall} (bench.run.estimate.RATES: "
-                 f"calibrated on a 2-core CPU and one H100; GPU all-reduce speed assumed)")
+                 f"skipped, {len(by_launch(runnable)) * r.launches} launches; {wall} (bench.run.estimate."
+                 f"RATES: calibrated on a 2-core CPU and one H100; GPU all-reduce speed assumed)")
     if r.search != "grid" and runnable:
         lines.append(race_line(config, cells))
     if r.adaptive and runnable and noise_measured:

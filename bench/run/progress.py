@@ -20,8 +20,8 @@ class Progress:
 
     WIDTH = 24
 
-    def __init__(self, total: int, stream=None, profiled: int = 0):
-        self.total, self.done = total, 0
+    def __init__(self, total: int, stream=None, profiled: int = 0, unit: str = "cells"):
+        self.total, self.done, self.unit = total, 0, unit
         self.profiled_total, self.profiled_done = profiled, 0
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
@@ -35,7 +35,7 @@ class Progress:
         fill = int(self.WIDTH * done / max(1, total))
         passes = (f", {self.profiled_done}/{self.profiled_total} profiled passes" if self.profiled_total
                   else "")
-        return (f"[{'#' * fill}{'.' * (self.WIDTH - fill)}] {self.done}/{self.total} cells{passes}"
+        return (f"[{'#' * fill}{'.' * (self.WIDTH - fill)}] {self.done}/{self.total} {self.unit}{passes}"
                 f"  elapsed {_hms(elapsed)}  ETA {_hms(eta) if eta is not None else '?'}"
                 f"  {self.current}")
 

@@ -76,14 +76,25 @@ def record_with_traces(record: dict, trace_dir: str) -> dict:
 
 def append_record(run_dir: Path, record: dict) -> None:
     """Append one line to cells.jsonl and flush it to disk, then rewrite results.csv."""
+    append_records(run_dir, [record])
+
+
+def append_records(run_dir: Path, records: list[dict]) -> None:
+    """Append a line per record to cells.jsonl and flush them to disk, then rewrite results.csv once."""
     path = run_dir / CELLS_FILE
     # A previous run killed mid-write may have left a partial last line: start on a fresh line.
-    needs_newline = path.exists() and path.stat().st_size and not path.read_bytes().endswith(b"\n")
+    needs_newline = path.exists() and path.stat().st_size and not _ends_with_newline(path)
     with open(path, "a") as f:
-        f.write(("\n" if needs_newline else "") + json.dumps(record) + "\n")
+        f.write(("\n" if needs_newline else "") + "".join(json.dumps(r) + "\n" for r in records))
         f.flush()
         os.fsync(f.fileno())
     write_csv(run_dir)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 def write_csv(run_dir: Path) -> None:

@@ -40,8 +40,10 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
 
     run_dir, config, todo = folder.path, plan.config, folder.todo(plan)
     print(f"run folder: {run_dir}  ({counts_words(plan, todo)})")
-    progress = Progress(total=len(todo), profiled=len(plan.profiled(todo)))
-    runner = Sweep(config, run_dir, progress)
+    progress = Progress(total=0, profiled=len(plan.profiled(todo)),
+                        unit="cells" if config.run.launches == 1 else "cell launches")
+    runner = Sweep(config, run_dir, progress, fresh=folder.retried)
+    progress.total = runner.measurements(todo)
     t0 = time.perf_counter()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops as cleanly as Ctrl-C
     try:
@@ -68,7 +70,7 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
         beyond_steps, beyond_timed = stats.wall_s - stats.steps_s, stats.wall_s - stats.timed_s
         print(f"overhead per cell beyond its measured steps: mean {beyond_steps / stats.cells:.2f} s"
               f" (beyond the timed steps only: {beyond_timed / stats.cells:.2f} s;"
-              f" launch start-up amortised; {stats.cells} cells)")
+              f" launch start-up amortised; {stats.cells} {progress.unit})")
     print(f"results: {run_dir / run_folder.RESULTS}")
     if config.profile.enabled:
         traces = list((run_dir / run_folder.TRACES).glob(f"*/{TRACE_GLOB}"))
@@ -87,6 +89,9 @@ def write_plan_only(folder: RunFolder, plan: Plan, quiet: bool = False) -> Path:
     write_plan(path, plan.config, folder.path, todo, launcher_pid=None, profile=plan.profiled(todo))
     if quiet:
         return path
+    if plan.config.run.launches > 1:  # nobody here runs the plan again: the between-launch spread is unknown
+        print(f"note: run.launches={plan.config.run.launches} does not apply to a plan run: your torchrun or "
+              "srun times each cell once, and its rows say their between-launch variance is unknown")
     print(f"wrote {path} ({len(todo)} cells to run; re-running it skips the cells that finished). "
           "On every node, per world size N = nodes × GPUs per node:")
     print(f"  torchrun --nnodes $NNODES --nproc-per-node $GPUS --rdzv-backend c10d "

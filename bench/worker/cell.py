@@ -28,7 +28,7 @@ from bench import metrics, stats
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell
 from bench.race import Elimination
-from bench.worker import measure, parity
+from bench.worker import measure, parity, steady
 from bench.worker.groups import torch_twin
 from bench.worker.guard import Guard, check_losses, failure
 from bench.worker.measure import Stopwatch
@@ -60,16 +60,39 @@ def steps_needed(config: BenchConfig) -> int:
             + r.compute_only_steps)
 
 
+class Budget:
+    """The seconds of timed rounds groups may spend: run.max_group_s each, and what a group leaves unspent
+    (it reached its target early) goes to the groups after it — in its launch, and through the launcher
+    (`carried_s` in the plan) to the next launch — so quiet groups hand their time to noisy ones and the
+    run's timed rounds stay within groups × max_group_s. Rank 0's clock decides (adaptive_rounds), so only
+    rank 0's figures matter."""
+
+    def __init__(self, per_group_s: float, carried_s: float = 0.0):
+        self.per_group_s, self.carried_s = per_group_s, carried_s
+
+    def allowance_s(self) -> float:
+        """This group's budget: its own share and what the groups before it left."""
+        return self.per_group_s + self.carried_s
+
+    def spend(self, allowance_s: float, used_s: float) -> None:
+        """A group given `allowance_s` used `used_s`: the rest goes to the next group."""
+        self.carried_s = max(0.0, allowance_s - used_s)
+
+
 def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank: int, world_size: int,
-              progress=lambda phase: None,
-              book: RaceBook | None = None) -> list[tuple[str, str | None, dict]]:
+              progress=lambda phase: None, book: RaceBook | None = None, budget: Budget | None = None,
+              timing_only: bool = False) -> list[tuple[str, str | None, dict]]:
     """Collective. Every phase of the group's cells → per cell (status, error, measured part of the row):
     "ok" | "diverged" with its row; "raced_out" with its rounds so far and the comparison that eliminated
     it, when a RaceBook makes the group a race (bench/worker/racing.py: only the survivors go through the
     phases after the timed rounds); or — for a cell whose trainer raised, whose loss is not finite or that
     torch refused to compile — its own status and error with nothing measured, while the other cells go on
-    (bench/worker/guard.py). `progress(phase)` is called between phases (the launcher's watchdog hears it)."""
+    (bench/worker/guard.py). `progress(phase)` is called between phases (the launcher's watchdog hears it).
+    `budget`: the launch's (default: run.max_group_s for this group alone). `timing_only`: a repeat launch
+    (run.launches): build, warm-up, timed rounds and the parity check, no phase, compute-only, probe or
+    memory pass."""
     r = config.run
+    budget = budget or Budget(r.max_group_s)
     guard = Guard()
     n_steps = steps_needed(config)
     _, built = guard.each(cells, lambda c: Trainer(c, config, device, rank, world_size, n_steps),
@@ -78,7 +101,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     del built
     clock = Stopwatch()
     with clock:
-        compile_s = warm_up(trainers, r.warmup_steps, device, guard, progress)
+        compile_s, warm = warm_up(trainers, r.warmup_steps, device, guard, progress)
         sync_device(device)
     trainers, _ = guard.each(trainers, lambda t: check_losses(t.losses))
     if not trainers:
@@ -88,11 +111,13 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     trainers, skipped_before = guard.each(trainers, skipped_steps)  # syncs, outside the timed window
     raced_out: dict[str, tuple[str, str | None, dict]] = {}  # cell id → its outcome, eliminated by a race
     raced_cells: dict[str, Cell] = {}
-    with clock:
+    allowance, timed_clock = budget.allowance_s(), Stopwatch()
+    with clock, timed_clock:
         if book is None:
             reference = next((i for i, t in enumerate(trainers) if t.cell.is_baseline), None)
             per_rank, stopped_by = adaptive_rounds([guard.step(t) for t in trainers], config, device,
-                                                   reference, progress)
+                                                   reference, progress,
+                                                   [warm[t.cell.cell_id] for t in trainers], allowance)
         else:
             racing = [t.cell for t in trainers]
 
@@ -111,8 +136,14 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
             rounds = race_rounds([guard.step(t) for t in trainers], racing, config, device, book, eliminate,
                                  progress, failed)
             per_rank, stopped_by = rounds.per_rank, rounds.stopped_by
+    if r.adaptive:  # a fixed count spends no budget, and so leaves none
+        budget.spend(allowance, timed_clock.seconds)
     side_by_side = len(per_rank)  # the trainers stepped round-robin in the timed rounds (a race's too)
     order = [t.cell for t in trainers] if book is None else racing  # per_rank's order
+    found, first = warmup_found([warm[c.cell_id] for c in order], per_rank)
+    found = {c.cell_id: end for c, end in zip(order, found)}
+    if book is not None:  # a race's looks compared every round: its eliminated cells' rows keep them all
+        first = 0
     timed = {c.cell_id: ranks for c, ranks in zip(order, per_rank)}
     trainers = [t for t in trainers if t is not None and t.cell.cell_id not in raced_out]
     trainers, _ = guard.each(trainers, lambda t: check_losses(t.losses))
@@ -125,10 +156,11 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     progress("checks")
 
     def checks(trainer: Trainer) -> dict:
+        ranks, cell_id = timed[trainer.cell.cell_id], trainer.cell.cell_id
         with clock:
-            phases = [phase_pass(trainer) for _ in range(r.phase_steps)]
-        return (timed_values(timed[trainer.cell.cell_id], trainer.cell.global_batch)
-                | phase_values(phases) | {
+            phases = [phase_pass(trainer) for _ in range(0 if timing_only else r.phase_steps)]
+        return (timed_values([times[first:] for times in ranks], trainer.cell.global_batch)
+                | warmup_values(warm[cell_id], ranks, first, found[cell_id]) | phase_values(phases) | {
             "final_loss": measure.mean_over_ranks(float(trainer.last_loss.float()), device),
             "compile_s": compile_s.get(trainer.cell.cell_id)} | trainer.precision.flags
             | trainer.engine.state_bytes_per_rank(trainer.param_bytes, world_size, trainer.cell))
@@ -148,7 +180,8 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     trainers, gated = guard.each(trainers, gates)
     progress("compute-only")
     with clock:  # no gradient sync from here on: ranks' parameters drift apart, which the check above saw
-        compute_only = compute_only_rounds(trainers, timed_steps, r.compute_only_steps, guard)
+        compute_only = compute_only_rounds(trainers, timed_steps, 0 if timing_only else r.compute_only_steps,
+                                           guard)
 
     def probes(trainer: Trainer) -> dict:
         row, cell_id = rows[trainer.cell.cell_id], trainer.cell.cell_id
@@ -158,7 +191,8 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
         return (gated[cell_id] | exposed_values(row["step_times_ms"], metrics.step_times_over_ranks(ranks))
                 | skew_values(ranks) | {"compute_only_ms_per_rank": ranks}
                 | work_values(trainer, row, tokens, flops)
-                | probe_values(measure.allreduce_probe(trainer, r.probe_iters), world_size)
+                | probe_values(measure.allreduce_probe(trainer, 0 if timing_only else r.probe_iters),
+                               world_size)
                 # the layout the engine used, as it reports it (cells.jsonl): what `bench project` reads
                 | {"bucket_sizes_bytes": trainer.engine.bucket_sizes_bytes(trainer.model,
                                                                             trainer.cell.wrap_bucket_mb),
@@ -170,8 +204,8 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     trainers = []  # the trainers go before the memory pass measures a cell alone
     release(device)
     progress("memory")
-    measured, memory = guard.each(measured, lambda c: solo_peak_memory(c, config, device, rank, world_size),
-                                  cell_of=lambda c: c)
+    measured, memory = guard.each(measured, lambda c: {} if timing_only else
+                                  solo_peak_memory(c, config, device, rank, world_size), cell_of=lambda c: c)
     rows = [rows[c.cell_id] | probed[c.cell_id] | memory[c.cell_id]
             | {"steps_wall_s": clock.seconds / side_by_side, "interleaved": side_by_side > 1,
                "stopped_by": stopped_by} for c in measured]
@@ -188,16 +222,22 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
 
 
 def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, reference: int | None,
-                    progress=lambda phase: None) -> tuple[list[list[list[float]]], str | None]:
+                    progress=lambda phase: None, warmup: list[list[float]] | None = None,
+                    budget_s: float | None = None) -> tuple[list[list[list[float]]], str | None]:
     """Collective. The group's timed rounds → (per engine, per rank, its step times; why they stopped).
 
     run.repeats windows of run.timed_steps rounds first; then, with run.target_ci_pct on, more rounds up to
     each pre-set checkpoint (stats.checkpoints: doubling up to run.max_timed_steps) until stats.stop_reason
-    says stop; a "budget" stop first runs the rounds that still fit in run.max_group_s (stats.budget_fill).
-    Rank 0 decides (the budget reads its clock) and broadcasts, so every rank stops at the same round and
-    the collectives of the rounds pair up. stopped_by is None with adaptivity off.
+    says stop; a "budget" stop first runs the rounds that still fit in `budget_s` (default run.max_group_s;
+    stats.budget_fill). The intervals looked at are those of the rounds after the warm-up that
+    `warmup_found` finds in `warmup` (per engine, its warm-up steps) and the rounds so far. Rank 0 decides
+    (the budget reads its clock) and broadcasts, so every rank stops at the same round and the collectives
+    of the rounds pair up. stopped_by is None with adaptivity off; then, when the test finds the warm-up
+    reaching into the rounds, as many rounds again are run once, so that the fixed count stays steady.
     """
     r = config.run
+    budget_s = r.max_group_s if budget_s is None else budget_s
+    warmup = warmup or [[] for _ in steps]
     per_rank: list[list[list[float]]] = [[[] for _ in range(dist.get_world_size())] for _ in steps]
 
     def run(n):
@@ -208,19 +248,21 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
     t0 = time.perf_counter()
     for _ in range(r.repeats):
         run(r.timed_steps)
-    if not r.adaptive:
+    if not r.adaptive:  # every rank has every rank's times: each runs the same count
+        run(min(warmup_found(warmup, per_rank)[1], r.min_timed_steps))
         return per_rank, None
     points = stats.checkpoints(r.min_timed_steps, r.max_timed_steps)
     for i, done in enumerate(points):
         decision = [None, 0]  # why stop (None: go on), and the rounds to fill the budget with
         if dist.get_rank() == 0:
-            samples = [metrics.step_times_over_ranks(ranks) for ranks in per_rank]
+            first = warmup_found(warmup, per_rank)[1]
+            samples = [metrics.step_times_over_ranks(ranks)[first:] for ranks in per_rank]
             worst = stats.group_half_width_pct(samples, reference)
             upcoming = points[i + 1] if i + 1 < len(points) else done
             elapsed = time.perf_counter() - t0
             why = stats.stop_reason(worst, r.target_ci_pct, done, r.max_timed_steps, elapsed, upcoming,
-                                    r.max_group_s)
-            fill = stats.budget_fill(done, elapsed, r.max_group_s, r.max_timed_steps)
+                                    budget_s)
+            fill = stats.budget_fill(done, elapsed, budget_s, r.max_timed_steps)
             decision = [why, fill if why == "budget" else 0]
         dist.broadcast_object_list(decision, src=0)
         if decision[0] is not None:
@@ -276,12 +318,14 @@ def heartbeat(progress, what: str):
 
 
 def warm_up(trainers: list[Trainer], n: int, device: torch.device, guard: Guard,
-            progress=lambda phase: None) -> dict:
+            progress=lambda phase: None) -> tuple[dict, dict[str, list[float]]]:
     """Collective. n rounds of every trainer's step, then more (at most MAX_RECOMPILE_STEPS) while a
     compiled trainer still compiled in the last round. Returns per compiled cell the seconds of its
     warm-up steps that compiled (compile_s): 0 when every graph it runs was compiled earlier in the
     process for an identical model (dynamo guards on code, shapes and dtypes, not on the module object, so
-    a second trainer of the same model reuses the first one's graphs). A step that raises fails its cell
+    a second trainer of the same model reuses the first one's graphs); and per cell id its warm-up steps'
+    times, each timed as a timed round's step (measure.StepTimer) and the slowest rank's: the start of the
+    series the warm-up test reads (`warmup_found`). A step that raises fails its cell
     (`guard`: the others step on); a compiled cell torch refuses (KNOWN_COMPILE_REFUSALS) is `skipped`
     with torch's reason. The ranks agree on both after every round."""
     import torch._dynamo
@@ -289,6 +333,7 @@ def warm_up(trainers: list[Trainer], n: int, device: torch.device, guard: Guard,
 
     compile_s: dict[str, float] = {}
     compiled = [t for t in trainers if t.cell.compile not in (None, "none")]
+    timers = {t.cell.cell_id: measure.StepTimer(device) for t in trainers}
     for round_ in range(n + MAX_RECOMPILE_STEPS):
         recompiled = False
         for trainer in trainers:
@@ -296,12 +341,12 @@ def warm_up(trainers: list[Trainer], n: int, device: torch.device, guard: Guard,
             if cell.cell_id in guard.local:  # failed here, or on a rank that said so at the last agree
                 continue
             if trainer not in compiled:
-                guard.step(trainer)()
+                timers[cell.cell_id].time(guard.step(trainer))
                 continue
             graphs, t0 = counters["stats"]["unique_graphs"], time.perf_counter()
             try:
                 with heartbeat(progress, f"compiling {cell.cell_id}"):
-                    trainer.step()
+                    timers[cell.cell_id].time(trainer.step)
             except Exception as e:  # noqa: BLE001 - a known refusal is a skip; any other failure the cell's
                 if not any(text in str(e) for text in KNOWN_COMPILE_REFUSALS):
                     guard.fail(cell.cell_id, *failure(e))
@@ -323,7 +368,32 @@ def warm_up(trainers: list[Trainer], n: int, device: torch.device, guard: Guard,
     for trainer in compiled:  # compiled, but every graph it runs was compiled before in this process
         if trainer.cell.cell_id not in guard.failed:
             compile_s.setdefault(trainer.cell.cell_id, 0.0)
-    return compile_s
+    gathered = measure.gather_times(list(timers.values()))
+    return compile_s, {cell_id: metrics.step_times_over_ranks(ranks)
+                       for cell_id, ranks in zip(timers, gathered)}
+
+
+def warmup_found(warm: list[list[float]], per_rank: list[list[list[float]]]) -> tuple[list[int], int]:
+    """Where each engine's warm-up ends, found by the changepoint test (bench.worker.steady.warmup_end) on its
+    series: its warm-up steps, then its timed rounds (the slowest rank's). Returns (per engine the steps
+    of its series found to be warm-up, 0 for none; the timed rounds the group leaves out as warm-up: the
+    latest engine's end past the warm-up steps, the same for every engine so that rounds stay paired)."""
+    found, first = [], 0
+    for series_head, ranks in zip(warm, per_rank):
+        end, _ = steady.warmup_end(list(series_head) + metrics.step_times_over_ranks(ranks))
+        found.append(end)
+        first = max(first, end - len(series_head))
+    return found, first
+
+
+def warmup_values(warm: list[float], per_rank: list[list[float]], first: int, found: int) -> dict:
+    """The row's warm-up and outlier columns: warmup_steps_detected (the test's end of warm-up, in steps
+    from the cell's first; 0: none found), the steps kept out of the measurement (`warmup_times_ms`, the
+    warm-up steps and the rounds left out, in cells.jsonl) and outlier_steps (Tukey's fences over the
+    steps measured: counted, kept)."""
+    timed = metrics.step_times_over_ranks(per_rank)
+    return {"warmup_steps_detected": found, "warmup_times_ms": list(warm) + timed[:first],
+            "outlier_steps": steady.tukey_outliers(timed[first:])}
 
 
 def reference_for(trainer: Trainer, trainers: list[Trainer], config: BenchConfig, rank: int,
@@ -496,12 +566,8 @@ def add_speed_vs_torch(cells: list[Cell], rows: list[dict], raced: list[tuple[Ce
     interval, and the verdict. Empty without such a cell."""
     pool = [*zip(cells, rows), *raced]
     for cell, row in zip(cells, rows):
-        ratio = low = high = p = None
+        ratios = []
         twin = torch_twin(cell, [c for c, _ in pool])
         if twin is not None:
-            torch_steps = pool[twin][1]["step_times_ms"]
-            ratio, low, high = stats.paired_ratio(torch_steps, row["step_times_ms"])
-            p = stats.sign_test_p(torch_steps, row["step_times_ms"])
-        row |= {"speed_vs_torch": ratio, "speed_vs_torch_ci95_low": low, "speed_vs_torch_ci95_high": high,
-                "speed_vs_torch_half_width_pct": stats.half_width_pct(ratio, low, high),
-                "speed_vs_torch_p": p, "verdict_vs_torch": stats.verdict(low, high)}
+            ratios = stats.round_ratios(pool[twin][1]["step_times_ms"], row["step_times_ms"]).tolist()
+        row |= stats.speed_vs_torch_columns(ratios)

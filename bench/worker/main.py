@@ -29,7 +29,7 @@ from bench.config import BenchConfig, config_from_dict
 from bench.lifetime import die_with_parent, watch_launcher
 from bench.matrix import Cell
 from bench.worker import plan_mode, process
-from bench.worker.cell import release, run_group
+from bench.worker.cell import Budget, release, run_group
 from bench.worker.events import Events
 from bench.worker.groups import plan_groups
 from bench.worker.guard import failure
@@ -57,9 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     plan_run = plan.get("launcher_pid") is None  # the user's own torchrun/srun: see plan_mode
     if plan_run:
         plan_mode.write_node_env(run_dir, config, [sys.executable, "-m", "bench.worker", *sys.argv[1:]])
-    threads = config.run.threads_for(int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    local_rank, local_ws = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    threads = config.run.threads_for(local_ws)
+    pinned = (process.pin_cpus(threads, local_rank, local_ws)
+              if config.run.pin_cpus and config.run.device == "cpu" else None)
     torch.set_num_threads(threads)
-    device = process.pick_device(config.run.device, int(os.environ.get("LOCAL_RANK", 0)))
+    device = process.pick_device(config.run.device, local_rank)
     cells = [Cell.from_dict(c) for c in plan["cells"] if c["world_size"] == ws]
     to_profile = [Cell.from_dict(c) for c in plan.get("profile", []) if c["world_size"] == ws]
     try:
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{str(e).strip()[:2000]}")
         raise
     # Facts of this rank's process that go into every row it finishes.
-    facts = {"threads_per_rank": threads, "hostname": host,
+    facts = {"threads_per_rank": threads, "hostname": host, "rank0_cpus": pinned,
              "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
     try:
         if plan_run:  # an earlier run of this plan finished these: continue after them
@@ -82,17 +85,22 @@ def main(argv: list[str] | None = None) -> int:
         # a racing search's shared state: each recipe's candidates here and its earlier groups' survivors
         book = RaceBook.of(cells) if config.run.search != "grid" else None
         raced_out: set[str] = set()  # eliminated by a race: no profiled pass
+        left: set[str] = set()  # cells that failed alone (bench/worker/guard.py): none is profiled
+        # the run's timed-rounds budget: what a quiet group leaves, the next may use, across launches too
+        budget = Budget(config.run.max_group_s, plan.get("carried_s", 0.0))
+        timing_only = bool(plan.get("timing_only"))  # a repeat launch (run.launches): steps timed only
         # Collective: every rank plans from the smallest free memory over the ranks, so all build the
         # same trainers and their collectives pair up.
-        left: set[str] = set()  # cells that failed alone (bench/worker/guard.py): none is profiled
         for i, group in enumerate(plan_groups(cells, config, device)):
             if not process.launcher_alive(plan.get("launcher_pid"), device):
                 print("bench.worker: the launcher is gone; stopping", file=sys.stderr)
                 return 1
             if not plan_run:
-                raced_out |= run_and_emit(group, config, device, events, facts, left, book)
+                raced_out |= run_and_emit(group, config, device, events, facts, left, book, budget,
+                                          timing_only)
             else:
-                agreed = run_agreeing(f"ws{ws}-group{i}", group, config, device, events, facts, left, book)
+                agreed = run_agreeing(f"ws{ws}-group{i}", group, config, device, events, facts, left, book,
+                                      budget)
                 if agreed is None:
                     return 1
                 raced_out |= agreed
@@ -112,13 +120,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_and_emit(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
-                 facts: dict, left: set[str], book: RaceBook | None = None) -> set[str]:
+                 facts: dict, left: set[str], book: RaceBook | None = None, budget: Budget | None = None,
+                 timing_only: bool = False) -> set[str]:
     """Run one group of cells on this rank and write its events, adding to `left` the cells that failed
     alone; a failure of the whole group is re-raised after its "error" event. Returns the cells a race
     eliminated."""
     t_group = time.perf_counter()
-    outcomes = measure_group(group, config, device, events, book)
-    emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group)
+    outcomes = measure_group(group, config, device, events, book, budget, timing_only)
+    emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group, budget)
     left |= failed_alone(group, outcomes)
     release(device)
     return raced(group, outcomes)
@@ -131,7 +140,8 @@ def failed_alone(group: list[Cell], outcomes: list) -> set[str]:
 
 
 def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
-                 facts: dict, left: set[str], book: RaceBook | None = None) -> set[str] | None:
+                 facts: dict, left: set[str], book: RaceBook | None = None,
+                 budget: Budget | None = None) -> set[str] | None:
     """Plan mode: run one group; a failure on any rank is recorded on every rank (the failing rank's own
     "error" event says why; the others' say `peer`) and the run goes on. Returns the cells a race
     eliminated; None when the ranks could not agree (plan_mode.group_failed): the process group is
@@ -140,7 +150,7 @@ def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch
     store = dist.distributed_c10d._get_default_store()
     with plan_mode.FailureWatch(store, key, dist.get_rank(), plan_mode.abort_for(device)) as watch:
         try:
-            outcomes = measure_group(group, config, device, events, book)
+            outcomes = measure_group(group, config, device, events, book, budget)
         except Exception:  # measure_group wrote the "error" event
             outcomes = None
             watch.failed()  # the peers stop waiting for this rank now (NCCL: FailureWatch)
@@ -152,7 +162,7 @@ def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch
                     status="failed", phase="cell", peer=True,
                     error="the group failed on another rank (its error event says why)")
     elif not failed:
-        emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group)
+        emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group, budget)
         left |= failed_alone(group, outcomes)
     release(device)
     return set() if failed else raced(group, outcomes)
@@ -163,10 +173,12 @@ def raced(group: list[Cell], outcomes: list[tuple[str, str | None, dict]]) -> se
     return {c.cell_id for c, (status, _, _) in zip(group, outcomes) if status == "raced_out"}
 
 
-def measure_group(group: list[Cell], config: BenchConfig, device: torch.device,
-                  events: Events, book: RaceBook | None = None) -> list[tuple[str, str | None, dict]]:
+def measure_group(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
+                  book: RaceBook | None = None, budget: Budget | None = None,
+                  timing_only: bool = False) -> list[tuple[str, str | None, dict]]:
     """Collective. Run one group of cells on this rank (rank 0 writes "start" and "progress"); a failure is
-    re-raised after this rank's "error" event. With a RaceBook the group is a race."""
+    re-raised after this rank's "error" event. With a RaceBook the group is a race; `budget` and
+    `timing_only`: see cell.run_group."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     ids = [c.cell_id for c in group]
     if rank == 0:
@@ -176,19 +188,22 @@ def measure_group(group: list[Cell], config: BenchConfig, device: torch.device,
             inject_fault(config.debug.fault_for(cell.cell_id), cell, rank, ws)
         progress = (lambda phase: events.emit(event="progress", cell_ids=ids, phase=phase)) if rank == 0 \
             else (lambda phase: None)
-        return run_group(group, config, device, rank, ws, progress, book)
+        return run_group(group, config, device, rank, ws, progress, book, budget, timing_only)
     except Exception as e:
         emit_error(events, ids, e, "cell")
         raise
 
 
-def emit_finish(group: list[Cell], outcomes: list, events: Events, facts: dict, wall_s: float) -> None:
-    """Rank 0: a "finish" event per cell of the group, its wall time shared evenly."""
+def emit_finish(group: list[Cell], outcomes: list, events: Events, facts: dict, wall_s: float,
+                budget: Budget | None = None) -> None:
+    """Rank 0: a "finish" event per cell of the group, its wall time shared evenly, and the timed-rounds
+    budget the groups so far left unspent (`carried_s`: the launcher hands it to the next launch)."""
     if dist.get_rank() != 0:
         return
+    carried = {} if budget is None else {"carried_s": budget.carried_s}
     for cell, (status, error, row) in zip(group, outcomes, strict=True):
         row |= facts | {"cell_wall_s": wall_s / len(group)}
-        events.emit(event="finish", cell_id=cell.cell_id, status=status, error=error, row=row)
+        events.emit(event="finish", cell_id=cell.cell_id, status=status, error=error, row=row, **carried)
 
 
 def profile_and_emit(cell: Cell, config: BenchConfig, device: torch.device, run_dir: Path,

@@ -35,37 +35,55 @@ class Stopwatch:
         self.seconds += time.perf_counter() - self._t0
 
 
+class StepTimer:
+    """Times steps one at a time as the timed rounds do: a barrier and a device sync before each (ranks start
+    it together: its time is its own, not a straggler's), then CUDA events around it on GPU (no sync inside
+    the step), perf_counter on CPU. `times()` → this rank's milliseconds per step (one sync at the end)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda, self.device, self._local = device.type == "cuda", device, []
+
+    def time(self, step: Callable[[], object]) -> None:
+        dist.barrier()
+        sync_device(self.device)
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            self._local.append((start, end))
+        else:
+            t0 = time.perf_counter()
+            step()
+            self._local.append((time.perf_counter() - t0) * 1e3)
+
+    def times(self) -> list[float]:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            return [start.elapsed_time(end) for start, end in self._local]
+        return list(self._local)
+
+
+def gather_times(timers: list[StepTimer]) -> list[list[list[float]]]:
+    """Collective. Per timer, its milliseconds per rank and step (ranks × steps), gathered on every rank."""
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, [timer.times() for timer in timers])
+    return [[per_rank[e] for per_rank in gathered] for e in range(len(timers))]
+
+
 def timed_rounds(steps: list[Callable[[], object]], n: int, device: torch.device) -> list[list[list[float]]]:
     """Collective. n rounds; in each round every step function runs once, in `stats.round_order` (each
     first in turn, every other round in the opposite order, so slow moments of the machine land on all of
-    them alike and no step always follows the same one), each after a barrier and a device sync and timed
-    alone: CUDA events on GPU, perf_counter on CPU. No sync inside a step.
+    them alike and no step always follows the same one), each timed alone by a StepTimer.
 
     Returns, per step function, its milliseconds per rank and round (ranks × rounds), gathered on every
     rank; the step time of a round is the maximum over ranks (metrics.step_times_over_ranks).
     """
-    k, cuda = len(steps), device.type == "cuda"
-    local: list[list] = [[None] * n for _ in steps]
+    timers = [StepTimer(device) for _ in steps]
     for r in range(n):
-        for e in stats.round_order(r, k):
-            dist.barrier()  # ranks start each step together: a step's time is its own, not a straggler's
-            sync_device(device)
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                steps[e]()
-                end.record()
-                local[e][r] = (start, end)
-            else:
-                t0 = time.perf_counter()
-                steps[e]()
-                local[e][r] = (time.perf_counter() - t0) * 1e3
-    if cuda:
-        torch.cuda.synchronize(device)
-        local = [[start.elapsed_time(end) for start, end in row] for row in local]
-    gathered = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, local)
-    return [[per_rank[e] for per_rank in gathered] for e in range(k)]
+        for e in stats.round_order(r, len(steps)):
+            timers[e].time(steps[e])  # one step per round each: a timer's k-th time is round k's
+    return gather_times(timers)
 
 
 def mean_over_ranks(value: float, device: torch.device) -> float:

@@ -22,6 +22,23 @@ def ranks_from_slurm() -> None:
     os.environ["LOCAL_WORLD_SIZE"] = os.environ.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0]
 
 
+def pin_cpus(threads: int, local_rank: int, local_world_size: int) -> list[int] | None:
+    """Bind this rank to its own `threads` CPUs (run.pin_cpus, CPU runs): the local_rank-th share of the CPUs
+    this process may use (its affinity mask, inherited from the launcher: a SLURM or container cpuset
+    included). Without it the scheduler moves ranks between cores mid-step, and two ranks may share one
+    core for a while even when there are enough. Returns the CPUs, or None (left as is) when the ranks'
+    shares do not fit in the mask (oversubscribed: run.allow_oversubscribe) or the OS has no affinity."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    if threads * local_world_size > len(cpus):
+        return None
+    mine = cpus[local_rank * threads:(local_rank + 1) * threads]
+    os.sched_setaffinity(0, mine)
+    return mine
+
+
 def pick_device(device_type: str, local_rank: int) -> torch.device:
     """This rank's device: the GPU `local_rank`, cuda:0 when this process sees exactly one GPU, or the CPU.
 

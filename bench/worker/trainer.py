@@ -156,7 +156,7 @@ class Trainer:
         self.schedule = [[stage(idx, device) for idx in micro] for micro in index_schedule(
             sampler, n_steps, cell.grad_accum, cell.per_rank_batch)]
         self.cursor = 0
-        # debug.fault = "slow:<ms>@…": this rank is a straggler by that many ms per step (0: it is not)
+        # debug.fault "slow:<ms>@…": the last rank straggles by that much in every step of this cell
         self.straggle_s = config.debug.slow_ms_for(cell.cell_id, rank, world_size) / 1e3
         self.last_loss: torch.Tensor | None = None  # the last step's loss, on the device (no sync to keep it)
         self.losses: list[torch.Tensor] = []  # every step's last_loss, on the device (the lossy-hook gate)

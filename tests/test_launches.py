@@ -1,0 +1,284 @@
+"""run.launches: a cell measured in several launches, their order shuffled, merged into one row
+(bench/run/merge.py); the straggler fault and the warm-up test inside a rank (bench/worker/cell.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from bench import stats
+from bench.config import ConfigError, load_config
+from bench.matrix import expand
+from bench.run import between, merge, results
+from bench.run.folder import launches_complete
+from bench.run.launch import launch_schedule
+from bench.run_folder import launch_file, read_records
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_launch_order_is_shuffled_with_the_seed():
+    one = launch_schedule([1, 2], 1, 1234)
+    assert one == [(1, 0), (2, 0)]  # one launch each: world sizes in order, as before
+    three = launch_schedule([1, 2], 3, 1234)
+    assert sorted(three) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
+    assert three == launch_schedule([1, 2], 3, 1234) and three != sorted(three)
+    assert any(launch_schedule([1, 2], 3, seed) != three for seed in range(5))
+
+
+def test_config_checks_launches_and_the_straggler_fault():
+    assert load_config("cpu-smoke", ["run.launches=3"]).run.launches == 3
+    for bad, words in (("run.launches=0", "run.launches=0: must be >= 1"),
+                       ("debug.fault=slow@x", "'slow:<ms>@<...>'"),
+                       ("debug.fault=slow:-2@x", "slow:<ms> takes milliseconds > 0")):
+        with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace("*", r"\*")):
+            load_config("cpu-smoke", [bad])
+    debug = load_config("cpu-smoke", ["debug.fault=slow:2.5@overlap"]).debug
+    assert debug.slow_ms_for("overlap-mlp", 1, 2) == 2.5 and debug.slow_ms_for("torch-mlp", 1, 2) == 0.0
+    assert debug.fault_for("overlap-mlp") == "slow"
+
+
+def _row(times, ratios=(), **extra):
+    return {"step_times_ms": list(times), "warmup_times_ms": [9.0], "speed_vs_torch_ratios": list(ratios),
+            "step_time_ms_p50": sorted(times)[len(times) // 2], "tokens_per_s": 1000.0, "mfu": None,
+            "warmup_steps_detected": 2, "outlier_steps": 1, "cell_wall_s": 3.0, "steps_wall_s": 1.0,
+            "stopped_by": None, "rank_skew_ms_p50": None, "peak_mem_mb": 5.0} | extra
+
+
+def test_two_launches_merged_by_hand():
+    # launch 0: steps 9, 10 (×3), 11 (×2) → median 10, interval [9, 11] (n = 6: [min, max]); launch 3:
+    # 11, 12 (×3), 13 (×2) → median 12, [11, 13]. Alone (no family): the cell's own spread on 1 degree of
+    # freedom: centre √120, half = t_{0.975, 1} · √(max(s², w̄) / 2), s² = (ln 1.2)² / 2.
+    a = [9.0, 10.0, 10.0, 10.0, 11.0, 11.0]
+    b = [11.0, 12.0, 12.0, 12.0, 13.0, 13.0]
+    e0, l0 = merge.launch_entry(0, True, "ok", None, _row(a, [1.1] * 6, compute_only_ms_p50=4.0), "SHM")
+    e1, l1 = merge.launch_entry(3, False, "ok", None, _row(b, [0.9] * 6, warmup_steps_detected=5,
+                                                            peak_mem_mb=None), None)
+    lists = {k: l0[k] + l1[k] for k in merge.LISTS}
+    row = merge.merged_row([e0, e1], lists, 8, None)
+    half = 12.706205 * math.sqrt(math.log(1.2) ** 2 / 2 / 2)
+    assert row["step_time_ms_p50"] == pytest.approx(math.sqrt(120))
+    assert math.log(row["step_time_ms_ci95_high"] / row["step_time_ms_p50"]) == pytest.approx(half, rel=1e-5)
+    assert row["between_launch_cv_pct"] == pytest.approx(100 * math.log(1.2) / math.sqrt(2))
+    assert (row["launches"], row["n_timed_steps"], row["warmup_steps_detected"]) == (2, 12, 5)
+    assert (row["outlier_steps"], row["cell_wall_s"], row["steps_wall_s"]) == (2, 6.0, 2.0)
+    assert row["samples_per_s"] == pytest.approx(8 / math.sqrt(120) * 1e3)
+    # per step time: the full launch's tokens/s at its own p50 (10) rescaled to the merged one
+    assert row["tokens_per_s"] == pytest.approx(1000.0 * 10 / math.sqrt(120)) and row["mfu"] is None
+    assert row["compute_only_ms_p50"] == 4.0 and row["peak_mem_mb"] == 5.0  # the full launch's
+    assert row["speed_vs_torch"] == pytest.approx(1.0)  # the launches' rounds pooled
+    assert row["speed_vs_torch_ratios"] == [1.1] * 6 + [0.9] * 6
+    # over the 12 pooled steps: p90 at position 11 · 0.9 = 9.9 between 12 and 13 (linear interpolation)
+    assert row["step_time_ms_p90"] == pytest.approx(12.9) and row["step_time_ms_min"] == 9.0
+    one = merge.merged_row([e0], l0, 8, None)  # one launch: its own row, the spread unknown
+    assert (one["launches"], one["between_launch_cv_pct"], one["step_time_ms_p50"]) == (1, None, 10.0)
+
+
+def test_a_failed_launch_ends_the_cell_and_says_which():
+    entries = [{"status": "ok", "error": None}, {"status": "timeout", "error": "no progress"}]
+    assert merge.merged_status(entries, 3) == ("timeout", "launch 2 of 3: no progress")
+    assert merge.merged_status(entries[:1], 3) == ("ok", None)
+    assert merge.merged_status([{"status": "failed", "error": "boom"}], 1) == ("failed", "boom")
+
+
+def test_launch_records_merge_a_family_and_resume_where_they_stopped(tmp_path):
+    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.grad_accum=1", "matrix.scaling=strong",
+                                       "matrix.engine=torch,overlap,bucketed", "run.launches=2"])
+    cells = expand(config)
+    records = merge.LaunchRecords(tmp_path, config)
+    assert all(records.needs(c, 0) and records.needs(c, 1) for c in cells)
+    for k, cell in enumerate(cells):
+        records.outcome(cell, 0, True, "ok", None, _row([10.0 + k + i / 10 for i in range(6)]))
+    assert not records.needs(cells[0], 0) and records.needs(cells[0], 1)
+    assert {r["launches"] for r in read_records(tmp_path)} == {1}
+    records.outcome(cells[0], 1, False, "ok", None, _row([11.0 + i / 10 for i in range(6)]))
+    records.outcome(cells[1], 1, False, "ok", None, _row([12.2 + i / 10 for i in range(6)]))
+    records.outcome(cells[2], 1, False, "failed", "RuntimeError: boom", None)
+    records.remerge(cells)
+    latest = {r["cell_id"]: r for r in read_records(tmp_path)}
+    first, second, failed = (latest[c.cell_id] for c in cells)
+    assert failed["status"] == "failed" and failed["error"] == "launch 2 of 2: RuntimeError: boom"
+    assert len(failed["launch_rows"]) == 2 and failed["step_time_ms_p50"] is None  # the first launch kept
+    # the family of the two measured cells, both slower in launch 1 (medians 10.25 → 11.25, 11.25 → 12.45):
+    # the launches' shared effect is the mean of the two log ratios
+    family = merge.family_of([first, second])
+    shift = (math.log(11.25 / 10.25) + math.log(12.45 / 11.25)) / 2
+    assert family.effects[1] - family.effects[0] == pytest.approx(shift)
+    assert first["launches"] == 2 and first["step_time_ms_p50"] == pytest.approx(
+        math.sqrt(10.25 * 11.25), rel=1e-6)  # the launches' medians' geometric mean
+    assert first["step_time_ms_ci95_low"] < first["step_time_ms_p50"] < first["step_time_ms_ci95_high"]
+    # resumed: a new reader of the folder knows what each cell still needs
+    again = merge.LaunchRecords(tmp_path, config)
+    assert [again.needs(c, 1) for c in cells] == [False, False, False]
+    assert [launches_complete(latest[c.cell_id], 2) for c in cells] == [True, True, True]
+    assert not launches_complete(latest[cells[0].cell_id] | {"launch_rows": [{}]}, 2)
+    fresh = merge.LaunchRecords(tmp_path, config, fresh={cells[2].cell_id})  # --retry failed
+    assert fresh.needs(cells[2], 0) and fresh.needs(cells[2], 1)
+    # results.csv carries the launch columns
+    csv_row = next(r for r in results.read_records(tmp_path) if r["cell_id"] == cells[0].cell_id)
+    assert csv_row["between_launch_cv_pct"] is not None
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_the_straggler_fault_slows_every_step_of_the_cells_it_names(one_rank_group):
+    from bench.worker.cell import run_group
+    from bench.worker.trainer import Trainer
+
+    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.grad_accum=1", "matrix.scaling=strong",
+                                       "matrix.engine=torch,overlap", "run.timed_steps=6",
+                                       "run.compute_only_steps=2", "run.phase_steps=1",
+                                       "debug.fault=slow:20@overlap"])
+    cells = expand(config)
+    # the last rank (rank 1 of 2, rank 0 of 1) of the cells the pattern names, only
+    assert [Trainer(c, config, torch.device("cpu"), 0, 1, 2).straggle_s for c in cells] == [0.0, 0.02]
+    assert Trainer(cells[1], config, torch.device("cpu"), 0, 2, 2).straggle_s == 0.0
+    rows = {c.engine: row for c, (_, _, row) in zip(cells, run_group(cells, config, torch.device("cpu"), 0, 1,
+                                                                     timing_only=True))}
+    # every overlap step, warm-up and timed, sleeps 20 ms
+    assert rows["overlap"]["step_time_ms_min"] >= 20.0 and min(rows["overlap"]["warmup_times_ms"]) >= 20.0
+    # a timing-only launch (run.launches' repeats) runs no compute-only, probe or memory pass
+    assert rows["torch"]["compute_only_ms_p50"] is None and "peak_mem_mb" not in rows["torch"]
+
+
+def test_rounds_still_warming_up_are_found_and_run_again(one_rank_group):
+    import time
+
+    from bench.worker.cell import adaptive_rounds, warmup_found
+
+    calls = {"n": 0}
+
+    def step():  # the first 6 timed steps at 20 ms, then 1 ms
+        calls["n"] += 1
+        time.sleep(0.020 if calls["n"] <= 6 else 0.001)
+
+    config = load_config("cpu-smoke", ["run.timed_steps=12", "run.target_ci_pct=0"])
+    warm = [[20.0, 20.0]]  # the warm-up's two steps, as slow
+    per_rank, stopped_by = adaptive_rounds([step], config, torch.device("cpu"), None, warmup=warm)
+    found, first = warmup_found(warm, per_rank)
+    assert stopped_by is None and found == [8] and first == 6  # 2 warm-up steps + 6 timed rounds
+    assert len(per_rank[0][0]) > 12  # rounds found warming up at 12 are run again, once
+
+
+def test_a_run_of_two_launches_end_to_end(tmp_path):
+    """Two launches of world size 1 (torch and overlap side by side): the first full and profiled, the
+    second timing only; every row merged over both."""
+    out = tmp_path / "run"
+    sets = ["matrix.world_size=1", "matrix.grad_accum=1", "matrix.scaling=strong",
+            "matrix.engine=torch,overlap", "run.launches=2", "run.timed_steps=6", "run.compute_only_steps=2",
+            "run.phase_steps=1", "run.probe_iters=1", "profile.cells=torch-*", "run.cell_timeout_s=120"]
+    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--config", "cpu-smoke",
+                           *[a for s in sets for a in ("--set", s)], "--out", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plans = [json.loads((out / "logs" / launch_file(k, "plan.json")).read_text()) for k in range(2)]
+    assert sorted(p["timing_only"] for p in plans) == [False, True]
+    assert [p["carried_s"] for p in plans] == [0.0, 0.0]  # fixed rounds (cpu-smoke) leave no budget
+    assert [len(p["profile"]) for p in plans if p["timing_only"]] == [0]  # profiled once, in the full one
+    rows = {r["engine"]: r for r in read_records(out)}
+    for r in rows.values():
+        assert r["status"] == "ok" and r["launches"] == 2 and r["between_launch_cv_pct"] is not None
+        assert [e["full"] for e in r["launch_rows"]] == [not p["timing_only"] for p in plans]
+        assert r["step_time_ms_ci95_low"] < r["step_time_ms_p50"] < r["step_time_ms_ci95_high"]
+        assert r["peak_mem_mb"] > 0 and r["compute_only_ms_p50"] > 0  # from the full launch
+    assert rows["torch"]["trace_dir"] and not rows["overlap"]["trace_dir"]
+    assert "/4 cell launches" in proc.stderr  # the progress bar counts (cell, launch) measurements
+    spread = merge.spread_of(rows["torch"]["launch_rows"], rows["torch"]["step_times_ms"])
+    assert rows["torch"]["step_time_ms_p50"] == pytest.approx(math.exp(spread.mean))
+    assert isinstance(between.fit_family([spread]), type(None)) and stats.MIN_SAMPLES == 6
+
+
+def test_a_quiet_group_hands_its_unspent_budget_to_the_next():
+    from bench.worker.cell import Budget
+
+    budget = Budget(8.0)
+    assert budget.allowance_s() == 8.0
+    budget.spend(8.0, 3.0)             # stopped at the target after 3 s: 5 s left over
+    assert budget.allowance_s() == 13.0
+    budget.spend(13.0, 13.4)           # the next spent it all (a round past it: nothing carried, no debt)
+    assert budget.allowance_s() == 8.0
+
+
+def test_pin_cpus_gives_each_local_rank_its_own_share(monkeypatch):
+    from bench.worker import process
+
+    pinned = []
+    monkeypatch.setattr(process.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(process.os, "sched_setaffinity", lambda pid, cpus: pinned.append(list(cpus)),
+                        raising=False)
+    assert process.pin_cpus(2, 1, 2) == [2, 3] and pinned == [[2, 3]]
+    assert process.pin_cpus(3, 0, 2) is None and len(pinned) == 1  # 6 CPUs wanted, 4 allowed: left alone
+
+
+def _pair_of_runs(tmp_path, launches: int, shifts: list[float]):
+    """Two fixture runs of 20 cells (torch, world sizes 1..20): run b's steps × each shift, each ±3 %."""
+    from report_fixtures import row, write_run
+
+    def rows(scale):
+        out = []
+        for n, shift in zip(range(1, 21), scale):
+            r = row("torch", n, 100.0 * shift, global_batch=840)
+            r.update(step_time_ms_ci95_low=97.0 * shift, step_time_ms_ci95_high=103.0 * shift,
+                     launches=launches, between_launch_cv_pct=2.0 if launches > 1 else "")
+            out.append(r)
+        return out
+
+    return (write_run(tmp_path / "a", rows([1.0] * 20)), write_run(tmp_path / "b", rows(shifts)))
+
+
+def test_compare_corrects_its_cell_verdicts_for_their_number_and_says_what_it_knows_of_launches(tmp_path):
+    from bench.report import compare
+    from bench.report.compare_page import write_compare_page
+    from bench.run_folder import load_run
+
+    # 20 cells, b 5 % slower in each: ratio 1/1.05, each side [97, 103] % → the ratio's log half-widths
+    # √(ln(100/97)² + ln(1.03)²) = 0.04244 both ways, se = 0.04244/1.96 = 0.02166, z = ln(1.05)/0.02166 =
+    # 2.25, p = 0.024 each: slower alone, not after Holm (the smallest must be ≤ 0.05/20 = 0.0025)
+    a, b = _pair_of_runs(tmp_path, 2, [1.05] * 20)
+    joined = compare.join_cells([load_run(a), load_run(b)])
+    se = math.hypot(math.log(100 / 97), math.log(103 / 100)) / stats.Z95
+    p = 2 * (1 - __import__("statistics").NormalDist().cdf(math.log(1.05) / se))
+    assert joined["p_b_vs_a"].tolist() == pytest.approx([p] * 20, rel=1e-3)
+    assert set(joined["verdict_b_vs_a"]) == {"slower"} and set(joined["verdict_holm"]) == {"within noise"}
+    text = (write_compare_page([a, b], tmp_path / "cmp").parent / "summary.md").read_text()
+    assert "20 within noise once corrected for the 20 comparisons" in text
+    assert "each cell alone: 20 slower" in text
+    assert "a timed each cell in 2 launches, whose medians spread by 2.0 %" in text
+    # one cell 40 % slower: its p survives the correction; one-launch runs are said to leave the noise unknown
+    a1, b1 = _pair_of_runs(tmp_path / "one", 1, [1.0] * 19 + [1.4])
+    text = (write_compare_page([a1, b1], tmp_path / "cmp1").parent / "summary.md").read_text()
+    assert "1 slower, 19 within noise once corrected" in text
+    assert "a and b timed each cell in one launch, so their between-launch variance is unknown" in text
+
+
+def test_the_report_says_what_the_intervals_hold_of_launches_warm_up_and_outliers():
+    import pandas as pd
+
+    from bench.report import findings
+
+    base = {"status": "ok", "step_time_ms_ci95_low": 9.0, "cell_id": "c"}
+    one = pd.DataFrame([base | {"launches": 1.0, "between_launch_cv_pct": float("nan")}])
+    assert "the variance between launches is unknown" in findings.launch_noise(one)[0]
+    two = pd.DataFrame([base | {"launches": 2.0, "between_launch_cv_pct": 3.0},
+                        base | {"launches": 2.0, "between_launch_cv_pct": 5.0, "cell_id": "d"}])
+    assert "2 of 2 cells were timed in 2 launches" in findings.launch_noise(two)[0]
+    assert "4.0 % at the median cell" in findings.launch_noise(two)[0]
+    counted = pd.DataFrame([base | {"warmup_steps_detected": 7.0, "outlier_steps": 3.0},
+                            base | {"warmup_steps_detected": 0.0, "outlier_steps": 0.0, "cell_id": "d"}])
+    warm, outliers = findings.warmup_and_outliers(counted)
+    assert "a slower start in 1 of 2 cells, the longest 7 steps (c)" in warm
+    assert outliers.startswith("3 timed steps in 1 cells lie outside Tukey's fences")
