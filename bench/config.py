@@ -297,6 +297,12 @@ class RunConfig:
         return self.timed_steps * self.repeats
 
     @property
+    def rounds_cap(self) -> int:
+        """The most timed rounds the stopping rule runs: run.max_timed_steps when adaptive, else the fixed
+        count (a racing search's looks end there: bench/race.py)."""
+        return self.max_timed_steps if self.adaptive else self.min_timed_steps
+
+    @property
     def most_timed_steps(self) -> int:
         """The most rounds a group may run (what a trainer's data schedule must hold): with a fixed count,
         twice it (rounds the warm-up test moves out are run again, once: bench/worker/cell.py)."""

@@ -49,7 +49,7 @@ def trial(k: int, rng) -> None:
         good += shuffled[pick] <= 1 + TIE_MARGIN
         gone.append(k - len(alive))
     clean = sum(len(simulate(rng, [1.0] * k, config, cells)[0]) == k for _ in range(REPS))
-    looks = race.looks(config.run.min_timed_steps, config.run.most_timed_steps, k)
+    looks = race.looks(config.run.min_timed_steps, config.run.rounds_cap, k)
     print(f"  {k} candidates (first look at {looks[0][0]} rounds): pick within {TIE_MARGIN:.0%} of the best "
           f"{good / REPS:.1%}; eliminated median {np.median(gone):.0f} of the {k - 1} slower ones, {k - 3} "
           f"of them beyond the margin (min {min(gone)}); races of equals with no elimination "

@@ -89,6 +89,23 @@ def test_a_failed_launch_ends_the_cell_and_says_which():
     assert merge.merged_status([{"status": "failed", "error": "boom"}], 1) == ("failed", "boom")
 
 
+def test_a_race_elimination_ends_the_cell_and_keeps_its_rounds(tmp_path):
+    # run.search race with three launches: a cell raced out in its second launch is not measured in the
+    # third, and its record keeps the rounds it was compared on (the eliminating launch's row) and the
+    # comparison that eliminated it, where a failure keeps no row.
+    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.grad_accum=1", "matrix.scaling=strong",
+                                       "matrix.engine=torch", "run.launches=3", "run.search=race"])
+    (cell,) = expand(config)
+    records = merge.LaunchRecords(tmp_path, config)
+    records.outcome(cell, 0, True, "ok", None, _row([10.0 + i / 10 for i in range(6)]))
+    raced = _row([14.0 + i / 10 for i in range(6)], race_against="overlap-x", race_round=6)
+    record = records.outcome(cell, 1, False, "raced_out", "raced out after 6 rounds", raced)
+    assert not records.needs(cell, 2)
+    assert (record["status"], record["error"]) == ("raced_out", "launch 2 of 3: raced out after 6 rounds")
+    assert record["race_against"] == "overlap-x" and record["step_time_ms_p50"] == 14.3
+    assert len(record["launch_rows"]) == 2 and len(record["step_times_ms"]) == 12
+
+
 def test_launch_records_merge_a_family_and_resume_where_they_stopped(tmp_path):
     config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.grad_accum=1", "matrix.scaling=strong",
                                        "matrix.engine=torch,overlap,bucketed", "run.launches=2"])

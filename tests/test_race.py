@@ -250,11 +250,12 @@ def test_race_estimate_hand_worked(monkeypatch):
     # ⌈log2(2 / 0.025)⌉ = 7 rounds. low: one survives, a full cell (12.4 s, tests/test_estimate.py), the
     # other costs a build 0.1 + 0.5 + (5 warm-up + 7 rounds) × 0.30 = 4.2 s; high: both tie, both full.
     # Both: + run 7 + one launch 10.
-    config = load_config("cpu-smoke", [
+    sets = [
         "matrix.engine=torch,bucketed", "matrix.world_size=4", "matrix.grad_accum=2", "matrix.scaling=weak",
         "workload.per_rank_batch=8", "run.warmup_steps=5", "run.timed_steps=20", "run.repeats=1",
         "run.phase_steps=3", "run.compute_only_steps=10", "run.target_ci_pct=5", "profile.enabled=false",
-        "run.search=race"])
+        "run.search=race", "run.launches=1"]
+    config = load_config("cpu-smoke", sets)
     monkeypatch.setattr("bench.run.estimate.model_size_counts", lambda config: (10_000_000, 100))
     monkeypatch.setattr(MLPWorkload, "train_flops_per_sample", lambda self, batch=None: 1e10)
     cells = expand(config)
@@ -262,6 +263,13 @@ def test_race_estimate_hand_worked(monkeypatch):
     low, high = race_seconds(config, cells, HAND)
     assert low == pytest.approx(17.0 + 12.4 + 4.2)
     assert high == pytest.approx(17.0 + 2 * 12.4) == pytest.approx(estimate_seconds(config, cells, HAND))
+    # Three launches: two more launches (10 each); a survivor's two repeats each a build 0.1 + 0.5 + (5
+    # warm-up + 20 rounds) × 0.30 = 8.1 s; the eliminated one is not measured again.
+    config = load_config("cpu-smoke", [*sets[:-1], "run.launches=3"])
+    low, high = race_seconds(config, expand(config), HAND)
+    assert low == pytest.approx(37.0 + 12.4 + 2 * 8.1 + 4.2)
+    assert high == pytest.approx(37.0 + 2 * (12.4 + 2 * 8.1)) == pytest.approx(
+        estimate_seconds(config, expand(config), HAND))
 
 
 def test_the_budget_stops_a_race_it_cannot_carry_to_its_first_look():

@@ -27,7 +27,8 @@ TESTS = str(Path(__file__).resolve().parent)
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_race_on_cpu_smoke_eliminates_the_slow_candidate(tmp_path, monkeypatch):
+@pytest.mark.parametrize("launches", [1, 2])
+def test_a_race_on_cpu_smoke_eliminates_the_slow_candidate(tmp_path, monkeypatch, launches):
     monkeypatch.setenv(engines.PLUGIN_VARIABLE, "slow_engine")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
     out = tmp_path / "run"
@@ -36,6 +37,7 @@ def test_a_race_on_cpu_smoke_eliminates_the_slow_candidate(tmp_path, monkeypatch
     # Only slowtorch is to be profiled: a raced-out cell gets no profiled pass, so no trace at all.
     proc = run_bench(out, "matrix.engine=torch,bucketed,slowtorch", "matrix.world_size=2",
                      "matrix.grad_accum=1", "run.timed_steps=8", "profile.cells=slowtorch-*",
+                     f"run.launches={launches}",
                      extra=("--search", "race"), timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert race.looks(8, 8, 3) == [(8, pytest.approx(0.05))]
@@ -49,10 +51,17 @@ def test_a_race_on_cpu_smoke_eliminates_the_slow_candidate(tmp_path, monkeypatch
         assert float(r["race_slowdown_low"]) > 1 and float(r["race_p"]) == pytest.approx(2 ** -8)
         assert float(r["race_p"]) <= float(r["race_level"])
         assert r["step_time_ms_p50"] and not r["compute_only_ms_p50"] and not r["peak_mem_mb"]
-        assert r["error"].startswith("raced out after 8 rounds") and not r["trace_dir"]
+        # with two launches the first eliminates it ("launch 1 of 2: raced out ..."): the second does not
+        # measure it again
+        said = "raced out after 8 rounds"
+        assert r["error"].startswith(said if launches == 1 else f"launch 1 of 2: {said}")
+        assert not r["trace_dir"]
     survivors = [r for r in rows if r["status"] == "ok"]
     assert survivors and all(r["compute_only_ms_p50"] and r["peak_mem_mb"] and not r["race_against"]
                              for r in survivors)
+    records = {r["cell_id"]: r for r in results.read_records(out)}
+    assert all(len(records[r["cell_id"]]["launch_rows"]) == 1 for r in slow)
+    assert all(records[r["cell_id"]]["launches"] == launches for r in survivors)
     assert all(r["status"] in ("ok", "raced_out") for r in rows)
     # advise ranks the survivors only; the report's findings say the run was raced, and list the eliminated
     table = advise.run(out, target=None, write=False).table

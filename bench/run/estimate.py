@@ -260,7 +260,9 @@ def race_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = N
     (its step within run.target_ci_pct of the fastest predicted; the model gives every engine and bucket
     size of a precision and batch the same step) survives. With run.search = race, a configuration whose
     choices (race.carry_keys) were eliminated in every recipe at a smaller world size is not launched at
-    larger ones, in the same scenario."""
+    larger ones, in the same scenario. With run.launches L, a survivor is measured in every launch (a grid
+    cell's L − 1 repeats) and an eliminated one only in the launch that eliminated it (raced_out ends a
+    cell), taken as the first."""
     from bench.workloads import get_workload
 
     rates = rates or RATES[config.run.device]
@@ -268,7 +270,7 @@ def race_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = N
     flops = workload.train_flops_per_sample() or 0.0
     n_params, n_tensors = model_size_counts(config)
     runnable = [c for c in cells if not c.skip_reason]
-    base = rates.run_s + rates.launch_s * len(by_launch(runnable))
+    base = rates.run_s + rates.launch_s * len(by_launch(runnable)) * config.run.launches
     return tuple(base + _race_scenario(config, rates, runnable, flops, n_params, n_tensors, scenario)
                  for scenario in RACE_SCENARIOS)
 
@@ -284,7 +286,7 @@ def _race_scenario(config: BenchConfig, rates: Rates, runnable: list[Cell], flop
         for cell in launch:
             recipes.setdefault(race.recipe(cell), []).append(cell)
         for group in recipes.values():
-            looks = race.looks(r.min_timed_steps, r.most_timed_steps, len(group))
+            looks = race.looks(r.min_timed_steps, r.rounds_cap, len(group))
             first = looks[0][0] if looks else 0
             step = {c.cell_id: estimate_step_seconds(rates, c, flops, n_params, n_tensors) for c in group}
             budget = r.max_group_s * len(group) / group_size(config)  # the grid's, for these cells
@@ -335,4 +337,4 @@ def race_looks(config: BenchConfig, cells: list[Cell]) -> list[list[tuple[int, f
     for cell in cells:
         recipes[race.recipe(cell)] = recipes.get(race.recipe(cell), 0) + 1
     r = config.run
-    return [race.looks(r.min_timed_steps, r.most_timed_steps, k) for k in recipes.values()]
+    return [race.looks(r.min_timed_steps, r.rounds_cap, k) for k in recipes.values()]

@@ -14,7 +14,8 @@ that measured the cell come the step time (exp of the mean of the launches' log 
 `between_launch_cv_pct`, `launches`, throughputs at that step time, p90/mean/min/std over the pooled steps,
 the pooled speed_vs_torch (its rounds are pairs in every launch), the longest warm-up found, the outlier
 steps summed, and the wall times summed. A launch that failed ends the cell: its status and error (naming
-the launch) are the cell's, the launches before it stay in `launch_rows`.
+the launch) are the cell's, the launches before it stay in `launch_rows`. A racing search's elimination
+(raced_out) ends the cell the same way, its row the rounds of the launch that eliminated it.
 """
 
 from __future__ import annotations
@@ -187,8 +188,11 @@ class LaunchRecords:
         """The cell's record from its launches' entries and pooled lists, under its family's prior."""
         status, error = merged_status(entries, self.launches)
         measured = [e for e in entries if e["status"] in MEASURED]
-        if status not in MEASURED:  # a failure ends the cell: no row; the launches before it stay listed
-            record = self.results.make_record(cell, self.config, status, error)
+        if status not in MEASURED:  # a failure ends the cell: no row; the launches before it stay listed.
+            # A race's elimination ends it too, keeping the rounds it was compared on (that launch's row)
+            ended = next(e for e in entries if e["status"] not in MEASURED)
+            kept = ended["row"] | lists if status == "raced_out" else None
+            record = self.results.make_record(cell, self.config, status, error, measured=kept)
             return record | {"launch_rows": entries} | lists
         family = [r for r in self.latest.values()
                   if r["cell_id"] != cell.cell_id and r.get("world_size") == cell.world_size]

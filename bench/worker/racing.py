@@ -90,8 +90,8 @@ def race_rounds(steps: list[Callable[[], object]], cells: list[Cell], config: Be
     earlier = book.finished.get(key, {})
     # the race's looks eliminate; the adaptive checkpoints (the minimum first) also look at the stopping
     # rule, so the budget can stop a race whose first look it cannot afford, as it would stop the grid
-    looks = dict(race.looks(r.min_timed_steps, r.most_timed_steps, book.candidates.get(key, len(cells))))
-    points = sorted(set(looks) | set(stats.checkpoints(r.min_timed_steps, r.most_timed_steps)))
+    looks = dict(race.looks(r.min_timed_steps, r.rounds_cap, book.candidates.get(key, len(cells))))
+    points = sorted(set(looks) | set(stats.checkpoints(r.min_timed_steps, r.rounds_cap)))
     shares = [looks.get(n, 0.0) for n in points]
     steps = list(steps)  # an eliminated candidate's entry becomes None: its trainer can be freed
     per_rank: list[list[list[float]]] = [[[] for _ in range(ws)] for _ in steps]
