@@ -171,7 +171,7 @@ class Trainer:
         """One optimizer step; returns the last micro-step's loss (not divided by grad_accum)."""
         model, inst, k = self.model, instrument, self.cell.grad_accum
         if self.straggle_s:  # the injected straggler: late to this step's first gradient collective
-            time.sleep(self.straggle_s)
+            straggle(self.straggle_s)
         for i, idx in enumerate(self.next_micro_batches()):
             with self.engine.no_sync(model) if i < k - 1 else nullcontext():
                 with inst.phase("data_movement"):
@@ -236,3 +236,12 @@ def index_schedule(sampler: DistributedSampler, n_steps: int, grad_accum: int,
     n = n_steps * grad_accum * batch
     idx = torch.tensor(flat[:n], dtype=torch.int64).view(n_steps, grad_accum, batch)
     return [[idx[s, m] for m in range(grad_accum)] for s in range(n_steps)]
+
+
+def straggle(seconds: float) -> None:
+    """Busy for `seconds` (debug.fault slow): a straggler is a rank whose work is slower, so it spins on
+    its core as slow compute would, rather than sleeping (a sleeping rank frees its core to the others, and
+    its wake-up waits for the scheduler)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
