@@ -382,9 +382,9 @@ class ProfileConfig:
 class DebugConfig:
     """Test-only fault injection into the cells whose id contains <substring>; "" for none. The fault hits
     the last rank: "hang@<substring>" leaves the others waiting in a collective; "crash@<substring>" raises;
-    "slow:<ms>@<substring>" makes it sleep <ms> milliseconds at the start of every optimizer step (timed,
-    compute-only, phase, memory and profiled steps alike): a straggler whose peers wait for it in the
-    step's first gradient collective (bench/analyze/waits.py measures that wait)."""
+    "slow:<ms>@<substring>" keeps it busy <ms> milliseconds (a spin, as slow work) at the start of every
+    optimizer step (timed, compute-only, phase, memory and profiled steps alike): a straggler whose peers
+    wait for it in the step's first gradient collective (bench/analyze/waits.py measures that wait)."""
 
     fault: str = ""
 
@@ -410,8 +410,8 @@ class DebugConfig:
         return kind.partition(":")[0] if self.fault and pattern in cell_id else None
 
     def slow_ms_for(self, cell_id: str, rank: int, world_size: int) -> float:
-        """The milliseconds `rank` sleeps in every step of `cell_id` (0: no straggler here): the last rank of
-        a cell the slow fault matches."""
+        """The milliseconds `rank` straggles by in every step of `cell_id` (0: no straggler here): the last
+        rank of a cell the slow fault matches."""
         if self.fault_for(cell_id) != "slow" or rank != world_size - 1:
             return 0.0
         return float(self.fault.partition("@")[0].partition(":")[2])
