@@ -215,6 +215,19 @@ def resolve_hook(comm: str, options: dict, ws: int) -> tuple[str, dict, str]:
     return comm, options, ""
 
 
+def engines_per_group(config) -> int:
+    """Cells a side-by-side group holds in the plain grid: the matrix's engines with run.interleave on (one
+    configuration, every engine), else 1. The unit of run.max_group_s (`group_budget_s`)."""
+    return len(config.matrix.engine) if config.run.interleave else 1
+
+
+def group_budget_s(config, n_cells: int) -> float:
+    """The timed-rounds budget of a group of `n_cells`: run.max_group_s per plain group's worth of cells, so
+    a larger group (the engine-options slice: every option variant of one configuration side by side) buys
+    its cells about the rounds a plain group's get, as the grid would in separate groups."""
+    return config.run.max_group_s * max(1.0, n_cells / engines_per_group(config))
+
+
 def by_launch(cells: list[Cell]) -> dict[int, list[Cell]]:
     """Runnable cells by world size: one launch (torchrun) serves each world size. (A "group" is only ever
     the cells a launch steps side by side: bench/worker/groups.py.)"""

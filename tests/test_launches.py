@@ -222,12 +222,24 @@ def test_a_run_of_two_launches_end_to_end(tmp_path):
 def test_a_quiet_group_hands_its_unspent_budget_to_the_next():
     from bench.worker.cell import Budget
 
-    budget = Budget(8.0)
-    assert budget.allowance_s() == 8.0
+    budget = Budget()
+    assert budget.allowance_s(8.0) == 8.0
     budget.spend(8.0, 3.0)             # stopped at the target after 3 s: 5 s left over
-    assert budget.allowance_s() == 13.0
+    assert budget.allowance_s(8.0) == 13.0
     budget.spend(13.0, 13.4)           # the next spent it all (a round past it: nothing carried, no debt)
-    assert budget.allowance_s() == 8.0
+    assert budget.allowance_s(8.0) == 8.0
+
+
+def test_a_group_of_several_plain_groups_worth_of_cells_gets_their_budget():
+    # default on CPU: 5 engines a plain group, 7 s each; the engine-options slice's group of 11 cells
+    # (every option variant of one configuration side by side) gets 11 / 5 × 7 = 15.4 s, as the grid would
+    # give them in separate groups; a smaller group (3 bucketed engines, naive alone) still gets one share.
+    from bench.matrix import engines_per_group, group_budget_s
+
+    config = load_config("default", cuda_available=False)
+    assert (engines_per_group(config), config.run.max_group_s) == (5, 7.0)
+    assert group_budget_s(config, 11) == pytest.approx(15.4)
+    assert group_budget_s(config, 1) == group_budget_s(config, 3) == 7.0
 
 
 def test_pin_cpus_gives_each_local_rank_its_own_share(monkeypatch):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from bench import race, stats
 from bench.config import BenchConfig
-from bench.matrix import MEMORY_STEPS, Cell, by_launch
+from bench.matrix import MEMORY_STEPS, Cell, by_launch, engines_per_group, group_budget_s
 
 
 @dataclass(frozen=True)
@@ -178,12 +178,6 @@ def expected_timed_steps(config: BenchConfig, rates: Rates, round_s: float) -> i
     return points[-1]
 
 
-def group_size(config: BenchConfig) -> int:
-    """Engines stepped side by side in a round (all of the matrix's, when run.interleave is on; a group
-    that does not fit in memory runs alone, which this does not foresee)."""
-    return len(config.matrix.engine) if config.run.interleave else 1
-
-
 def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_per_sample: float,
                           n_params: int, n_tensors: int, at_least: int = 0) -> float:
     """A cell's wall time (its `cell_wall_s`, its profiled pass not included): two builds (the timed
@@ -192,7 +186,7 @@ def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_p
     (run.launches − 1) a build, the overhead, warm-up and timed rounds."""
     r = config.run
     step = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors)
-    timed = max(at_least, expected_timed_steps(config, rates, group_size(config) * step))
+    timed = max(at_least, expected_timed_steps(config, rates, engines_per_group(config) * step))
     synced = r.warmup_steps + timed + r.phase_steps + MEMORY_STEPS
     unsynced = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors, sync=False)
     compiled = cell.compile not in (None, "none")
@@ -212,7 +206,7 @@ def expected_rounds(config: BenchConfig, cells: list[Cell], rates: Rates | None 
     workload = get_workload(config.workload.model, config.workload.model_size, config.workload.options())
     flops = workload.train_flops_per_sample() or 0.0
     n_params, n_tensors = model_size_counts(config)
-    return [expected_timed_steps(config, rates, group_size(config) * estimate_step_seconds(
+    return [expected_timed_steps(config, rates, engines_per_group(config) * estimate_step_seconds(
         rates, c, flops, n_params, n_tensors)) for c in cells if not c.skip_reason]
 
 
@@ -289,7 +283,7 @@ def _race_scenario(config: BenchConfig, rates: Rates, runnable: list[Cell], flop
             looks = race.looks(r.min_timed_steps, r.rounds_cap, len(group))
             first = looks[0][0] if looks else 0
             step = {c.cell_id: estimate_step_seconds(rates, c, flops, n_params, n_tensors) for c in group}
-            budget = r.max_group_s * len(group) / group_size(config)  # the grid's, for these cells
+            budget = group_budget_s(config, len(group))  # the grid's, for these cells
             if r.adaptive and first > r.min_timed_steps and first * sum(step.values()) > budget:
                 looks, first = [], 0  # the budget stops the race at the minimum rounds, before its first look
             fastest = min(step.values())

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from bench import metrics, stats
 from bench.config import BenchConfig
-from bench.matrix import MEMORY_STEPS, Cell
+from bench.matrix import MEMORY_STEPS, Cell, group_budget_s
 from bench.race import Elimination
 from bench.worker import measure, parity, steady
 from bench.worker.groups import torch_twin
@@ -61,18 +61,18 @@ def steps_needed(config: BenchConfig) -> int:
 
 
 class Budget:
-    """The seconds of timed rounds groups may spend: run.max_group_s each, and what a group leaves unspent
-    (it reached its target early) goes to the groups after it — in its launch, and through the launcher
-    (`carried_s` in the plan) to the next launch — so quiet groups hand their time to noisy ones and the
-    run's timed rounds stay within groups × max_group_s. Rank 0's clock decides (adaptive_rounds), so only
-    rank 0's figures matter."""
+    """The seconds of timed rounds groups may spend: each its own share (matrix.group_budget_s: max_group_s
+    per plain group's worth of cells), and what a group leaves unspent (it reached its target early) goes to
+    the groups after it — in its launch, and through the launcher (`carried_s` in the plan) to the next
+    launch — so quiet groups hand their time to noisy ones and the run's timed rounds stay within the sum of
+    the shares. Rank 0's clock decides (adaptive_rounds), so only rank 0's figures matter."""
 
-    def __init__(self, per_group_s: float, carried_s: float = 0.0):
-        self.per_group_s, self.carried_s = per_group_s, carried_s
+    def __init__(self, carried_s: float = 0.0):
+        self.carried_s = carried_s
 
-    def allowance_s(self) -> float:
-        """This group's budget: its own share and what the groups before it left."""
-        return self.per_group_s + self.carried_s
+    def allowance_s(self, share_s: float) -> float:
+        """A group's budget: its own share and what the groups before it left."""
+        return share_s + self.carried_s
 
     def spend(self, allowance_s: float, used_s: float) -> None:
         """A group given `allowance_s` used `used_s`: the rest goes to the next group."""
@@ -88,11 +88,11 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     phases after the timed rounds); or — for a cell whose trainer raised, whose loss is not finite or that
     torch refused to compile — its own status and error with nothing measured, while the other cells go on
     (bench/worker/guard.py). `progress(phase)` is called between phases (the launcher's watchdog hears it).
-    `budget`: the launch's (default: run.max_group_s for this group alone). `timing_only`: a repeat launch
+    `budget`: the launch's (default: this group's share alone). `timing_only`: a repeat launch
     (run.launches): build, warm-up, timed rounds and the parity check, no phase, compute-only, probe or
     memory pass."""
     r = config.run
-    budget = budget or Budget(r.max_group_s)
+    budget = budget or Budget()
     guard = Guard()
     n_steps = steps_needed(config)
     _, built = guard.each(cells, lambda c: Trainer(c, config, device, rank, world_size, n_steps),
@@ -111,7 +111,8 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     trainers, skipped_before = guard.each(trainers, skipped_steps)  # syncs, outside the timed window
     raced_out: dict[str, tuple[str, str | None, dict]] = {}  # cell id → its outcome, eliminated by a race
     raced_cells: dict[str, Cell] = {}
-    allowance, timed_clock = budget.allowance_s(), Stopwatch()
+    allowance = budget.allowance_s(group_budget_s(config, len(trainers)))
+    timed_clock = Stopwatch()
     with clock, timed_clock:
         if book is None:
             reference = next((i for i, t in enumerate(trainers) if t.cell.is_baseline), None)

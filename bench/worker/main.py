@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         raced_out: set[str] = set()  # eliminated by a race: no profiled pass
         left: set[str] = set()  # cells that failed alone (bench/worker/guard.py): none is profiled
         # the run's timed-rounds budget: what a quiet group leaves, the next may use, across launches too
-        budget = Budget(config.run.max_group_s, plan.get("carried_s", 0.0))
+        budget = Budget(plan.get("carried_s", 0.0))
         timing_only = bool(plan.get("timing_only"))  # a repeat launch (run.launches): steps timed only
         # Collective: every rank plans from the smallest free memory over the ranks, so all build the
         # same trainers and their collectives pair up.

@@ -9,7 +9,8 @@ trainers, so the collectives of the next rounds pair up. An eliminated candidate
 (its trainer is released by the caller) and keeps its rounds so far. The survivors go on to
 run.target_ci_pct like an adaptive group: their medians and their paired ratios to their torch DDP twins
 while both still race. The time budget is what the grid would give the survivors' engine groups
-(run.max_group_s each), counted from the first round: past the minimum rounds a race never spends more on
+(matrix.group_budget_s each), counted from the first round: past the minimum rounds a race never spends
+more on
 timed rounds than the grid would on the same cells, and where that budget cannot reach the race's first
 look (a loaded machine, slow steps), nothing is eliminated and the group is measured as the grid would.
 """
@@ -26,7 +27,7 @@ import torch.distributed as dist
 
 from bench import metrics, race, stats
 from bench.config import BenchConfig
-from bench.matrix import Cell
+from bench.matrix import Cell, group_budget_s
 from bench.worker import measure
 from bench.worker.groups import engine_groups, torch_twin
 
@@ -152,7 +153,7 @@ def decide(per_rank: list, alive: list[int], cells: list[Cell], config: BenchCon
                                         [(local[a], local[b]) for a, b in twins(cells, left)])
     # the survivors' pace from here: one step of each per round, at their medians so far
     round_s = sum(float(np.median(samples[e])) for e in left) / 1e3
-    budget = r.max_group_s * len(engine_groups([cells[e] for e in left]))
+    budget = sum(group_budget_s(config, len(g)) for g in engine_groups([cells[e] for e in left]))
     why = stats.stop_reason(worst, r.target_ci_pct, done, r.max_timed_steps, elapsed_s, upcoming, budget,
                             round_s=round_s)
     fill = stats.budget_fill(done, elapsed_s, budget, r.max_timed_steps, round_s=round_s) \
