@@ -86,6 +86,7 @@ def test_resume_names_the_key_that_differs(tmp_path, capsys):
     assert rc == 2 and "run.timed_steps=7 differs from 20" in text
 
 
+@pytest.mark.slow  # a real sweep on a disk that fills (~8 s): `make test` runs it
 def test_a_full_disk_mid_run_keeps_every_finished_row(tmp_path, capsys, monkeypatch):
     # The second record cannot be written (ENOSPC): the run stops with a clear message and the resume
     # hint, the first record and a whole results.csv stay, no .tmp is left; --resume then finishes it.

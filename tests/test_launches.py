@@ -190,6 +190,7 @@ def test_rounds_still_warming_up_are_found_and_run_again(one_rank_group):
     assert len(per_rank[0][0]) > 12  # rounds found warming up at 12 are run again, once
 
 
+@pytest.mark.slow  # two real launches (~10 s): `make test` runs it, `make test-fast` leaves it
 def test_a_run_of_two_launches_end_to_end(tmp_path):
     """Two launches of world size 1 (torch and overlap side by side): the first full and profiled, the
     second timing only; every row merged over both."""
