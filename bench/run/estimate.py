@@ -198,14 +198,25 @@ def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_p
             + (r.launches - 1) * repeat)
 
 
-def expected_rounds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> list[int]:
-    """Per runnable cell, the timed rounds its group is expected to run (expected_timed_steps)."""
+def workload_sizes(config: BenchConfig) -> tuple[float, int, int]:
+    """(training FLOPs per sample, 0 where the workload does not say; trainable parameters; parameter
+    tensors) of the run's model: what every step estimate reads."""
     from bench.workloads import get_workload
 
+    w = config.workload
+    flops = get_workload(w.model, w.model_size, w.options()).train_flops_per_sample() or 0.0
+    return (flops, *model_size_counts(config))
+
+
+def fixed_seconds(config: BenchConfig, rates: Rates, runnable: list[Cell]) -> float:
+    """The run's own overhead and every launch's start-up: run.launches per world size."""
+    return rates.run_s + rates.launch_s * len(by_launch(runnable)) * config.run.launches
+
+
+def expected_rounds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> list[int]:
+    """Per runnable cell, the timed rounds its group is expected to run (expected_timed_steps)."""
     rates = rates or RATES[config.run.device]
-    workload = get_workload(config.workload.model, config.workload.model_size, config.workload.options())
-    flops = workload.train_flops_per_sample() or 0.0
-    n_params, n_tensors = model_size_counts(config)
+    flops, n_params, n_tensors = workload_sizes(config)
     return [expected_timed_steps(config, rates, engines_per_group(config) * estimate_step_seconds(
         rates, c, flops, n_params, n_tensors)) for c in cells if not c.skip_reason]
 
@@ -213,14 +224,10 @@ def expected_rounds(config: BenchConfig, cells: list[Cell], rates: Rates | None 
 def estimate_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> float:
     """A wall-time estimate of the sweep (RATES[run.device] unless `rates`): launches + cells + profiled
     passes (a build, warm-up and the profiled steps, the trace export)."""
-    from bench.workloads import get_workload
-
     rates = rates or RATES[config.run.device]
-    workload = get_workload(config.workload.model, config.workload.model_size, config.workload.options())
-    flops = workload.train_flops_per_sample() or 0.0
-    n_params, n_tensors = model_size_counts(config)
+    flops, n_params, n_tensors = workload_sizes(config)
     runnable = [c for c in cells if not c.skip_reason]
-    total = rates.run_s + rates.launch_s * len(by_launch(runnable)) * config.run.launches
+    total = fixed_seconds(config, rates, runnable)
     for cell in runnable:
         total += estimate_cell_seconds(config, rates, cell, flops, n_params, n_tensors)
         step = estimate_step_seconds(rates, cell, flops, n_params, n_tensors)
@@ -257,14 +264,10 @@ def race_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = N
     larger ones, in the same scenario. With run.launches L, a survivor is measured in every launch (a grid
     cell's L − 1 repeats) and an eliminated one only in the launch that eliminated it (raced_out ends a
     cell), taken as the first."""
-    from bench.workloads import get_workload
-
     rates = rates or RATES[config.run.device]
-    workload = get_workload(config.workload.model, config.workload.model_size, config.workload.options())
-    flops = workload.train_flops_per_sample() or 0.0
-    n_params, n_tensors = model_size_counts(config)
+    flops, n_params, n_tensors = workload_sizes(config)
     runnable = [c for c in cells if not c.skip_reason]
-    base = rates.run_s + rates.launch_s * len(by_launch(runnable)) * config.run.launches
+    base = fixed_seconds(config, rates, runnable)
     return tuple(base + _race_scenario(config, rates, runnable, flops, n_params, n_tensors, scenario)
                  for scenario in RACE_SCENARIOS)
 
