@@ -106,6 +106,30 @@ def test_a_race_elimination_ends_the_cell_and_keeps_its_rounds(tmp_path):
     assert len(record["launch_rows"]) == 2 and len(record["step_times_ms"]) == 12
 
 
+def test_the_progress_bar_drops_the_launches_an_ended_cell_will_not_run(tmp_path):
+    # Three launches of two cells: 6 measurements. Measured launches leave the total alone; a cell that fails
+    # in its second launch takes its third off it.
+    import os
+    from types import SimpleNamespace
+
+    from bench.run.launch import Sweep
+    from bench.run.progress import Progress
+
+    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.grad_accum=1", "matrix.scaling=strong",
+                                       "matrix.engine=torch,overlap", "run.launches=3"])
+    cells = expand(config)
+    sweep = Sweep(config, tmp_path, Progress(total=0, stream=open(os.devnull, "w")))
+    sweep.progress.total = sweep.measurements(cells)
+    assert sweep.progress.total == 6
+    first, second = (SimpleNamespace(repeat=j, full=j == 0) for j in range(2))
+    for cell in cells:
+        sweep.record(cell, first, "ok", None, _row([10.0 + i / 10 for i in range(6)]))
+    sweep.record(cells[0], second, "ok", None, _row([10.0 + i / 10 for i in range(6)]))
+    assert sweep.progress.total == 6
+    sweep.record(cells[1], second, "failed", "RuntimeError: boom")
+    assert (sweep.progress.total, sweep.progress.done) == (5, 4)
+
+
 def test_launch_records_merge_a_family_and_resume_where_they_stopped(tmp_path):
     config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.grad_accum=1", "matrix.scaling=strong",
                                        "matrix.engine=torch,overlap,bucketed", "run.launches=2"])

@@ -28,7 +28,7 @@ from bench.config import BenchConfig
 from bench.lifetime import die_with_parent, kill_groups
 from bench.matrix import Cell, by_launch
 from bench.run import nccl_log, results
-from bench.run.merge import LaunchRecords
+from bench.run.merge import MEASURED, LaunchRecords
 from bench.run.progress import Progress
 from bench.schema import ERROR_TAIL_LINES, RACE_COLUMNS, error_text
 from bench.worker.events import EventReader
@@ -168,7 +168,8 @@ class Sweep:
     def finish(self, record: dict) -> None:
         """One measurement done; a cell ended before its last launch (a failure, a race's elimination) takes
         its launches still to come off the progress bar's total."""
-        self.progress.total -= self.config.run.launches - len(record.get("launch_rows") or [None])
+        if record["status"] not in MEASURED:
+            self.progress.total -= self.config.run.launches - len(record.get("launch_rows") or [None])
         self.progress.finish(summary_line(record))
 
     def measurements(self, cells: list[Cell]) -> int:
