@@ -198,12 +198,20 @@ def test_a_a_one_engine_in_both_slots_is_within_noise(one_rank_group):
 
 
 def test_two_instances_of_one_engine_measure_alike(one_rank_group):
-    # Not a verdict (see above: two instances may truly differ by a few percent), but never by 10 %.
+    # Not a verdict (see above: two instances may truly differ by a few percent), but never by 10 %. Up to
+    # three measurements, as the A/A test: a loaded machine can stall one slot's steps for a stretch of a
+    # 30-round measurement (seen once with a busy process beside the suite); a true 10 % stays in all three.
     a, b = _torch_trainers(2)
     for _ in range(3):
         a.step(), b.step()
-    ratio, low, high, _ = _ratio_and_verdict([a.step, b.step])
-    assert 0.9 < ratio < 1.1 and low <= ratio <= high, (ratio, low, high)
+    seen = []
+    for _ in range(3):
+        ratio, low, high, _ = _ratio_and_verdict([a.step, b.step])
+        assert low <= ratio <= high, (ratio, low, high)
+        seen.append(ratio)
+        if 0.9 < ratio < 1.1:
+            break
+    assert 0.9 < seen[-1] < 1.1, seen
 
 
 def test_an_engine_20_percent_slower_is_found_slower(one_rank_group):
