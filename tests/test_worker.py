@@ -472,18 +472,22 @@ def _adaptive_on_each_rank(rank, world_size, overrides, spread):
 
 
 @pytest.mark.parametrize(("overrides", "spread", "rounds", "why"), [
-    (["run.target_ci_pct=50", "run.max_timed_steps=40"], False, 10, "target"),
-    (["run.target_ci_pct=1", "run.max_timed_steps=40"], True, 40, "max_steps"),
-    (["run.target_ci_pct=1", "run.max_timed_steps=640", "run.max_group_s=0.05"], True, 10, "budget"),
+    (["run.target_ci_pct=50", "run.max_timed_steps=40"], False, (10, 20), "target"),
+    (["run.target_ci_pct=1", "run.max_timed_steps=40"], True, (40,), "max_steps"),
+    (["run.target_ci_pct=1", "run.max_timed_steps=640", "run.max_group_s=0.05"], True, (10,), "budget"),
 ])
 def test_adaptive_rounds_stop_together_on_every_rank(overrides, spread, rounds, why):
     # Two ranks, two engines, timed_steps 5 × repeats 2 = 10 rounds before the first look (checkpoints 10,
     # 20, 40): rank 0 decides and broadcasts, so both ranks return the same rounds and the same reason.
+    # Steady 3 ms steps meet ±50 % at the first look unless the machine stalled a few of its 10 rounds (the
+    # warm-up test may then leave some out, and an interval of 7 rounds is their min to max): then at 20.
     from tests.dist_utils import run_distributed
 
     base = ["run.timed_steps=5", "run.repeats=2"]
     results = run_distributed(_adaptive_on_each_rank, 2, [*base, *overrides], spread)
-    assert results == [([rounds] * 4, why)] * 2  # engines × ranks, each `rounds` long, on both ranks
+    assert results[0] == results[1] and results[0][1] == why  # the same rounds and reason on both ranks
+    lengths = results[0][0]  # engines × ranks, each as long
+    assert len(lengths) == 4 and len(set(lengths)) == 1 and lengths[0] in rounds
 
 
 def test_adaptive_rounds_off_run_the_fixed_count(one_rank_group):
