@@ -183,7 +183,9 @@ def test_a_a_one_engine_in_both_slots_is_within_noise(one_rank_group):
     # quiet CI machine two identical torch-DDP trainers differed by 2.0-2.5 % (b slower, 3 runs of 3, each
     # interval about +-0.8 %), a real difference of memory placement that the interval rightly resolved.
     # A 95 % interval excludes the truth in 1 of 20 A/A runs by construction (more on a shared machine), so
-    # up to three measurements: one must say "within noise", and none may claim a difference above 10 %.
+    # up to three measurements: one must say "within noise" with a ratio within 10 % of 1 (a stall of a
+    # loaded machine can hit one slot's stretch of rounds: 0.86 was seen once, with a busy process beside
+    # the suite; a procedure that favoured a slot would fail all three).
     (a,) = _torch_trainers(1)
     for _ in range(3):
         a.step()
@@ -191,10 +193,9 @@ def test_a_a_one_engine_in_both_slots_is_within_noise(one_rank_group):
     for _ in range(3):
         ratio, low, high, verdict = _ratio_and_verdict([a.step, a.step])
         seen.append((verdict, ratio, low, high))
-        assert 0.9 < ratio < 1.1, seen
-        if verdict == "within noise":
+        if verdict == "within noise" and 0.9 < ratio < 1.1:
             break
-    assert seen[-1][0] == "within noise", seen
+    assert seen[-1][0] == "within noise" and 0.9 < seen[-1][1] < 1.1, seen
 
 
 def test_two_instances_of_one_engine_measure_alike(one_rank_group):
