@@ -4,11 +4,14 @@ A module whose tests start ranks or processes for each case (gloo parity, the wo
 or check against a heavy second witness (HolisticTraceAnalysis on real traces) is `integration`; `slow`
 tests are whole sweeps through torchrun, SLURM and two agents (marked where they are written). `make test`
 runs everything; `make test-fast` runs neither, plus EDIT_LOOP_E2E, the one sweep it keeps.
+
+Also the one fixture several modules share: `one_rank_group`, a gloo group of one rank in this process.
 """
 
 from __future__ import annotations
 
 import pytest
+import torch.distributed as dist
 
 INTEGRATION = {
     "test_worker.py", "test_ddp_parity.py", "test_ddp_features.py", "test_ddp_lifetime.py", "test_sync.py",
@@ -25,3 +28,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.integration)
         if item.nodeid == EDIT_LOOP_E2E:
             item.add_marker(pytest.mark.edit_loop)
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A gloo process group of world size 1 in this process (meeting through a FileStore: no TCP port), torn
+    down after the test."""
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()

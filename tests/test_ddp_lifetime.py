@@ -13,17 +13,9 @@ import weakref
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from ddp_core import DistributedDataParallel
-
-
-@pytest.fixture
-def one_rank_group(tmp_path):
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def make_model() -> nn.Module:

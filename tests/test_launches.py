@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from bench import stats
 from bench.config import ConfigError, load_config
@@ -166,13 +165,6 @@ def test_launch_records_merge_a_family_and_resume_where_they_stopped(tmp_path):
     # results.csv carries the launch columns
     csv_row = next(r for r in results.read_records(tmp_path) if r["cell_id"] == cells[0].cell_id)
     assert csv_row["between_launch_cv_pct"] is not None
-
-
-@pytest.fixture
-def one_rank_group(tmp_path):
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_the_straggler_fault_slows_every_step_of_the_cells_it_names(one_rank_group):

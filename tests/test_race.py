@@ -10,7 +10,6 @@ import time
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 
 from bench import race, stats
 from bench.config import ConfigError, load_config
@@ -285,14 +284,6 @@ def test_the_budget_stops_a_race_it_cannot_carry_to_its_first_look():
     # with room for it (40 s a group), the race goes on to its first look
     roomy = load_config("default", ["run.device=cpu", "matrix.world_size=2", "run.max_group_s=40"])
     assert racing.decide(per_rank, list(range(14)), cells, roomy, 10, 0.0, 13, {}, 14.0) == [{}, None, 0]
-
-
-@pytest.fixture
-def one_rank_group(tmp_path):
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_race_rounds_stop_stepping_what_they_eliminate(one_rank_group):

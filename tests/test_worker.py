@@ -8,7 +8,6 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench import engines
@@ -27,14 +26,6 @@ from bench.workloads.mrpc import StagedPairs
 def smoke_config(overrides: list[str]):
     """cpu-smoke at strong scaling only (the preset sweeps both), with `overrides`."""
     return load_config("cpu-smoke", ["matrix.scaling=strong", *overrides])
-
-
-@pytest.fixture
-def one_rank_group(tmp_path):
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
