@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import race, stats  # noqa: E402
-from tests.test_race import TIE_MARGIN, candidates, simulate  # noqa: E402
+from tests.test_race import TIE_MARGIN, candidates, known_order_races, simulate  # noqa: E402
 
 REPS = 500
 
@@ -40,14 +40,7 @@ def against_observed_best(survivors, rounds, share, earlier=None):
 
 def trial(k: int, rng) -> None:
     config, cells = candidates(k)
-    scales = [1.0, 1.01, 1.02] + list(np.geomspace(1.04, 2.0, k - 3))
-    good, gone = 0, []
-    for _ in range(REPS):
-        shuffled = [scales[j] for j in rng.permutation(k)]
-        alive, done, data = simulate(rng, shuffled, config, cells)
-        pick = min(alive, key=lambda e: np.median(data[e, :done]))
-        good += shuffled[pick] <= 1 + TIE_MARGIN
-        gone.append(k - len(alive))
+    good, gone = known_order_races(rng, k, REPS)
     clean = sum(len(simulate(rng, [1.0] * k, config, cells)[0]) == k for _ in range(REPS))
     looks = race.looks(config.run.min_timed_steps, config.run.rounds_cap, k)
     print(f"  {k} candidates (first look at {looks[0][0]} rounds): pick within {TIE_MARGIN:.0%} of the best "
