@@ -300,20 +300,30 @@ def test_race_rounds_stop_stepping_what_they_eliminate(one_rank_group):
                                        "matrix.grad_accum=1", "matrix.scaling=strong", "run.timed_steps=8"])
     cells = expand(config)
     assert len(cells) == 3 and race.looks(8, 8, 3) == [(8, pytest.approx(0.05))]
+    # The two 1 ms sleepers are equal only up to the machine: where one sleeps in the round-robin can make it
+    # the slower in all 8 rounds (seen once, idle: p = 2^-8 again, and the rule rightly eliminates it), so
+    # each pass asks that the 20 ms one goes and that at most one 1 ms one does, against the other.
+    fast = {cells[0].cell_id, cells[2].cell_id}
+
+    def the_slow_one_and_at_most_one_fast(eliminated: dict, earlier: frozenset = frozenset()):
+        assert eliminated[1].against in fast | earlier
+        assert all(i in (0, 2) and why.against == cells[2 - i].cell_id
+                   for i, why in eliminated.items() if i != 1) and len(eliminated) <= 2
+
     steps = [lambda: time.sleep(0.001), lambda: time.sleep(0.02), lambda: time.sleep(0.001)]
     calls = []
     out = racing.race_rounds(steps, cells, config, torch.device("cpu"), racing.RaceBook.of(cells),
                              on_eliminated=lambda i, ranks, why: calls.append((i, len(ranks[0]), why)))
-    assert [(i, n) for i, n, _ in calls] == [(1, 8)] and set(out.eliminated) == {1}
-    why = calls[0][2]
-    assert why.against in (cells[0].cell_id, cells[2].cell_id) and why.p == pytest.approx(2 ** -8)
+    the_slow_one_and_at_most_one_fast(out.eliminated)
+    assert out.eliminated[1].p == pytest.approx(2 ** -8)  # lost every round of 8
+    assert {(i, n) for i, n, _ in calls} == {(i, 8) for i in out.eliminated}
     assert [len(ranks[0]) for ranks in out.per_rank] == [8, 8, 8] and out.stopped_by is None
     # after an earlier group of the recipe whose survivor stepped 5 ms: each is also tested against it,
     # unpaired (3 hypotheses × 3 others: 0.05 / 3 / 3 = 0.0056 >= 2^-8); the 1 ms ones are not slower
     book = racing.RaceBook.of(cells)
     book.finished[race.recipe(cells[0])] = {"earlier-cell": [5.0] * 8}
     out = racing.race_rounds(steps, cells, config, torch.device("cpu"), book, lambda i, r, w: None)
-    assert set(out.eliminated) == {1}
+    the_slow_one_and_at_most_one_fast(out.eliminated, frozenset({"earlier-cell"}))
 
 
 def test_dry_run_of_a_race_prints_its_range(capsys):
