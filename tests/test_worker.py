@@ -361,6 +361,26 @@ def test_precision_sets_and_records_the_tf32_flags_on_cuda(restore_fp32_precisio
     assert torch.backends.cuda.matmul.fp32_precision == before  # CPU cells leave the CUDA flags alone
 
 
+def test_each_trainer_steps_with_its_own_tf32_flag(tmp_path, one_rank_group, restore_fp32_precision):
+    # The flags are process-wide: a group that mixes fp32 and tf32 (side by side, a race) must step each
+    # trainer with its own, not with the last one built. Two CPU trainers with CUDA precisions (the flags
+    # are settable without a GPU) stepped in turn; each forward reads the flag it runs under.
+    config = smoke_config(["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=1"])
+    (cell,) = expand(config)
+    seen: dict[str, list[str]] = {"fp32": [], "tf32": []}
+    trainers = []
+    for precision in ("fp32", "tf32"):  # tf32 built last: before the fix it set the flag for both
+        trainer = Trainer(cell, config, torch.device("cpu"), 0, 1, 4)
+        trainer.precision = Precision(precision, torch.device("cuda", 0), 4)
+        trainer.model.register_forward_pre_hook(
+            lambda *_, p=precision: seen[p].append(torch.backends.cuda.matmul.fp32_precision))
+        trainers.append(trainer)
+    for _ in range(2):
+        for trainer in trainers:
+            trainer.step()
+    assert seen == {"fp32": ["ieee", "ieee"], "tf32": ["tf32", "tf32"]}
+
+
 def test_a_group_releases_every_model_it_built(tmp_path, one_rank_group, monkeypatch):
     # On a GPU the next group's cells must not share the device with this one's leftovers (and their peak
     # memory must not include them): every trainer's model is gone once run_group returns.

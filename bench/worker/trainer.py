@@ -43,17 +43,20 @@ class Precision:
     On CUDA, fp32 means fp32: TF32 is off ("ieee") unless the precision is tf32 (cuDNN convolutions
     default to TF32). The flags are set through torch's `fp32_precision` API on every leaf that uses
     them (cuBLAS matmul, cuDNN conv and rnn). The legacy `allow_tf32` flags are deprecated from torch 2.9
-    and must not be mixed with it: once it is set, torch 2.13 raises on a read of them. `flags` is what
-    the cell ran with, read back from torch (empty on CPU: these flags drive cuBLAS and cuDNN only).
+    and must not be mixed with it: once it is set, torch 2.13 raises on a read of them.
+
+    The flags are process-wide, and a group steps several trainers in one process (side by side, a race,
+    the parity gate's references): so `apply()` sets this trainer's flags at the start of each of its steps
+    (a few attribute writes), and the last trainer built never decides for the others. `flags` is what the
+    cell ran with, read back from torch after `apply()` (empty on CPU, where nothing is set: these flags
+    drive cuBLAS and cuDNN only).
     """
 
     def __init__(self, precision: str, device: torch.device, n_steps: int):
+        self.mode = ("tf32" if precision == "tf32" else "ieee") if device.type == "cuda" else None
         self.flags: dict[str, str | None] = {"matmul_fp32_precision": None, "cudnn_fp32_precision": None}
-        if device.type == "cuda":
-            mode = "tf32" if precision == "tf32" else "ieee"
-            torch.backends.cuda.matmul.fp32_precision = mode
-            torch.backends.cudnn.conv.fp32_precision = mode
-            torch.backends.cudnn.rnn.fp32_precision = mode
+        self.apply()
+        if self.mode is not None:
             self.flags = {"matmul_fp32_precision": torch.backends.cuda.matmul.fp32_precision,
                           "cudnn_fp32_precision": torch.backends.cudnn.conv.fp32_precision}
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
@@ -63,6 +66,15 @@ class Precision:
         # timed windows instead of counting found_inf on the host every step (a sync).
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16", init_scale=INIT_SCALE,
                                            growth_interval=max(GROWTH_INTERVAL, n_steps + 1))
+
+    def apply(self) -> None:
+        """Set this precision's process-wide TF32 flags (every step does, before its first kernel); nothing
+        on CPU."""
+        if self.mode is None:
+            return
+        torch.backends.cuda.matmul.fp32_precision = self.mode
+        torch.backends.cudnn.conv.fp32_precision = self.mode
+        torch.backends.cudnn.rnn.fp32_precision = self.mode
 
     def loss_scale(self) -> float | None:
         """The GradScaler's current scale (fp16 only, else None). Note: a device→host sync."""
@@ -170,6 +182,7 @@ class Trainer:
     def step(self, instrument: Instrument = QUIET) -> torch.Tensor:
         """One optimizer step; returns the last micro-step's loss (not divided by grad_accum)."""
         model, inst, k = self.model, instrument, self.cell.grad_accum
+        self.precision.apply()  # process-wide flags: this trainer's, whatever stepped before it
         if self.straggle_s:  # the injected straggler: late to this step's first gradient collective
             straggle(self.straggle_s)
         for i, idx in enumerate(self.next_micro_batches()):
