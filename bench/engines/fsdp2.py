@@ -49,24 +49,57 @@ class FSDP2(Engine):
 
     @contextmanager
     def no_sync(self, model):
-        """FSDP2's equivalent of no_sync: no reduce-scatter; gradients accumulate unsharded."""
+        """FSDP2's equivalent of no_sync: no reduce-scatter; gradients accumulate unsharded. On leaving, every
+        module's gradient sync is what it was on entering (torch DDP's `no_sync()` restores its flag too): a
+        micro-step's no_sync inside the compute-only window or inside another no_sync must not switch sync
+        back on for the step's last micro-step."""
+        before = [(m, gradient_sync(m)) for m in fsdp_modules(model)]
         model.set_requires_gradient_sync(False)
         try:
             yield
         finally:
-            model.set_requires_gradient_sync(True)
+            for module, synced in before:
+                module.set_requires_gradient_sync(synced, recurse=False)
 
     @contextmanager
     def compute_only(self, model):
-        """no_sync, with a stand-in sharded gradient on every parameter. Under
-        set_requires_gradient_sync(False) FSDP2 keeps the unsharded gradients to itself and gives the
-        sharded parameters no `.grad` (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py,
-        post_backward returns before its reduce-scatter), so AdamW would skip every parameter and the
-        window would leave out the optimizer step a synced step runs (its time would count as exposed
-        communication, even at world size 1). Zeros of each shard's shape, set before the step (GradScaler
-        unscales before the optimizer runs) and allocated once per model as the reduce-scatter's output
-        is, give the optimizer (and fp16's inf check) the same tensors to work on; their values are never
-        a result (the window runs after the parity gate)."""
+        """The step with every collective replaced by a local copy (LocalAllGather, LocalReduceScatter through
+        FSDP2's set_custom_all_gather / set_custom_reduce_scatter): all of FSDP2's own work runs as in a
+        synced step — the copy-in and copy-out of its flat buffers, the casts to and from reduce_dtype, the
+        division, the sharded gradients the optimizer steps — and nothing crosses a link. Two things follow
+        that no_sync could not give: at one rank, where the collectives are local copies anyway, the window
+        is the step (step − compute-only ≈ 0 at every precision; under no_sync FSDP2 skips its whole reduce
+        path, host time included, and accumulates unsharded gradients instead: +15 ms and −2 ms on an H200,
+        docs/gpu-node.md); and at any world size no rank waits for another inside the window (an all-gather
+        makes every rank wait for the slowest), so each rank's time is its own work: the rank skew's evidence.
+        The gathered parameters are this rank's shard repeated and the gradients this rank's own, finite
+        and of the right size; their values are never a result (the window runs after the parity gate).
+
+        A torch without the custom-collective API (before 2.9) gets the older window: no_sync with a
+        stand-in zero gradient on every sharded parameter, so that AdamW still steps them (module docstring
+        of this method's history: docs/design.md "fsdp2's compute-only window")."""
+        modules = fsdp_modules(model)
+        if not all(hasattr(m, "set_custom_all_gather") for m in modules):
+            with self._no_sync_with_stand_ins(model):
+                yield
+            return
+        saved = [(m, comms(m)) for m in modules]
+        for module in modules:
+            module.set_custom_all_gather(LocalAllGather())
+            module.set_custom_reduce_scatter(LocalReduceScatter())
+        try:
+            yield
+        finally:
+            for module, (gather, scatter) in saved:
+                module.set_custom_all_gather(gather)
+                module.set_custom_reduce_scatter(scatter)
+
+    @contextmanager
+    def _no_sync_with_stand_ins(self, model):
+        """The window on a torch without custom collectives: no_sync, with a stand-in sharded gradient on
+        every parameter. Under set_requires_gradient_sync(False) FSDP2 keeps the unsharded gradients to
+        itself and gives the sharded parameters no `.grad`, so AdamW would skip every parameter; zeros of
+        each shard's shape, allocated once per model, give the optimizer the same tensors to work on."""
         import torch
 
         stand_ins = self._stand_ins.get(model)
@@ -130,6 +163,74 @@ class FSDP2(Engine):
         shard = math.ceil(param_bytes / world_size)
         return {"param_bytes_per_rank": shard, "grad_bytes_per_rank": shard,
                 "optimizer_state_bytes_per_rank": 2 * shard}
+
+
+def fsdp_modules(model) -> list:
+    """The model's fully_shard modules (its blocks and the root)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+def _param_groups(module) -> list:
+    """The FSDPParamGroups of one fully_shard module (torch 2.13 keeps a list, earlier releases one or
+    None): private state, read only to save and restore what this engine switches."""
+    state = module._get_fsdp_state()
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is None:
+        group = getattr(state, "_fsdp_param_group", None)
+        groups = [] if group is None else [group]
+    return list(groups)
+
+
+def gradient_sync(module) -> bool:
+    """Whether the module's own parameters reduce their gradients at the next backward (what
+    set_requires_gradient_sync(…, recurse=False) set; True for a module without parameters)."""
+    return all(g.reduce_grads for g in _param_groups(module))
+
+
+def comms(module) -> tuple:
+    """The module's all-gather and reduce-scatter implementations now (FSDP2's defaults unless replaced)."""
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
+
+    groups = _param_groups(module)
+    if not groups:
+        return DefaultAllGather(), DefaultReduceScatter()
+    return groups[0]._all_gather_comm, groups[0]._reduce_scatter_comm
+
+
+class LocalAllGather:
+    """FSDP2's all-gather as a local copy (the compute-only window): this rank's shard is already in its
+    slot of the output (FSDP2's copy-in put it there); the other slots get copies of it, in two kernels
+    whatever the world size, so the output holds finite parameters of the right size and nothing is sent."""
+
+    def allocate(self, size, *, dtype, device):
+        import torch
+
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, async_op=False):
+        rank, ws = group.rank(), group.size()
+        slots = output_tensor.view(ws, -1)
+        if rank > 0:
+            slots[:rank].copy_(input_tensor.expand(rank, -1))
+        if rank < ws - 1:
+            slots[rank + 1:].copy_(input_tensor.expand(ws - rank - 1, -1))
+        return None  # done on the current stream: nothing to wait for
+
+
+class LocalReduceScatter:
+    """FSDP2's reduce-scatter as a local copy (the compute-only window): this rank's chunk of its own
+    unsharded gradients, unreduced, into the output (one kernel; FSDP2 skips the call at world size 1)."""
+
+    def allocate(self, size, *, dtype, device):
+        import torch
+
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, op=None, async_op=False):
+        output_tensor.copy_(input_tensor.view(group.size(), -1)[group.rank()])
+        return None
 
 
 def replace_module(root, old, new):
