@@ -81,6 +81,32 @@ def test_two_launches_merged_by_hand():
     assert (one["launches"], one["between_launch_cv_pct"], one["step_time_ms_p50"]) == (1, None, 10.0)
 
 
+def test_a_merged_rows_step_compute_only_and_exposed_communication_come_from_the_same_launches():
+    # Steps as above (medians 10 and 12: merged √120). Compute-only rounds of one rank: launch 0 3, 4 (×3),
+    # 5 (×2) → median 4, interval [3, 5]; launch 3: 5, 6 (×3), 7 (×2) → 6, [5, 7]. Merged as the step is:
+    # √24, its interval alone on 1 degree of freedom, half = t · √(max(s², w̄) / 2) with s² = (ln 1.5)² / 2
+    # and w̄ the mean of (ln(hi/lo) / 3.92)². Exposed = √120 − √24, its half-width the two linear
+    # half-widths in quadrature. Before, compute-only and exposed came from launch 0 alone (4.0 and 6.0)
+    # while the step was √120, so step − compute-only ≠ exposed.
+    a, b = [9.0, 10.0, 10.0, 10.0, 11.0, 11.0], [11.0, 12.0, 12.0, 12.0, 13.0, 13.0]
+    co_a, co_b = [3.0, 4.0, 4.0, 4.0, 5.0, 5.0], [5.0, 6.0, 6.0, 6.0, 7.0, 7.0]
+    e0, l0 = merge.launch_entry(0, True, "ok", None, _row(a, compute_only_ms_p50=4.0, exposed_comm_ms=6.0,
+                                                          compute_only_ms_per_rank=[co_a]), None)
+    e1, l1 = merge.launch_entry(3, False, "ok", None, _row(b, compute_only_ms_p50=6.0, exposed_comm_ms=6.0,
+                                                           compute_only_ms_per_rank=[co_b]), None)
+    row = merge.merged_row([e0, e1], {k: l0[k] + l1[k] for k in merge.LISTS}, 8, None)
+    assert row["compute_only_ms_p50"] == pytest.approx(math.sqrt(24))
+    assert row["exposed_comm_ms"] == pytest.approx(math.sqrt(120) - math.sqrt(24))
+    assert row["step_time_ms_p50"] - row["compute_only_ms_p50"] == pytest.approx(row["exposed_comm_ms"])
+    w_bar = ((math.log(5 / 3) / (2 * 1.959964)) ** 2 + (math.log(7 / 5) / (2 * 1.959964)) ** 2) / 2
+    half = 12.706205 * math.sqrt(max(math.log(1.5) ** 2 / 2, w_bar) / 2)
+    co_hw = (math.sqrt(24) * math.exp(half) - math.sqrt(24) * math.exp(-half)) / 2
+    step_hw = (row["step_time_ms_ci95_high"] - row["step_time_ms_ci95_low"]) / 2
+    expected = math.hypot(step_hw, co_hw)
+    assert row["exposed_comm_ms_ci95_high"] - row["exposed_comm_ms"] == pytest.approx(expected, rel=1e-4)
+    assert row["exposed_comm_ms"] - row["exposed_comm_ms_ci95_low"] == pytest.approx(expected, rel=1e-4)
+
+
 def test_a_failed_launch_ends_the_cell_and_says_which():
     entries = [{"status": "ok", "error": None}, {"status": "timeout", "error": "no progress"}]
     assert merge.merged_status(entries, 3) == ("timeout", "launch 2 of 3: no progress")
@@ -183,8 +209,10 @@ def test_the_straggler_fault_slows_every_step_of_the_cells_it_names(one_rank_gro
                                                                      timing_only=True))}
     # every overlap step, warm-up and timed, sleeps 20 ms
     assert rows["overlap"]["step_time_ms_min"] >= 20.0 and min(rows["overlap"]["warmup_times_ms"]) >= 20.0
-    # a timing-only launch (run.launches' repeats) runs no compute-only, probe or memory pass
-    assert rows["torch"]["compute_only_ms_p50"] is None and "peak_mem_mb" not in rows["torch"]
+    # a timing-only launch (run.launches' repeats) runs its compute-only rounds (merged with the step over
+    # the launches: bench/run/merge.py), no probe or memory pass
+    assert rows["torch"]["compute_only_ms_p50"] > 0 and "peak_mem_mb" not in rows["torch"]
+    assert rows["torch"]["allreduce_sweep"] == [] and rows["overlap"]["compute_only_ms_p50"] >= 20.0
 
 
 def test_rounds_still_warming_up_are_found_and_run_again(one_rank_group):
@@ -228,7 +256,9 @@ def test_a_run_of_two_launches_end_to_end(tmp_path):
         assert r["status"] == "ok" and r["launches"] == 2 and r["between_launch_cv_pct"] is not None
         assert [e["full"] for e in r["launch_rows"]] == [not p["timing_only"] for p in plans]
         assert r["step_time_ms_ci95_low"] < r["step_time_ms_p50"] < r["step_time_ms_ci95_high"]
-        assert r["peak_mem_mb"] > 0 and r["compute_only_ms_p50"] > 0  # from the full launch
+        assert r["peak_mem_mb"] > 0 and r["compute_only_ms_p50"] > 0  # peak memory from the full launch
+        assert all(e["row"]["compute_only_ms_per_rank"] for e in r["launch_rows"])  # compute-only in each
+        assert r["step_time_ms_p50"] - r["compute_only_ms_p50"] == pytest.approx(r["exposed_comm_ms"])
     assert rows["torch"]["trace_dir"] and not rows["overlap"]["trace_dir"]
     assert "/4 cell launches" in proc.stderr  # the progress bar counts (cell, launch) measurements
     spread = merge.spread_of(rows["torch"]["launch_rows"], rows["torch"]["step_times_ms"])

@@ -183,16 +183,17 @@ def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_p
     """A cell's wall time (its `cell_wall_s`, its profiled pass not included): two builds (the timed
     trainer, the peak-memory pass), its steps (warm-up, the expected timed rounds, phase, memory pass;
     compute-only without the all-reduce), and the fixed per-cell overhead; then per repeat launch
-    (run.launches − 1) a build, the overhead, warm-up and timed rounds."""
+    (run.launches − 1) a build, the overhead, warm-up, timed and compute-only rounds."""
     r = config.run
     step = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors)
     timed = max(at_least, expected_timed_steps(config, rates, engines_per_group(config) * step))
     synced = r.warmup_steps + timed + r.phase_steps + MEMORY_STEPS
     unsynced = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors, sync=False)
     compiled = cell.compile not in (None, "none")
-    # each repeat launch (run.launches) builds the trainer again, warms it up and times its rounds
+    # each repeat launch (run.launches) builds the trainer again, warms it up, times its rounds and its
+    # compute-only rounds
     repeat = (rates.build_s_per_param * n_params + rates.cell_s + (r.warmup_steps + timed) * step
-              + (rates.compile_s if compiled else 0.0))
+              + r.compute_only_steps * unsynced + (rates.compile_s if compiled else 0.0))
     return (2 * rates.build_s_per_param * n_params + rates.cell_s + synced * step
             + r.compute_only_steps * unsynced + (rates.compile_s if compiled else 0.0)
             + (r.launches - 1) * repeat)

@@ -8,12 +8,14 @@ A record's `launch_rows` holds one entry per launch that ran the cell, in the or
 measured row without its lists; the lists (`step_times_ms`, `warmup_times_ms`, `speed_vs_torch_ratios`) are
 the record's own, the launches' concatenated in that order (n_* say where each launch's part ends).
 
-The merged row: the first launch of a world size (the full one, which also ran the phase, compute-only,
-probe and memory passes and the profiler) gives every column the others do not measure; over the launches
+The merged row: the first launch of a world size (the full one, which also ran the phase, probe and memory
+passes and the profiler) gives every column the others do not measure; over the launches
 that measured the cell come the step time (exp of the mean of the launches' log medians) and its interval,
 `between_launch_cv_pct`, `launches`, throughputs at that step time, p90/mean/min/std over the pooled steps,
-the pooled speed_vs_torch (its rounds are pairs in every launch), the longest warm-up found, the outlier
-steps summed, and the wall times summed. A launch that failed ends the cell: its status and error (naming
+the pooled speed_vs_torch (its rounds are pairs in every launch), the compute-only time the same way as the
+step (every launch runs its compute-only rounds) and exposed communication as their difference, so step,
+compute-only and exposed communication come from the same launches and add up, the longest warm-up found,
+the outlier steps summed, and the wall times summed. A launch that failed ends the cell: its status and error (naming
 the launch) are the cell's, the launches before it stay in `launch_rows`. A racing search's elimination
 (raced_out) ends the cell the same way, its row the rounds of the launch that eliminated it.
 """
@@ -56,27 +58,68 @@ def split(entries: list[dict], pooled: list, count: str) -> list[list]:
     return out
 
 
-def spread_of(entries: list[dict], step_times: list[float]) -> between.Spread | None:
-    """The cell's between-launch Spread from the launches that measured it (their own medians and
-    intervals, by launch), or None when none did."""
-    parts = zip(entries, split(entries, step_times, "n_steps"))
-    measured = [(e, p) for e, p in parts if e["status"] in MEASURED]
+def compute_only_parts(entries: list[dict]) -> list[list[float]]:
+    """Each launch's compute-only rounds (per round the slowest rank: as the row's compute_only_ms_p50 is),
+    from its row's `compute_only_ms_per_rank` (empty where a launch ran none)."""
+    return [metrics.step_times_over_ranks(e["row"].get("compute_only_ms_per_rank") or []) for e in entries]
+
+
+def spread_from(entries: list[dict], parts: list[list[float]]) -> between.Spread | None:
+    """The between-launch Spread of one series (a launch's part: its samples) from the launches that
+    measured the cell and have samples of it (their own medians and intervals, by launch), or None."""
+    measured = [(e, p) for e, p in zip(entries, parts) if e["status"] in MEASURED and p]
     medians = [metrics.percentile(p, 50) for _, p in measured]
     intervals = [stats.median_ci(p) for _, p in measured]
     return between.spread(medians, [i[0] for i in intervals], [i[1] for i in intervals],
                           [e["launch"] for e, _ in measured])
 
 
-def family_of(records: Iterable[dict]) -> between.Family | None:
-    """The family (between.fit_family) of one world size's measured records."""
-    return between.fit_family([spread_of(r["launch_rows"], r.get("step_times_ms") or []) for r in records
-                               if r.get("status") in MEASURED and r.get("launch_rows")])
+def spread_of(entries: list[dict], step_times: list[float]) -> between.Spread | None:
+    """The cell's between-launch Spread of its step times (the record's pooled list cut by launch)."""
+    return spread_from(entries, split(entries, step_times, "n_steps"))
+
+
+def family_of(records: Iterable[dict], series: str = "step") -> between.Family | None:
+    """The family (between.fit_family) of one world size's measured records: of their step times, or
+    (series "compute_only") of their compute-only rounds."""
+    def spread(r):
+        if series == "compute_only":
+            return spread_from(r["launch_rows"], compute_only_parts(r["launch_rows"]))
+        return spread_of(r["launch_rows"], r.get("step_times_ms") or [])
+
+    return between.fit_family([spread(r) for r in records if r.get("status") in MEASURED
+                               and r.get("launch_rows")])
+
+
+def half_width(low: float | None, high: float | None) -> float | None:
+    return None if low is None or high is None else (high - low) / 2
+
+
+def merged_compute_only(entries: list[dict], step_p50: float, step_low: float | None,
+                        step_high: float | None, family: between.Family | None) -> dict:
+    """compute_only_ms_p50 over the launches (the geometric mean of their medians, as the step's) and
+    exposed communication from the same launches: merged step − merged compute-only, so the two add up to
+    the step in every table, bar and projection. Its interval: the two half-widths added in quadrature (as if
+    independent: a launch that slows both moves them together, so it is on the wide side). Empty when no
+    launch ran compute-only rounds."""
+    spread = spread_from(entries, compute_only_parts(entries))
+    if spread is None:
+        return {}
+    combined = between.combine(spread, family)
+    center = combined.center
+    exposed = metrics.exposed_comm_ms(step_p50, center)
+    a, b = half_width(step_low, step_high), half_width(combined.low, combined.high)
+    spread_ms = None if a is None or b is None else math.hypot(a, b)
+    return {"compute_only_ms_p50": center, "exposed_comm_ms": exposed,
+            "exposed_comm_ms_ci95_low": None if spread_ms is None else exposed - spread_ms,
+            "exposed_comm_ms_ci95_high": None if spread_ms is None else exposed + spread_ms}
 
 
 def merged_row(entries: list[dict], lists: dict[str, list], global_batch: int,
-               family: between.Family | None) -> dict:
+               family: between.Family | None, compute_family: between.Family | None = None) -> dict:
     """The measured part of the cell's row over its launches (module docstring); `lists` are the record's
-    pooled lists. Columns the launches did not measure stay as the full launch gives them."""
+    pooled lists; `compute_family` the world size's family of compute-only rounds. Columns the launches did
+    not measure stay as the full launch gives them."""
     measured = [i for i, e in enumerate(entries) if e["status"] in MEASURED]
     base = next((entries[i]["row"] for i in measured if entries[i]["full"]), entries[measured[0]]["row"])
     row = dict(base) | {key: list(values) for key, values in lists.items()}
@@ -106,6 +149,7 @@ def merged_row(entries: list[dict], lists: dict[str, list], global_batch: int,
                                                     if r.get("rank_skew_ms_p50") is not None], 50),
             "stopped_by": _most_common(r.get("stopped_by") for r in rows),
             "slowest_rank": _most_common(r.get("slowest_rank") for r in rows)}
+    row |= merged_compute_only(entries, p50, combined.low, combined.high, compute_family)
     for key in PER_STEP_TIME:
         value, base_p50 = base.get(key), base.get("step_time_ms_p50")
         row[key] = None if value is None or not base_p50 else value * base_p50 / p50
@@ -196,8 +240,9 @@ class LaunchRecords:
             return record | {"launch_rows": entries} | lists
         family = [r for r in self.latest.values()
                   if r["cell_id"] != cell.cell_id and r.get("world_size") == cell.world_size]
-        fitted = family_of(family + [{"status": "ok", "launch_rows": entries} | lists])
-        row = merged_row(entries, lists, cell.global_batch, fitted)
+        members = family + [{"status": "ok", "launch_rows": entries} | lists]
+        row = merged_row(entries, lists, cell.global_batch, family_of(members),
+                         family_of(members, "compute_only"))
         record = self.results.make_record(cell, self.config, status, error,
                                           measured=row | {"launch_rows": entries})
         base = next((e for e in measured if e["full"]), measured[0])

@@ -89,8 +89,8 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     torch refused to compile — its own status and error with nothing measured, while the other cells go on
     (bench/worker/guard.py). `progress(phase)` is called between phases (the launcher's watchdog hears it).
     `budget`: the launch's (default: this group's share alone). `timing_only`: a repeat launch
-    (run.launches): build, warm-up, timed rounds and the parity check, no phase, compute-only, probe or
-    memory pass."""
+    (run.launches): build, warm-up, timed rounds, the parity check and the compute-only rounds, no phase,
+    probe or memory pass."""
     r = config.run
     budget = budget or Budget()
     guard = Guard()
@@ -180,9 +180,10 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
 
     trainers, gated = guard.each(trainers, gates)
     progress("compute-only")
+    # every launch, repeats too: a merged row's step, compute-only and exposed communication then come from
+    # the same launches (bench/run/merge.py)
     with clock:  # no gradient sync from here on: ranks' parameters drift apart, which the check above saw
-        compute_only = compute_only_rounds(trainers, timed_steps, 0 if timing_only else r.compute_only_steps,
-                                           guard)
+        compute_only = compute_only_rounds(trainers, timed_steps, r.compute_only_steps, guard)
 
     def probes(trainer: Trainer) -> dict:
         row, cell_id = rows[trainer.cell.cell_id], trainer.cell.cell_id
