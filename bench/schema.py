@@ -200,10 +200,16 @@ EXTRA_COLUMNS = (
     "lossy",                 # true: a lossy comm hook; the parity gate is loss_rel_distance instead
     "loss_rel_distance",     # max over steps of |loss − uncompressed DDP's loss| / |DDP's loss|
     "param_max_abs_diff",    # gated cells: max |parameter − torch DDP's| after the timed steps (not gated)
-    # gated cells (fsdp2, compiled): ‖θ − θ_DDP‖ / ‖θ_DDP − θ_0‖ over all parameters, and for the worst tensor
+    # gated cells (fsdp2, compiled): ‖θ − θ_DDP‖ / ‖θ_DDP − θ_0‖ over all parameters, and for the tensor
+    # nearest its bound
     "param_update_distance",
     "param_update_distance_max",
-    "parity_gate",           # gated cells: passed | diverged | not comparable: <why> (bench/worker/parity.py)
+    "parity_gate",           # gated cells: passed | diverged (bench/worker/parity.py)
+    # the bounds the gate used: DRIFT_FACTOR × how far a rerounded twin of torch DDP drifted in the same run
+    # (the tensor's: that of the tensor nearest its bound); loss empty when fp16 skipped other steps than DDP
+    "parity_update_bound",
+    "parity_tensor_bound",
+    "parity_loss_bound",
     "param_bytes_per_rank",  # what the engine should hold per rank by its layout (bench/engines)
     "grad_bytes_per_rank",
     "optimizer_state_bytes_per_rank",

@@ -169,16 +169,20 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     trainers, rows = guard.each(trainers, checks)
     trainers, _ = guard.each(trainers, lambda t: check_losses(t.losses))  # apart: no collective after it
 
+    references = parity.References(trainers, config, rank, world_size)
+
     def gates(trainer: Trainer) -> dict:  # every trainer has stepped as often: the gates compare them
         params = trainer.engine.full_parameters(trainer.model)
         out = {"identical": measure.params_identical(params, device)}
         if parity.needs_reference(trainer.cell):
             with clock:
-                ddp = reference_for(trainer, trainers, config, rank, world_size)
-                out |= parity.gate(trainer, ddp, (skipped_steps(trainer), skipped_steps(ddp)))
+                ddp, twin = references.reference(trainer), references.twin(trainer)
+                out |= parity.gate(trainer, ddp, twin, (skipped_steps(trainer), skipped_steps(ddp)))
         return out
 
     trainers, gated = guard.each(trainers, gates)
+    references.release()  # the references and twins go before the compute-only rounds
+    release(device)
     progress("compute-only")
     # every launch, repeats too: a merged row's step, compute-only and exposed communication then come from
     # the same launches (bench/run/merge.py)
@@ -396,21 +400,6 @@ def warmup_values(warm: list[float], per_rank: list[list[float]], first: int, fo
     timed = metrics.step_times_over_ranks(per_rank)
     return {"warmup_steps_detected": found, "warmup_times_ms": list(warm) + timed[:first],
             "outlier_steps": steady.tukey_outliers(timed[first:])}
-
-
-def reference_for(trainer: Trainer, trainers: list[Trainer], config: BenchConfig, rank: int,
-                  world_size: int) -> Trainer:
-    """Collective when built. The group's eager torch DDP trainer of `trainer`'s configuration, or one
-    built here and stepped through the same batches as often as `trainer` was."""
-    wanted = parity.baseline_cell(trainer.cell).cell_id
-    for other in trainers:
-        if other.cell.cell_id == wanted:
-            return other
-    reference = Trainer(parity.baseline_cell(trainer.cell), config, trainer.device, rank, world_size,
-                        len(trainer.schedule))
-    for _ in range(trainer.cursor):
-        reference.step()
-    return reference
 
 
 def skipped_steps(trainer: Trainer) -> int | None:

@@ -46,6 +46,9 @@ class TransformerConfig:
 # SmolLM2 shapes from the released config.json files (HuggingFaceTB/SmolLM2-135M and -360M).
 TRANSFORMER_SIZES = {
     "tiny": TransformerConfig(vocab_size=8192, hidden=256, layers=4, heads=4, kv_heads=2, intermediate=688),
+    # SmolLM2-360M's depth (32 layers) at a width a CPU steps quickly: how rounding grows through depth
+    # (the parity gate's deep case, tests/test_parity.py and benchmarks/parity_margin.py)
+    "deep": TransformerConfig(vocab_size=8192, hidden=128, layers=32, heads=4, kv_heads=2, intermediate=344),
     "small": TransformerConfig(vocab_size=49152, hidden=512, layers=8, heads=8, kv_heads=4,
                                intermediate=1376),
     "smollm2-135m": TransformerConfig(vocab_size=49152, hidden=576, layers=30, heads=9, kv_heads=3,
