@@ -62,6 +62,55 @@ def test_models_that_do_not_fit_side_by_side_run_alone(monkeypatch):
         c.cell_id for c in cells)
 
 
+def test_a_group_too_large_is_cut_into_chunks_that_keep_their_torch_twin():
+    """Room for 2 trainers: torch, bucketed, overlap and naive at one configuration become [torch, bucketed],
+    [torch, overlap], [torch, naive] (torch measured in the first, a companion in the others), not four
+    cells alone with no speed_vs_torch. A gated cell (fsdp2) counts its gate's twin: at room 3, torch,
+    naive and fsdp2 go [torch, naive], [torch, fsdp2] (+ the twin)."""
+    config = load_config("cpu-smoke", ["matrix.scaling=strong", "matrix.world_size=2", "matrix.grad_accum=1"])
+    (group,) = engine_groups(expand(config))
+    assert _ids(groups.paired_chunks(group, 2)) == [["torch:0.05", "bucketed:0.05"],
+                                                    ["torch:0.05", "overlap:0.05"],
+                                                    ["torch:0.05", "naive:None"]]
+    assert groups.paired_chunks(group, 4) == [group] and _ids(groups.paired_chunks(group, 1)) == [
+        [x] for x in _ids([group])[0]]
+    peers = load_config("cpu-smoke", ["matrix.scaling=strong", "matrix.world_size=2", "matrix.grad_accum=1",
+                                      "matrix.engine=torch,naive,fsdp2", "matrix.options_cells=*",
+                                      "matrix.bucket_cap_mb=25"])
+    (group,) = engine_groups(expand(peers))
+    assert groups.gate_trainers(group) == 1  # fsdp2's twin; its reference, torch, is in the group
+    assert _ids(groups.paired_chunks(group, 3)) == [["torch:25.0", "naive:None"], ["torch:25.0", "fsdp2:None"]]
+
+
+def test_every_cell_of_a_cut_group_is_paired_with_torch_and_reported_once(tmp_path, one_rank_group,
+                                                                         monkeypatch):
+    """The worker's loop over planned groups (worker.main): the torch twin runs in every chunk, its row
+    is reported once, and every other cell gets speed_vs_torch."""
+    import json
+
+    from bench.worker import main as worker_main
+    from bench.worker.events import Events
+
+    config = load_config("cpu-smoke", ["matrix.scaling=strong", "matrix.world_size=1", "matrix.grad_accum=1",
+                                       "profile.enabled=false", "run.timed_steps=3", "run.phase_steps=1",
+                                       "run.compute_only_steps=1", "run.probe_iters=1"])
+    monkeypatch.setattr(groups, "capacity", lambda *args: 2)
+    events, seen, left = Events(tmp_path / "events.jsonl"), set(), set()
+    planned = plan_groups(expand(config), config, torch.device("cpu"))
+    assert len(planned) == 3
+    for group in planned:
+        companions = frozenset(c.cell_id for c in group if c.cell_id in seen)
+        seen |= {c.cell_id for c in group}
+        worker_main.run_and_emit(group, config, torch.device("cpu"), events, {}, left,
+                                 companions=companions)
+    finished = [json.loads(line) for line in events.path.read_text().splitlines()
+                if json.loads(line)["event"] == "finish"]
+    assert sorted(e["cell_id"] for e in finished) == sorted(c.cell_id for c in expand(config))
+    for e in finished:
+        assert e["status"] == "ok", e
+        assert (e["row"]["speed_vs_torch"] is None) == e["cell_id"].startswith("torch-"), e["cell_id"]
+
+
 def _straddle_config():
     return load_config("cpu-smoke", ["matrix.scaling=strong", "matrix.world_size=2", "matrix.grad_accum=1",
                                      "profile.enabled=false", "run.timed_steps=2", "run.phase_steps=1",
@@ -94,8 +143,10 @@ def test_ranks_plan_the_same_groups_from_the_smallest_free_memory():
     threshold = side_by_side_need_bytes(len(cells), n_params, "cpu") / SIDE_BY_SIDE_SHARE
     (ids0, run0), (ids1, run1) = run_distributed(plan_and_run_with_own_free_memory, 2,
                                                  [int(threshold * 10), int(threshold) - 1], timeout_s=150)
-    assert ids0 == ids1 and all(len(g) == 1 for g in ids0), (ids0, ids1)  # the smaller free memory decides
-    assert run0 == run1 == ["ok"]
+    # the smaller free memory decides: room for 3, so chunks of at most 3 that keep torch in each
+    assert ids0 == ids1 and [len(g) for g in ids0] == [3, 2], (ids0, ids1)
+    assert all(g[0].startswith("torch-") for g in ids0)
+    assert run0 == run1 == ["ok"] * 3
 
 
 def test_the_estimate_counts_every_trainer_and_nccl_buffers_on_cuda():

@@ -79,9 +79,13 @@ class Budget:
         self.carried_s = max(0.0, allowance_s - used_s)
 
 
+COMPANION = "companion"  # a cell stepped beside its group for the pairing only (its row is another group's)
+
+
 def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank: int, world_size: int,
               progress=lambda phase: None, book: RaceBook | None = None, budget: Budget | None = None,
-              timing_only: bool = False) -> list[tuple[str, str | None, dict]]:
+              timing_only: bool = False, companions: frozenset[str] = frozenset()
+              ) -> list[tuple[str, str | None, dict]]:
     """Collective. Every phase of the group's cells → per cell (status, error, measured part of the row):
     "ok" | "diverged" with its row; "raced_out" with its rounds so far and the comparison that eliminated
     it, when a RaceBook makes the group a race (bench/worker/racing.py: only the survivors go through the
@@ -90,7 +94,9 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     (bench/worker/guard.py). `progress(phase)` is called between phases (the launcher's watchdog hears it).
     `budget`: the launch's (default: this group's share alone). `timing_only`: a repeat launch
     (run.launches): build, warm-up, timed rounds, the parity check and the compute-only rounds, no phase,
-    probe or memory pass."""
+    probe or memory pass. `companions`: cells already measured in an earlier group of the launch, stepped
+    here in the warm-up and timed rounds only, so that the others are paired with them
+    (groups.paired_chunks); their outcome is (COMPANION, None, {}) and nothing of them is recorded."""
     r = config.run
     budget = budget or Budget()
     guard = Guard()
@@ -146,11 +152,16 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     if book is not None:  # a race's looks compared every round: its eliminated cells' rows keep them all
         first = 0
     timed = {c.cell_id: ranks for c, ranks in zip(order, per_rank)}
-    trainers = [t for t in trainers if t is not None and t.cell.cell_id not in raced_out]
+    # a companion's rounds pair the others with it (add_speed_vs_torch); then it leaves, as a raced-out cell
+    paired = [(t.cell, timed_values([x[first:] for x in timed[t.cell.cell_id]], t.cell.global_batch))
+              for t in trainers if t is not None and t.cell.cell_id in companions]
+    trainers = [t for t in trainers if t is not None and t.cell.cell_id not in raced_out
+                and t.cell.cell_id not in companions]
     trainers, _ = guard.each(trainers, lambda t: check_losses(t.losses))
     if not trainers:  # every cell failed, or a race eliminated every one (against an earlier group's)
         for _, _, row in raced_out.values():
             row["steps_wall_s"] = clock.seconds / side_by_side
+        raced_out |= {cell_id: (COMPANION, None, {}) for cell_id in companions if cell_id not in guard.failed}
         return [raced_out.get(c.cell_id) or guard.outcome(c.cell_id) for c in cells]
     # each trainer's own timed batches (a race group's candidates differ in per-rank batch and accumulation)
     timed_steps = {t.cell.cell_id: t.schedule[first_timed:t.cursor] for t in trainers}
@@ -215,7 +226,8 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     rows = [rows[c.cell_id] | probed[c.cell_id] | memory[c.cell_id]
             | {"steps_wall_s": clock.seconds / side_by_side, "interleaved": side_by_side > 1,
                "stopped_by": stopped_by} for c in measured]
-    add_speed_vs_torch(measured, rows, [(raced_cells[i], row) for i, (_, _, row) in raced_out.items()])
+    add_speed_vs_torch(measured, rows, [(raced_cells[i], row) for i, (_, _, row) in raced_out.items()]
+                       + paired)
     outcomes = {c.cell_id: outcome(row, c) for row, c in zip(rows, measured)}
     if book is not None:  # the survivors measured ok: later groups of their recipe race them, unpaired
         for cell, row in zip(measured, rows):
@@ -223,7 +235,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
                 book.add(cell, row["step_times_ms"])
     for _, _, row in raced_out.values():
         row["steps_wall_s"] = clock.seconds / side_by_side
-    outcomes |= raced_out
+    outcomes |= raced_out | {cell_id: (COMPANION, None, {}) for cell_id in companions}
     return [outcomes.get(c.cell_id) or guard.outcome(c.cell_id) for c in cells]
 
 

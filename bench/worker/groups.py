@@ -33,7 +33,7 @@ import torch.distributed as dist
 from bench.config import BenchConfig
 from bench.matrix import Cell
 from bench.race import recipe
-from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB
+from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB, LOSSY_COMM_HOOKS
 from bench.workloads import get_workload
 
 # Bytes a trainer keeps resident per fp32 parameter: the parameter, its gradient, AdamW's two moments and
@@ -120,15 +120,63 @@ def side_by_side_need_bytes(n_trainers: int, n_params: int, device_type: str) ->
                                                                 else 0)
 
 
+def gate_trainers(group: list[Cell]) -> int:
+    """Trainers the parity gate adds while the group's own are alive (bench/worker/parity.py References):
+    per configuration gated in the group, its rerounded twin, and the eager torch DDP reference when the
+    group does not hold it."""
+    from bench.worker import parity
+
+    ids = {c.cell_id for c in group}
+    baselines = {parity.baseline_cell(c).cell_id for c in group
+                 if parity.needs_reference(c) and c.comm_hook not in LOSSY_COMM_HOOKS}
+    return sum(1 + (b not in ids) for b in baselines)
+
+
 def fit_side_by_side(group: list[Cell], config: BenchConfig, free: int | None, device_type: str) -> bool:
-    """True when the group's trainers fit in the share of `free` bytes they may take (estimated from the
-    parameter count, built on the meta device: nothing is allocated). False when the model cannot be built
-    there (a user model that raises, or needs real tensors): its cells then run one at a time, each built
-    under its own guard, so the model's own error reaches each row (bench/worker/guard.py) instead of
-    ending the launch here, outside every cell."""
+    """True when the group's trainers, and those its parity gates add, fit in the share of `free` bytes they
+    may take (estimated from the parameter count, built on the meta device: nothing is allocated). False
+    when the model cannot be built there (a user model that raises, or needs real tensors): its cells then
+    run one at a time, each built under its own guard, so the model's own error reaches each row
+    (bench/worker/guard.py) instead of ending the launch here, outside every cell."""
     if len(group) < 2:
         return True
-    return len(group) <= capacity(group[0], config, free, device_type)
+    return len(group) + gate_trainers(group) <= capacity(group[0], config, free, device_type)
+
+
+def paired_chunks(group: list[Cell], most: int) -> list[list[Cell]]:
+    """A group cut into chunks of at most `most` trainers (its gates' included, gate_trainers), each chunk
+    holding the plain torch DDP twin of its other cells (torch_twin), so that every cell is still stepped
+    beside the configuration `speed_vs_torch` compares it with: a twin with more cells than fit beside it
+    appears in several chunks, measured in the first (its row) and stepped in the others for the pairing
+    only (worker.main: a cell already run is a companion there). Cells without a twin in the group, and
+    twins left without cells, share chunks in order. `most` below 2: every cell alone."""
+    if len(group) + gate_trainers(group) <= most:
+        return [group]
+    if most < 2:
+        return [[c] for c in group]
+    twin_of = {c.cell_id: torch_twin(c, group) for c in group}
+    chunks, loose = [], []
+    for base in (c for c in group if c.is_baseline):
+        members = [c for c in group if not c.is_baseline and twin_of[c.cell_id] is not None
+                   and group[twin_of[c.cell_id]] is base]
+        if not members:
+            loose.append(base)
+            continue
+        chunk = [base]
+        for member in members:
+            if len(chunk) + 1 + gate_trainers(chunk + [member]) > most and len(chunk) > 1:
+                chunks.append(chunk)
+                chunk = [base]
+            chunk.append(member)
+        chunks.append(chunk)
+    loose += [c for c in group if not c.is_baseline and twin_of[c.cell_id] is None]
+    chunk = []
+    for cell in loose:
+        if chunk and len(chunk) + 1 + gate_trainers(chunk + [cell]) > most:
+            chunks.append(chunk)
+            chunk = []
+        chunk.append(cell)
+    return chunks + ([chunk] if chunk else [])
 
 
 def capacity(cell: Cell, config: BenchConfig, free: int | None, device_type: str) -> int:
@@ -176,7 +224,8 @@ def race_groups(cells: list[Cell], most: int) -> list[list[Cell]]:
 def plan_groups(cells: list[Cell], config: BenchConfig, device: torch.device) -> list[list[Cell]]:
     """Collective when a process group is up and some group has two cells or more (the same on every rank:
     they have the same plan). The launch's groups: engine groups when run.interleave is on and they fit
-    in the ranks' smallest free memory, else one cell each; with a racing search (run.search), recipes
+    in the ranks' smallest free memory, else cut into chunks that each keep their cells' torch DDP twin
+    (paired_chunks: a twin may then appear in several); with a racing search (run.search), recipes
     (race_groups), as many candidates side by side as fit."""
     if not config.run.interleave:
         return [[c] for c in cells]
@@ -190,5 +239,6 @@ def plan_groups(cells: list[Cell], config: BenchConfig, device: torch.device) ->
     free = agreed_free_memory(device)
     out = []
     for group in groups:
-        out += [group] if fit_side_by_side(group, config, free, device.type) else [[c] for c in group]
+        out += (paired_chunks(group, capacity(group[0], config, free, device.type)) if len(group) > 1
+                else [group])
     return out

@@ -89,18 +89,21 @@ def main(argv: list[str] | None = None) -> int:
         # the run's timed-rounds budget: what a quiet group leaves, the next may use, across launches too
         budget = Budget(plan.get("carried_s", 0.0))
         timing_only = bool(plan.get("timing_only"))  # a repeat launch (run.launches): steps timed only
+        seen: set[str] = set()  # cells an earlier group ran: a later group steps them for pairing only
         # Collective: every rank plans from the smallest free memory over the ranks, so all build the
         # same trainers and their collectives pair up.
         for i, group in enumerate(plan_groups(cells, config, device)):
             if not process.launcher_alive(plan.get("launcher_pid"), device):
                 print("bench.worker: the launcher is gone; stopping", file=sys.stderr)
                 return 1
+            companions = frozenset(c.cell_id for c in group if c.cell_id in seen)
+            seen |= {c.cell_id for c in group}
             if not plan_run:
                 raced_out |= run_and_emit(group, config, device, events, facts, left, book, budget,
-                                          timing_only)
+                                          timing_only, companions)
             else:
                 agreed = run_agreeing(f"ws{ws}-group{i}", group, config, device, events, facts, left, book,
-                                      budget)
+                                      budget, companions)
                 if agreed is None:
                     return 1
                 raced_out |= agreed
@@ -121,16 +124,24 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_and_emit(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
                  facts: dict, left: set[str], book: RaceBook | None = None, budget: Budget | None = None,
-                 timing_only: bool = False) -> set[str]:
+                 timing_only: bool = False, companions: frozenset[str] = frozenset()) -> set[str]:
     """Run one group of cells on this rank and write its events, adding to `left` the cells that failed
     alone; a failure of the whole group is re-raised after its "error" event. Returns the cells a race
-    eliminated."""
+    eliminated. `companions`: cells of the group an earlier one measured (cell.run_group): stepped for the
+    pairing, not reported again."""
     t_group = time.perf_counter()
-    outcomes = measure_group(group, config, device, events, book, budget, timing_only)
+    outcomes = measure_group(group, config, device, events, book, budget, timing_only, companions)
+    group, outcomes = reported(group, outcomes, companions)
     emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group, budget)
     left |= failed_alone(group, outcomes)
     release(device)
     return raced(group, outcomes)
+
+
+def reported(group: list[Cell], outcomes: list, companions: frozenset[str]) -> tuple[list[Cell], list]:
+    """The group's cells and outcomes less its companions (their rows are an earlier group's)."""
+    kept = [(c, o) for c, o in zip(group, outcomes, strict=True) if c.cell_id not in companions]
+    return [c for c, _ in kept], [o for _, o in kept]
 
 
 def failed_alone(group: list[Cell], outcomes: list) -> set[str]:
@@ -141,7 +152,7 @@ def failed_alone(group: list[Cell], outcomes: list) -> set[str]:
 
 def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
                  facts: dict, left: set[str], book: RaceBook | None = None,
-                 budget: Budget | None = None) -> set[str] | None:
+                 budget: Budget | None = None, companions: frozenset[str] = frozenset()) -> set[str] | None:
     """Plan mode: run one group; a failure on any rank is recorded on every rank (the failing rank's own
     "error" event says why; the others' say `peer`) and the run goes on. Returns the cells a race
     eliminated; None when the ranks could not agree (plan_mode.group_failed): the process group is
@@ -150,7 +161,7 @@ def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch
     store = dist.distributed_c10d._get_default_store()
     with plan_mode.FailureWatch(store, key, dist.get_rank(), plan_mode.abort_for(device)) as watch:
         try:
-            outcomes = measure_group(group, config, device, events, book, budget)
+            outcomes = measure_group(group, config, device, events, book, budget, companions=companions)
         except Exception:  # measure_group wrote the "error" event
             outcomes = None
             watch.failed()  # the peers stop waiting for this rank now (NCCL: FailureWatch)
@@ -162,6 +173,7 @@ def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch
                     status="failed", phase="cell", peer=True,
                     error="the group failed on another rank (its error event says why)")
     elif not failed:
+        group, outcomes = reported(group, outcomes, companions)
         emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group, budget)
         left |= failed_alone(group, outcomes)
     release(device)
@@ -174,8 +186,8 @@ def raced(group: list[Cell], outcomes: list[tuple[str, str | None, dict]]) -> se
 
 
 def measure_group(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
-                  book: RaceBook | None = None, budget: Budget | None = None,
-                  timing_only: bool = False) -> list[tuple[str, str | None, dict]]:
+                  book: RaceBook | None = None, budget: Budget | None = None, timing_only: bool = False,
+                  companions: frozenset[str] = frozenset()) -> list[tuple[str, str | None, dict]]:
     """Collective. Run one group of cells on this rank (rank 0 writes "start" and "progress"); a failure is
     re-raised after this rank's "error" event. With a RaceBook the group is a race; `budget` and
     `timing_only`: see cell.run_group."""
@@ -188,7 +200,7 @@ def measure_group(group: list[Cell], config: BenchConfig, device: torch.device, 
             inject_fault(config.debug.fault_for(cell.cell_id), cell, rank, ws)
         progress = (lambda phase: events.emit(event="progress", cell_ids=ids, phase=phase)) if rank == 0 \
             else (lambda phase: None)
-        return run_group(group, config, device, rank, ws, progress, book, budget, timing_only)
+        return run_group(group, config, device, rank, ws, progress, book, budget, timing_only, companions)
     except Exception as e:
         emit_error(events, ids, e, "cell")
         raise
