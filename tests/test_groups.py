@@ -79,7 +79,8 @@ def test_a_group_too_large_is_cut_into_chunks_that_keep_their_torch_twin():
                                       "matrix.bucket_cap_mb=25"])
     (group,) = engine_groups(expand(peers))
     assert groups.gate_trainers(group) == 1  # fsdp2's twin; its reference, torch, is in the group
-    assert _ids(groups.paired_chunks(group, 3)) == [["torch:25.0", "naive:None"], ["torch:25.0", "fsdp2:None"]]
+    assert _ids(groups.paired_chunks(group, 3)) == [["torch:25.0", "naive:None"],
+                                                    ["torch:25.0", "fsdp2:None"]]
 
 
 def test_every_cell_of_a_cut_group_is_paired_with_torch_and_reported_once(tmp_path, one_rank_group,

@@ -16,8 +16,8 @@ the pooled speed_vs_torch (its rounds are pairs in every launch), the compute-on
 step (every launch runs its compute-only rounds) and exposed communication as their difference, so step,
 compute-only and exposed communication come from the same launches and add up, the longest warm-up found,
 the outlier steps summed, and the wall times summed. A launch that failed ends the cell: its status and
-error (naming the launch) are the cell's, the launches before it stay in `launch_rows`. A racing search's elimination
-(raced_out) ends the cell the same way, its row the rounds of the launch that eliminated it.
+error (naming the launch) are the cell's, the launches before it stay in `launch_rows`. A racing search's
+elimination (raced_out) ends the cell the same way, its row the rounds of the launch that eliminated it.
 """
 
 from __future__ import annotations
