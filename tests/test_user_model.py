@@ -273,3 +273,100 @@ def test_example_flops_by_hand_and_against_the_counter():
         workload.loss(model, batch).backward()
     h0_grads = 2 * 3 * 64 * 64 * 2   # per sample: each layer's zero initial state gets no gradient
     assert counter.get_total_flops() == 5 * (workload.train_flops_per_sample(batch) - h0_grads)
+
+
+# A user model laid out as Hugging Face's is (its blocks in an nn.ModuleList one level down:
+# model.model.layers) or, as size "flat", as torchtitan's is (model.layers), beside an embedding and a head.
+LAYERED_MODEL = '''
+import torch
+from torch import nn
+from bench.workloads import SyntheticDataset, Workload
+
+
+class Tokens(SyntheticDataset):
+    def __init__(self, n, device, seed):
+        gen = torch.Generator().manual_seed(seed)
+        self.ids = torch.randint(0, 32, (n, 8), generator=gen).to(device)
+
+    def __len__(self):
+        return self.ids.shape[0]
+
+    def batch(self, indices):
+        return {"ids": self.ids[indices.to(self.ids.device)]}
+
+
+class Body(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + layer(x)
+        return x
+
+
+class Layered(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(32, 16)
+        self.model = Body()
+        self.head = nn.Linear(16, 32)
+
+    def forward(self, ids):
+        return self.head(self.model(self.embed(ids)))
+
+
+class Flat(nn.Module):
+    """torchtitan's layout: the layers' container a direct child of the root."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(32, 16)
+        self.layers = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(3))
+        self.head = nn.Linear(16, 32)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = x + layer(x)
+        return self.head(x)
+
+
+class LayeredLM(Workload):
+    def build_model(self):
+        return Flat() if self.size == "flat" else Layered()
+
+    def make_dataset(self, num_samples, device, seed):
+        return Tokens(num_samples, device, seed)
+
+    def loss(self, model, batch):
+        logits = model(batch["ids"])
+        return nn.functional.cross_entropy(logits.reshape(-1, 32), batch["ids"].reshape(-1))
+'''
+
+
+@pytest.mark.parametrize("size", ["tiny", "flat"])
+def test_fsdp2_shards_a_user_models_blocks_in_a_module_list(tmp_path, one_rank_group, size):
+    """fully_shard refuses an nn.ModuleList ("does not support containers that do not implement forward"),
+    and the default blocks were the model's direct children: a model whose layers' ModuleList is a direct
+    child (torchtitan's layout, "flat") failed under fsdp2, and one whose layers sit a level down (Hugging
+    Face's) was sharded as one block. Its blocks are now each layer (then the root), as torchtitan shards
+    them, and the cell trains."""
+    from torch.distributed.fsdp import FSDPModule
+
+    from bench.worker.trainer import Trainer
+
+    spec = f"{write(tmp_path / 'layered.py', LAYERED_MODEL)}:LayeredLM"
+    workload = get_workload(spec, size)
+    model = workload.build_model()
+    layers = model.layers if size == "flat" else model.model.layers
+    assert all(b is layer for b, layer in zip(workload.blocks(model), layers, strict=True))
+    config = load_config("cpu-smoke", [f"workload.model={spec}", f"workload.model_size={size}",
+                                       "matrix.engine=fsdp2", "matrix.world_size=1", "matrix.grad_accum=1",
+                                       "matrix.scaling=strong", "matrix.reshard_after_forward=true"])
+    (cell,) = expand(config)
+    trainer = Trainer(cell, config, torch.device("cpu"), 0, 1, 2)
+    assert sum(isinstance(m, FSDPModule) for m in trainer.model.modules()) == 3 + 1  # each layer, the root
+    for _ in range(2):
+        assert torch.isfinite(trainer.step())

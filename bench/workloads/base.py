@@ -134,10 +134,22 @@ class Workload(abc.ABC):
         """
 
     def blocks(self, model: nn.Module) -> list[nn.Module]:
-        """The model's repeated units, each sharded and gathered as one group by the fsdp2 engine. Default:
-        every direct child of the model that holds parameters (an MLP's Linear layers); a workload whose
-        blocks sit deeper (a transformer's decoder layers) says so."""
-        return [m for m in model.children() if any(True for _ in m.parameters())]
+        """The model's repeated units, each sharded and gathered as one group by the fsdp2 engine (then the
+        root: what no block holds). Default, as torchtitan shards its models: the members of every
+        `nn.ModuleList` / `nn.ModuleDict` in the model, outermost first (a list inside a chosen block stays
+        in it) — the decoder layers of a Hugging Face or torchtitan model (`model.layers`); a model with no
+        such list, its direct children. Only modules that hold parameters; a container without a forward of
+        its own (a list inside a list) gives its members, since fully_shard refuses a module it cannot call.
+        A workload whose blocks are elsewhere says so."""
+        chosen: list[str] = []
+        for name, module in model.named_modules():
+            inside = name in chosen or any(name.startswith(c + ".") for c in chosen)
+            if inside or not isinstance(module, CONTAINERS):
+                continue
+            chosen += [f"{name}.{child}" if name else child for child, _ in module.named_children()]
+        modules = dict(model.named_modules())
+        found = [modules[n] for n in chosen] if chosen else list(model.children())
+        return [b for m in found for b in callable_members(m)]
 
     def default_num_samples(self) -> int | None:
         """The dataset size the workload stands for (MRPC: 3,668 pairs); None when it has none."""
@@ -154,3 +166,18 @@ class Workload(abc.ABC):
     def tokens_in_batch(self, batch: Batch) -> int | None:
         """Tokens in `batch` (padded positions excluded) for sequence models; None otherwise."""
         return None
+
+
+# Containers that hold modules but have no forward of their own: fully_shard refuses them ("fully_shard does
+# not support containers that do not implement forward: ModuleList").
+CONTAINERS = (nn.ModuleList, nn.ModuleDict)
+
+
+def callable_members(module: nn.Module) -> list[nn.Module]:
+    """`module` as blocks: itself when it holds parameters and has a forward, its members' blocks when it
+    is a container without one, nothing when it holds no parameter."""
+    if not any(True for _ in module.parameters()):
+        return []
+    if isinstance(module, CONTAINERS):
+        return [b for child in module.children() for b in callable_members(child)]
+    return [module]
