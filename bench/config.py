@@ -36,7 +36,7 @@ from bench.schema import (
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEVICES = ("auto", "cpu", "cuda")
-FAULT_KINDS = ("hang", "crash", "slow")  # slow takes its milliseconds: slow:<ms>
+FAULT_KINDS = ("hang", "crash", "oom", "slow")  # slow takes its milliseconds: slow:<ms>
 DEVICE_SECTIONS = ("on_cpu", "on_cuda")
 # run.pg_timeout_s="auto": this much beyond the watchdog's limit. The launcher polls every 50 ms and then
 # needs a few seconds to kill a launch (SIGTERM, a 5 s grace, SIGKILL); a minute leaves room for a loaded
@@ -381,10 +381,12 @@ class ProfileConfig:
 @dataclass(frozen=True)
 class DebugConfig:
     """Test-only fault injection into the cells whose id contains <substring>; "" for none. The fault hits
-    the last rank: "hang@<substring>" leaves the others waiting in a collective; "crash@<substring>" raises;
-    "slow:<ms>@<substring>" keeps it busy <ms> milliseconds (a spin, as slow work) at the start of every
-    optimizer step (timed, compute-only, phase, memory and profiled steps alike): a straggler whose peers
-    wait for it in the step's first gradient collective (bench/analyze/waits.py measures that wait)."""
+    the last rank, inside the cell's first step after the warm-up (bench/worker/trainer.py):
+    "hang@<substring>" leaves the others waiting in that step's collectives; "crash@<substring>" raises there,
+    "oom@<substring>" raises torch's out-of-memory error (a failure on one rank only: bench/worker/guard.py
+    Peers); "slow:<ms>@<substring>" keeps it busy <ms> milliseconds (a spin, as slow work) at the start of
+    every optimizer step (timed, compute-only, phase, memory and profiled steps alike): a straggler whose
+    peers wait for it in the step's first gradient collective (bench/analyze/waits.py measures that wait)."""
 
     fault: str = ""
 
@@ -393,8 +395,8 @@ class DebugConfig:
             kind, _, pattern = self.fault.partition("@")
             name, colon, ms = kind.partition(":")
             if name not in FAULT_KINDS or not pattern or bool(colon) != (name == "slow"):
-                fail("debug.fault", self.fault, "must be 'hang@<cell-id substring>', 'crash@<...>' or "
-                     "'slow:<ms>@<...>'")
+                fail("debug.fault", self.fault, "must be 'hang@<cell-id substring>', 'crash@<...>', "
+                     "'oom@<...>' or 'slow:<ms>@<...>'")
             if name == "slow":
                 try:
                     value = float(ms)
@@ -405,7 +407,7 @@ class DebugConfig:
                          f"slow:<ms> takes milliseconds > 0 and <= {MAX_SLOW_MS:g}, not {ms!r}")
 
     def fault_for(self, cell_id: str) -> str | None:
-        """The fault kind injected into `cell_id` ("hang", "crash" or "slow"), or None."""
+        """The fault kind injected into `cell_id` ("hang", "crash", "oom" or "slow"), or None."""
         kind, _, pattern = self.fault.partition("@")
         return kind.partition(":")[0] if self.fault and pattern in cell_id else None
 

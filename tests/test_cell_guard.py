@@ -153,3 +153,53 @@ def test_a_launch_that_died_names_the_ranks_exception_not_torchruns(tmp_path):
         "============================================================", "bench.worker FAILED",
         "Root Cause (first observed failure):", "[0]:", f"  time      : {time.ctime()}"]) + "\n")
     assert tail(err).splitlines()[0] == "ValueError: no such layer"
+
+
+# ---- a failure on some ranks only (guard.Peers) -------------------------------------------------------
+
+def test_peers_tell_a_deterministic_failure_from_a_one_rank_one(monkeypatch):
+    """Two ranks' Peers on one store. Both post the same cell's failure: each returns (the guard goes on).
+    Only rank 1 posts within the grace: it declares the failure its own (FailedAlone); rank 0, failing a
+    moment later in the broken collective, hears it and leaves quietly (PeerFailed); rank 0's watch sees it
+    too. An unreachable store counts only where asked to."""
+    import threading
+
+    from bench.worker.guard import FailedAlone, PeerFailed, Peers
+
+    store = dist.HashStore()
+    ranks = [Peers(store, "g0", r, 2, grace_s=0.3) for r in range(2)]
+    done = []
+    threads = [threading.Thread(target=lambda p=p: done.append(p.failed("a", "oom", "x"))) for p in ranks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert done == [None, None]
+    with pytest.raises(FailedAlone) as alone:
+        ranks[1].failed("b", "oom", "CUDA out of memory")
+    assert (alone.value.cell_id, alone.value.status, alone.value.error) == ("b", "oom", "CUDA out of memory")
+    assert ranks[0].other_failed_alone() == {"rank": 1, "cell_id": "b"} and ranks[1].other_failed_alone() is None
+    with pytest.raises(PeerFailed):
+        ranks[0].failed("b", "failed", "Connection closed by peer")
+
+    class Gone:
+        def check(self, keys):
+            raise RuntimeError("connection refused")
+
+    gone = Peers(Gone(), "g0", 0, 2)
+    assert gone.other_failed_alone() is None and gone.other_failed_alone(unreachable={}) == {}
+
+
+def _nan_on_one_rank(rank: int, world_size: int) -> tuple[str, str]:
+    guard = Guard()
+    # rank 1's loss went NaN at step 2; the gradient all-reduce carried it into rank 0's parameters, whose
+    # loss is NaN a step later: the cell's cause is rank 1's, the earlier one, not the lowest rank's
+    guard.fail("cell", "failed", f"loss is NaN at step {3 - rank} (rank {rank}, 4 steps run): ...")
+    return guard.agree()["cell"]
+
+
+def test_a_nan_on_one_rank_is_blamed_on_that_rank():
+    from dist_utils import run_distributed
+
+    causes = run_distributed(_nan_on_one_rank, 2, timeout_s=60)
+    assert causes[0] == causes[1] and "at step 2 (rank 1" in causes[0][1]

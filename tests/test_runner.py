@@ -175,6 +175,33 @@ def test_hang_and_crash_are_recorded_and_the_sweep_goes_on(tmp_path):
 
 
 @pytest.mark.timeout(150)
+def test_a_failure_on_one_rank_ends_its_group_in_seconds_with_its_own_cause(tmp_path):
+    """torch and overlap side by side at 2 ranks; overlap's first timed step raises an out-of-memory error on
+    rank 1 only, while rank 0 waits in that step's all-reduce. Before: rank 1 went on stepping torch, the
+    collectives no longer paired, both ranks waited until the watchdog (run.cell_timeout_s, 60 s here)
+    killed the launch and the group was recorded `timeout` with the cause lost. Now: overlap is `oom` with the message, the launch
+    ends within 10 s of the failure, and torch, relaunched, is measured."""
+    from bench.run_folder import launch_file
+    from bench.worker.guard import GRACE_S
+
+    out = tmp_path / "run"
+    proc = run_bench(out, "matrix.engine=torch,overlap", "matrix.world_size=2", "matrix.grad_accum=1",
+                     "profile.enabled=false", "debug.fault=oom@overlap-")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, rows = read_csv(out)
+    status = {r["engine"]: (r["status"], r["error"]) for r in rows}
+    assert status["torch"] == ("ok", "") and status["overlap"][0] == "oom", status
+    assert "injected out of memory" in status["overlap"][1] and "rank 1" in status["overlap"][1]
+    events = [json.loads(line) for line in (out / "logs" / launch_file(0, "events.jsonl")).read_text()
+              .splitlines()]
+    (alone,) = [e for e in events if e.get("alone")]
+    failed_at = alone["t"] - GRACE_S  # the event is written once the grace for the other ranks is over
+    relaunched_at = (out / "logs" / launch_file(1, "plan.json")).stat().st_mtime
+    assert relaunched_at - failed_at <= 10.0, relaunched_at - failed_at
+    assert_no_orphans(out)
+
+
+@pytest.mark.timeout(150)
 def test_killed_run_resumes_without_duplicates(tmp_path):
     out = tmp_path / "run"
     overrides = ("matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1,2,3",

@@ -242,6 +242,7 @@ class Launch:
         self.reader = EventReader(self.logs / run_folder.launch_file(k, "events.jsonl"))
         self.worker_pgids: set[int] = set()
         self.errors: dict[str, dict] = {}
+        self.alone: dict | None = None    # a cell that failed on one rank only ended the launch (guard.Peers)
         self.current: list[str] = []      # the group in flight (cells not yet finished)
         self.profiling: str | None = None  # the cell whose profiled pass is in flight
         self.started_any = False
@@ -335,6 +336,8 @@ class Launch:
                 self.profiling = ev["cell_id"]
                 self.sweep.progress.start(f"profiling {ev['cell_id']}")
             elif kind == "error":
+                if ev.get("alone") and self.alone is None:
+                    self.alone = ev
                 for cell_id in ev["cell_ids"]:
                     self.errors.setdefault(cell_id, ev)  # the first rank to fail says why
 
@@ -384,7 +387,13 @@ class Launch:
             self.remaining.pop(cell.cell_id)
 
     def after_exit(self, rc: int) -> list[Cell]:
-        """Record what an ended launch leaves unfinished; returns the cells to relaunch."""
+        """Record what an ended launch leaves unfinished; returns the cells to relaunch. A cell that failed
+        on one rank only (its "error" event says `alone`) ended the launch: it is recorded with its own
+        cause, and the other cells of its group, whose collectives it broke, are relaunched."""
+        alone = self.remaining.pop(self.alone["cell_ids"][0], None) if self.alone else None
+        if alone is not None:  # (a companion that failed alone is recorded already: the usual path below)
+            self.sweep.record(alone, self, self.alone["status"], self.alone["error"])
+            return list(self.remaining.values())
         err_tail = tail(self.logs / run_folder.launch_file(self.k, "err"))
         in_flight = [self.remaining[i] for i in self.current if i in self.remaining]
         if in_flight:  # the launch ended inside a group

@@ -30,7 +30,7 @@ from bench.matrix import MEMORY_STEPS, Cell, group_budget_s
 from bench.race import Elimination
 from bench.worker import measure, parity, steady
 from bench.worker.groups import torch_twin
-from bench.worker.guard import Guard, check_losses, failure
+from bench.worker.guard import Guard, Peers, check_losses, failure
 from bench.worker.measure import Stopwatch
 from bench.worker.racing import RaceBook, race_rounds
 from bench.worker.trainer import PhaseClock, Trainer, sync_device
@@ -84,8 +84,8 @@ COMPANION = "companion"  # a cell stepped beside its group for the pairing only 
 
 def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank: int, world_size: int,
               progress=lambda phase: None, book: RaceBook | None = None, budget: Budget | None = None,
-              timing_only: bool = False, companions: frozenset[str] = frozenset()
-              ) -> list[tuple[str, str | None, dict]]:
+              timing_only: bool = False, companions: frozenset[str] = frozenset(),
+              peers: Peers | None = None) -> list[tuple[str, str | None, dict]]:
     """Collective. Every phase of the group's cells → per cell (status, error, measured part of the row):
     "ok" | "diverged" with its row; "raced_out" with its rounds so far and the comparison that eliminated
     it, when a RaceBook makes the group a race (bench/worker/racing.py: only the survivors go through the
@@ -96,10 +96,12 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     (run.launches): build, warm-up, timed rounds, the parity check and the compute-only rounds, no phase,
     probe or memory pass. `companions`: cells already measured in an earlier group of the launch, stepped
     here in the warm-up and timed rounds only, so that the others are paired with them
-    (groups.paired_chunks); their outcome is (COMPANION, None, {}) and nothing of them is recorded."""
+    (groups.paired_chunks); their outcome is (COMPANION, None, {}) and nothing of them is recorded.
+    `peers`: how the ranks learn of a failure on some of them only (guard.Peers: it then raises
+    GroupBroken out of here on every rank)."""
     r = config.run
     budget = budget or Budget()
-    guard = Guard()
+    guard = Guard(peers)
     n_steps = steps_needed(config)
     _, built = guard.each(cells, lambda c: Trainer(c, config, device, rank, world_size, n_steps),
                           cell_of=lambda c: c)
@@ -367,7 +369,7 @@ def warm_up(trainers: list[Trainer], n: int, device: torch.device, guard: Guard,
                     timers[cell.cell_id].time(trainer.step)
             except Exception as e:  # noqa: BLE001 - a known refusal is a skip; any other failure the cell's
                 if not any(text in str(e) for text in KNOWN_COMPILE_REFUSALS):
-                    guard.fail(cell.cell_id, *failure(e))
+                    guard.step_failed(cell.cell_id, *failure(e))
                     continue
                 guard.fail(cell.cell_id, "skipped", f"compile={cell.compile}: {type(e).__name__}: " + next(
                     line for line in str(e).splitlines() if any(t in line for t in KNOWN_COMPILE_REFUSALS)))

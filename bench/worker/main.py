@@ -4,8 +4,11 @@ WORLD_SIZE (in groups side by side, bench/worker/groups.py), then the profiled p
 
 Rank 0 writes "start" (a group), "progress", "finish" (per cell: status, error, the measured row),
 "profile" and "traced"; a rank whose group raises writes "error" and exits non-zero, so torchrun tears the
-launch down and the launcher relaunches the remaining cells (see bench/worker/events.py). Every profiled
-pass runs after the last timed step of the launch: no timed step follows the profiler in a process.
+launch down and the launcher relaunches the remaining cells (see bench/worker/events.py). A cell that fails
+on one rank only (bench/worker/guard.py Peers) ends the launch within seconds: that rank writes the cell's
+"error" (`alone`) and exits, every other rank exits as soon as it hears of it (PeerWatch), and the launcher
+records that cell and relaunches the group's others. Every profiled pass runs after the last timed step of
+the launch: no timed step follows the profiler in a process.
 
 A plan run by the user's own torchrun or srun (no launcher) continues past a failed group instead, skips the
 cells an earlier run of the plan finished, and describes each node (bench/worker/plan_mode.py).
@@ -18,6 +21,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,7 +36,7 @@ from bench.worker import plan_mode, process
 from bench.worker.cell import Budget, release, run_group
 from bench.worker.events import Events
 from bench.worker.groups import plan_groups
-from bench.worker.guard import failure
+from bench.worker.guard import FailedAlone, GroupBroken, PeerFailed, Peers, failure
 from bench.worker.profiling import profile_cell
 from bench.worker.racing import RaceBook
 
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         budget = Budget(plan.get("carried_s", 0.0))
         timing_only = bool(plan.get("timing_only"))  # a repeat launch (run.launches): steps timed only
         seen: set[str] = set()  # cells an earlier group ran: a later group steps them for pairing only
+        store = dist.distributed_c10d._get_default_store()
         # Collective: every rank plans from the smallest free memory over the ranks, so all build the
         # same trainers and their collectives pair up.
         for i, group in enumerate(plan_groups(cells, config, device)):
@@ -98,12 +103,17 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             companions = frozenset(c.cell_id for c in group if c.cell_id in seen)
             seen |= {c.cell_id for c in group}
+            peers = Peers(store, f"bench/ws{ws}/group{i}", rank, ws)
             if not plan_run:
-                raced_out |= run_and_emit(group, config, device, events, facts, left, book, budget,
-                                          timing_only, companions)
+                try:
+                    with PeerWatch(peers):
+                        raced_out |= run_and_emit(group, config, device, events, facts, left, book, budget,
+                                                  timing_only, companions, peers)
+                except GroupBroken as e:  # the launcher relaunches the group's other cells
+                    os._exit(EXIT_FAILED_ALONE if isinstance(e, FailedAlone) else EXIT_PEER_FAILED)
             else:
                 agreed = run_agreeing(f"ws{ws}-group{i}", group, config, device, events, facts, left, book,
-                                      budget, companions)
+                                      budget, companions, peers)
                 if agreed is None:
                     return 1
                 raced_out |= agreed
@@ -122,15 +132,47 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# How a worker of a launch ends when a cell failed on one rank only (guard.Peers): the launcher reads why
+# from the events, not from these; they tell the launch's log apart from a crash.
+EXIT_FAILED_ALONE = 3  # this rank's cell failed alone: its "error" event says why
+EXIT_PEER_FAILED = 4   # another rank's did
+
+
+class PeerWatch:
+    """While a group runs in a launch, a thread that ends this process as soon as the store says another
+    rank's cell failed alone (guard.Peers): under NCCL a rank left inside a collective with the departed
+    rank would otherwise wait for the watchdog (780 s); on gloo its collective breaks when the departed
+    rank's sockets close, and the guard ends it the same way (PeerFailed)."""
+
+    def __init__(self, peers: Peers, poll_s: float = 0.5):
+        self.peers, self.poll_s = peers, poll_s
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="bench-peer-watch", daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.poll_s):
+            if self.peers.other_failed_alone() is not None:
+                os._exit(EXIT_PEER_FAILED)
+
+
 def run_and_emit(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
                  facts: dict, left: set[str], book: RaceBook | None = None, budget: Budget | None = None,
-                 timing_only: bool = False, companions: frozenset[str] = frozenset()) -> set[str]:
+                 timing_only: bool = False, companions: frozenset[str] = frozenset(),
+                 peers: Peers | None = None) -> set[str]:
     """Run one group of cells on this rank and write its events, adding to `left` the cells that failed
     alone; a failure of the whole group is re-raised after its "error" event. Returns the cells a race
     eliminated. `companions`: cells of the group an earlier one measured (cell.run_group): stepped for the
     pairing, not reported again."""
     t_group = time.perf_counter()
-    outcomes = measure_group(group, config, device, events, book, budget, timing_only, companions)
+    outcomes = measure_group(group, config, device, events, book, budget, timing_only, companions, peers)
     group, outcomes = reported(group, outcomes, companions)
     emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group, budget)
     left |= failed_alone(group, outcomes)
@@ -152,7 +194,8 @@ def failed_alone(group: list[Cell], outcomes: list) -> set[str]:
 
 def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
                  facts: dict, left: set[str], book: RaceBook | None = None,
-                 budget: Budget | None = None, companions: frozenset[str] = frozenset()) -> set[str] | None:
+                 budget: Budget | None = None, companions: frozenset[str] = frozenset(),
+                 peers: Peers | None = None) -> set[str] | None:
     """Plan mode: run one group; a failure on any rank is recorded on every rank (the failing rank's own
     "error" event says why; the others' say `peer`) and the run goes on. Returns the cells a race
     eliminated; None when the ranks could not agree (plan_mode.group_failed): the process group is
@@ -161,7 +204,8 @@ def run_agreeing(key: str, group: list[Cell], config: BenchConfig, device: torch
     store = dist.distributed_c10d._get_default_store()
     with plan_mode.FailureWatch(store, key, dist.get_rank(), plan_mode.abort_for(device)) as watch:
         try:
-            outcomes = measure_group(group, config, device, events, book, budget, companions=companions)
+            outcomes = measure_group(group, config, device, events, book, budget, companions=companions,
+                                     peers=peers)
         except Exception:  # measure_group wrote the "error" event
             outcomes = None
             watch.failed()  # the peers stop waiting for this rank now (NCCL: FailureWatch)
@@ -187,7 +231,8 @@ def raced(group: list[Cell], outcomes: list[tuple[str, str | None, dict]]) -> se
 
 def measure_group(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
                   book: RaceBook | None = None, budget: Budget | None = None, timing_only: bool = False,
-                  companions: frozenset[str] = frozenset()) -> list[tuple[str, str | None, dict]]:
+                  companions: frozenset[str] = frozenset(),
+                  peers: Peers | None = None) -> list[tuple[str, str | None, dict]]:
     """Collective. Run one group of cells on this rank (rank 0 writes "start" and "progress"); a failure is
     re-raised after this rank's "error" event. With a RaceBook the group is a race; `budget` and
     `timing_only`: see cell.run_group."""
@@ -196,11 +241,16 @@ def measure_group(group: list[Cell], config: BenchConfig, device: torch.device, 
     if rank == 0:
         events.emit(event="start", cell_ids=ids)
     try:
-        for cell in group:
-            inject_fault(config.debug.fault_for(cell.cell_id), cell, rank, ws)
         progress = (lambda phase: events.emit(event="progress", cell_ids=ids, phase=phase)) if rank == 0 \
             else (lambda phase: None)
-        return run_group(group, config, device, rank, ws, progress, book, budget, timing_only, companions)
+        return run_group(group, config, device, rank, ws, progress, book, budget, timing_only, companions,
+                         peers)
+    except FailedAlone as e:  # this rank's cell, alone: its own cause; the group's others are run again
+        events.emit(event="error", cell_ids=[e.cell_id], rank=rank, status=e.status, phase="cell",
+                    error=e.error, alone=True)
+        raise
+    except PeerFailed:  # another rank's cell failed alone: that rank says why
+        raise
     except Exception as e:
         emit_error(events, ids, e, "cell")
         raise
@@ -240,13 +290,3 @@ def emit_error(events: Events, cell_ids: list[str], error: Exception, phase: str
     status, text = failure(error)
     events.emit(event="error", cell_ids=cell_ids, rank=dist.get_rank(), status=status, phase=phase,
                 error=text)
-
-
-def inject_fault(fault: str | None, cell: Cell, rank: int, ws: int) -> None:
-    """Test-only faults (debug.fault) on the last rank: hang (the other ranks then wait in their next
-    collective, as behind a hung collective) or crash."""
-    if fault == "hang" and rank == ws - 1:
-        while True:
-            time.sleep(1)
-    if fault == "crash" and rank == ws - 1:
-        raise RuntimeError(f"injected crash in {cell.cell_id} on rank {rank} (debug.fault)")

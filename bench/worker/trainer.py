@@ -170,6 +170,11 @@ class Trainer:
         self.cursor = 0
         # debug.fault "slow:<ms>@…": the last rank straggles by that much in every step of this cell
         self.straggle_s = config.debug.slow_ms_for(cell.cell_id, rank, world_size) / 1e3
+        # debug.fault "crash@…", "oom@…", "hang@…": the last rank fails (or hangs) inside the cell's first
+        # step after the warm-up, its peers then waiting in that step's collectives (bench/worker/guard.py)
+        fault = config.debug.fault_for(cell.cell_id)
+        self.fault = fault if fault in STEP_FAULTS and rank == world_size - 1 else None
+        self.fault_step, self.rank = config.run.warmup_steps, rank
         self.last_loss: torch.Tensor | None = None  # the last step's loss, on the device (no sync to keep it)
         self.losses: list[torch.Tensor] = []  # every step's last_loss, on the device (the lossy-hook gate)
 
@@ -183,6 +188,8 @@ class Trainer:
         """One optimizer step; returns the last micro-step's loss (not divided by grad_accum)."""
         model, inst, k = self.model, instrument, self.cell.grad_accum
         self.precision.apply()  # process-wide flags: this trainer's, whatever stepped before it
+        if self.fault and self.cursor == self.fault_step:
+            inject_fault(self.fault, self.cell.cell_id, self.rank)
         if self.straggle_s:  # the injected straggler: late to this step's first gradient collective
             straggle(self.straggle_s)
         for i, idx in enumerate(self.next_micro_batches()):
@@ -249,6 +256,22 @@ def index_schedule(sampler: DistributedSampler, n_steps: int, grad_accum: int,
     n = n_steps * grad_accum * batch
     idx = torch.tensor(flat[:n], dtype=torch.int64).view(n_steps, grad_accum, batch)
     return [[idx[s, m] for m in range(grad_accum)] for s in range(n_steps)]
+
+
+STEP_FAULTS = ("crash", "oom", "hang")  # debug.fault kinds injected inside a step
+
+
+def inject_fault(fault: str, cell_id: str, rank: int) -> None:
+    """Test-only faults (debug.fault) inside a step of the last rank: raise (crash: a RuntimeError; oom:
+    torch's out-of-memory error, as a step near the device's limit raises it) or hang (the other ranks then
+    wait in the step's collectives, as behind a hung collective)."""
+    where = f"injected {{}} in {cell_id} on rank {rank} only (debug.fault)"
+    if fault == "crash":
+        raise RuntimeError(where.format("crash"))
+    if fault == "oom":
+        raise torch.OutOfMemoryError(where.format("out of memory"))
+    while True:
+        time.sleep(1)
 
 
 def straggle(seconds: float) -> None:
