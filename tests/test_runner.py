@@ -179,8 +179,8 @@ def test_a_failure_on_one_rank_ends_its_group_in_seconds_with_its_own_cause(tmp_
     """torch and overlap side by side at 2 ranks; overlap's first timed step raises an out-of-memory error on
     rank 1 only, while rank 0 waits in that step's all-reduce. Before: rank 1 went on stepping torch, the
     collectives no longer paired, both ranks waited until the watchdog (run.cell_timeout_s, 60 s here)
-    killed the launch and the group was recorded `timeout` with the cause lost. Now: overlap is `oom` with the message, the launch
-    ends within 10 s of the failure, and torch, relaunched, is measured."""
+    killed the launch and the group was recorded `timeout` with the cause lost. Now: overlap is `oom` with
+    the message, the launch ends within 10 s of the failure, and torch, relaunched, is measured."""
     from bench.run_folder import launch_file
     from bench.worker.guard import GRACE_S
 
