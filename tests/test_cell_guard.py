@@ -179,7 +179,8 @@ def test_peers_tell_a_deterministic_failure_from_a_one_rank_one(monkeypatch):
         ranks[1].failed("b", "oom", "CUDA out of memory")
     assert (alone.value.cell_id, alone.value.status, alone.value.error) == ("b", "oom",
                                                                             "CUDA out of memory")
-    assert ranks[0].other_failed_alone() == {"rank": 1, "cell_id": "b"} and ranks[1].other_failed_alone() is None
+    assert ranks[0].other_failed_alone() == {"rank": 1, "cell_id": "b"}
+    assert ranks[1].other_failed_alone() is None  # its own
     with pytest.raises(PeerFailed):
         ranks[0].failed("b", "failed", "Connection closed by peer")
 
