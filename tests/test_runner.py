@@ -202,6 +202,38 @@ def test_a_failure_on_one_rank_ends_its_group_in_seconds_with_its_own_cause(tmp_
 
 
 @pytest.mark.timeout(150)
+def test_a_worker_killed_during_start_up_is_relaunched_once(tmp_path):
+    """A worker SIGKILLed before its first cell (the OOM killer, a kill -9) is not the cells' fault: the
+    world size is launched again, and its cells are measured. Before: every cell of the world size was
+    `failed` with "launch exited with code 1 before its first cell" and never relaunched."""
+    from bench.run.launch import killed_by
+    from bench.run_folder import launch_file
+
+    out = tmp_path / "run"
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    cmd = bench_cmd(out, "matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1",
+                    "profile.enabled=false")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    events = out / "logs" / launch_file(0, "events.jsonl")
+    killed, deadline = None, time.time() + 60
+    while killed is None and time.time() < deadline:  # rank 1's hello: it is up, its first cell not begun
+        lines = events.read_text().splitlines() if events.exists() else []
+        hello = [json.loads(x) for x in lines if '"hello"' in x and '"rank": 1' in x]
+        if hello and not any('"start"' in x for x in lines):
+            os.kill(hello[0]["pid"], signal.SIGKILL)
+            killed = hello[0]["pid"]
+        time.sleep(0.01)
+    _, stderr = proc.communicate(timeout=120)
+    assert killed and proc.returncode == 0, stderr[-3000:]
+    assert "was killed (SIGKILL (signal 9)) before its first cell; launching again" in stderr
+    assert killed_by(out / "logs" / launch_file(0, "err")) == "SIGKILL (signal 9)"
+    _, rows = read_csv(out)
+    assert rows and all(r["status"] == "ok" for r in rows)
+    assert_no_orphans(out)
+
+
+@pytest.mark.timeout(150)
 def test_killed_run_resumes_without_duplicates(tmp_path):
     out = tmp_path / "run"
     overrides = ("matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1,2,3",

@@ -5,7 +5,10 @@ logs/launch-<k>.plan.json --events logs/launch-<k>.events.jsonl` in its own proc
 tails the events file that rank 0 writes: "start" names the cell in flight, "finish" carries its row,
 "error" (any rank) its traceback. A cell past `run.cell_timeout_s` gets only its own launch killed
 (os.killpg on the launch's and its workers' process groups) and is recorded `timeout`; a launch that
-dies records its cell `failed` (or `oom`); either way the remaining cells are relaunched.
+dies records its cell `failed` (or `oom`); either way the remaining cells are relaunched. A cell that failed
+on one rank only (guard.Peers) is recorded with its own cause and its group's other cells relaunched; a
+worker killed by a signal before its first cell (the OOM killer, kill -9) gets its world size launched
+once more before its cells are recorded `failed`.
 The launcher alone writes cells.jsonl.
 """
 
@@ -51,6 +54,22 @@ EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|
 # torchrun's own exception when a rank fails: its line names no cause (that is the rank's exception, printed
 # above it in the same log), so a rank's exception line is preferred to it
 TORCHRUN_EXCEPTIONS = ("ChildFailedError",)
+# torchrun's report of a worker ended by a signal (its ChildFailedError box: "traceback : Signal 9 (SIGKILL)
+# received by PID 1234"): the kernel's OOM killer, an operator's kill -9, a node going down
+KILLED_BY = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID \d+")
+
+
+def killed_by(path: Path) -> str | None:
+    """"SIGKILL (signal 9)" when the launch's log says a worker was ended by a signal, else None: the root
+    cause's (torchrun's "Root Cause (first observed failure)"; the other workers, which torchrun itself then
+    stops, are listed before it with SIGTERM)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    root = text.rfind("Root Cause")
+    found = KILLED_BY.search(text, root if root >= 0 else 0)
+    return f"{found[2]} (signal {found[1]})" if found else None
 
 
 def tail(path: Path, lines: int = ERROR_TAIL_LINES) -> str:
@@ -155,6 +174,7 @@ class Sweep:
         self.config, self.run_dir, self.progress = config, run_dir, progress
         self.stats = SweepStats()
         self.records = LaunchRecords(run_dir, config, fresh)
+        self.restarts: Counter = Counter()  # world size → launches relaunched after a worker was killed
         self.carried_s = 0.0  # timed-rounds budget the launches so far left unspent (worker.cell.Budget)
         (run_dir / run_folder.LOGS).mkdir(parents=True, exist_ok=True)
         # A resumed run keeps the earlier launches' logs: number the new ones after them.
@@ -397,13 +417,22 @@ class Launch:
         err_tail = tail(self.logs / run_folder.launch_file(self.k, "err"))
         in_flight = [self.remaining[i] for i in self.current if i in self.remaining]
         if in_flight:  # the launch ended inside a group
+            killed = killed_by(self.logs / run_folder.launch_file(self.k, "err"))
             for cell in in_flight:
                 ev = self.errors.get(cell.cell_id)
-                why = f"launch exited with code {rc}:\n{err_tail}"
+                why = (f"a worker was killed ({killed}) during this cell" if killed
+                       else f"launch exited with code {rc}") + f":\n{err_tail}"
                 self.sweep.record(cell, self, *((ev["status"], ev["error"]) if ev else ("failed", why)))
                 self.remaining.pop(cell.cell_id)
         elif self.remaining and not self.started_any:  # nothing ran: a start-up failure, same for every cell
-            why = f"launch exited with code {rc} before its first cell:\n{err_tail}"
+            killed = killed_by(self.logs / run_folder.launch_file(self.k, "err"))
+            if killed and not self.sweep.restarts[self.ws]:  # killed from outside, not the cells' fault:
+                self.sweep.restarts[self.ws] += 1            # once more, then it is the world size's
+                self.sweep.progress.note(f"a worker of world size {self.ws} was killed ({killed}) before "
+                                         "its first cell; launching again")
+                return list(self.remaining.values())
+            why = (f"a worker was killed ({killed}) before its first cell, twice" if killed
+                   else f"launch exited with code {rc} before its first cell") + f":\n{err_tail}"
             for cell in self.remaining.values():
                 self.sweep.record(cell, self, "failed", why)
             return []
