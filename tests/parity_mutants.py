@@ -12,6 +12,8 @@ must call `diverged` at every precision, applied to a built trainer on each rank
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 MUTANTS = ("no-sync", "drop-tensor", "drop-1%", "drop-shard", "noise")
@@ -92,11 +94,21 @@ def gate_cases(rank: int, world_size: int, model: str, model_size: str, precisio
         trainers[name] = Trainer(fsdp2, config, device, rank, world_size, steps)
         if " " in name:
             mutate(trainers[name], name.split(" ", 1)[1], rank, world_size)
-    for _ in range(steps):
-        for trainer in [reference, *twins, *trainers.values()]:
+    raised: dict[str, str] = {}  # an engine whose step raised (a fp16 no-sync: its GradScaler finds no
+    for _ in range(steps):      # gradient to check): a failed cell in a run, never a passed one
+        for trainer in [reference, *twins]:
             trainer.step()
-    rows = []
+        for name, trainer in trainers.items():
+            if name not in raised:
+                try:
+                    trainer.step()
+                except Exception as e:  # noqa: BLE001 - every failure of a mutant is the mutant's
+                    raised[name] = f"{type(e).__name__}: {e}"
+    rows = [{"engine": name, "seed": seed, "parity_gate": f"failed: {error}", "ratio": math.inf}
+            for name, error in raised.items() for seed in range(seeds)]
     for name, trainer in trainers.items():
+        if name in raised:
+            continue
         for seed, twin in enumerate(twins):
             row = parity.gate(trainer, reference, twin, (skipped(trainer), skipped(reference)))
             checks = [(row["param_update_distance"], row["parity_update_bound"]),

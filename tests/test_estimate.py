@@ -73,10 +73,11 @@ def test_cell_and_sweep_estimate_hand_worked(monkeypatch):
     # (5 + 20 + 3 + 3 memory-pass) synced steps × 0.30 + 10 compute-only × 0.24 + 2 builds × 1e-8 × 1e7
     # + 0.5 per cell = 9.3 + 2.4 + 0.2 + 0.5 = 12.4 s
     assert estimate_cell_seconds(config, HAND, hand_cell(), 1e10, 10_000_000, 100) == pytest.approx(12.4)
-    # each repeat launch (run.launches): a build 0.1 + 0.5 + (5 warm-up + 20 timed) × 0.30 = 8.1 s more
+    # each repeat launch (run.launches): a build 0.1 + 0.5 + (5 warm-up + 20 timed) × 0.30 + its compute-only
+    # rounds 10 × 0.24 = 10.5 s more
     three = dataclasses.replace(config, run=dataclasses.replace(config.run, launches=3))
     assert estimate_cell_seconds(three, HAND, hand_cell(), 1e10, 10_000_000, 100) == pytest.approx(
-        12.4 + 2 * 8.1)
+        12.4 + 2 * 10.5)
     # The sweep: one cell run, one launch, profiled (a build 0.1 s, export 3.0 s, warm-up 5 + profiled steps)
     one = load_config("cpu-smoke", ["matrix.engine=torch", "matrix.world_size=4", "matrix.grad_accum=2",
                                     "matrix.scaling=weak", "workload.per_rank_batch=8", "run.warmup_steps=5",

@@ -40,7 +40,8 @@ def test_claims_from_a_sweeps_rows(tmp_path):
     time is inside an estimate of 4-5 min (±25 %), 7.0 min is not."""
     rows = [row("torch-a", "torch", 1),
             row("fsdp2-a", "fsdp2", 1, parity_gate="passed", param_update_distance=0.05,
-                param_update_distance_max=0.1, loss_rel_distance=0.004, exposed_comm_ms=0.2,
+                param_update_distance_max=0.1, loss_rel_distance=0.004, parity_update_bound=0.125,
+                parity_tensor_bound=0.3, parity_loss_bound=0.01, exposed_comm_ms=0.2,
                 exposed_comm_ms_ci95_low=-0.5, exposed_comm_ms_ci95_high=0.9),
             row("fsdp2-b", "fsdp2", 1, status="diverged", parity_gate="diverged", param_update_distance=0.6,
                 param_update_distance_max=1.0, loss_rel_distance=0.1, exposed_comm_ms=3.0,
@@ -48,8 +49,10 @@ def test_claims_from_a_sweeps_rows(tmp_path):
     claims = {c.name: c for c in gpu_check.sweep_claims(rows, 0, 300.0, (240.0, 300.0), "sweep")}
     assert claims["sweep: every cell ran"].result == "FAIL" and "fsdp2-b: diverged" in claims[
         "sweep: every cell ran"].figure
+    # the bounds the gate measured in the run (parity_*_bound), beside the distances
     assert claims["parity: fsdp2-a"].result == "PASS" and "update distance 0.05 (≤ 0.125)" in claims[
-        "parity: fsdp2-a"].figure
+        "parity: fsdp2-a"].figure and "loss distance 0.004 (≤ 0.01)" in claims["parity: fsdp2-a"].figure
+    assert "loss distance 0.1 (not judged)" in claims["parity: fsdp2-b"].figure
     assert claims["parity: fsdp2-b"].result == "FAIL"
     window = [claims[f"fsdp2 window: fsdp2-{x}"].result for x in "ab"]
     assert window == ["PASS", "FAIL"]

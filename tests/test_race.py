@@ -270,11 +270,12 @@ def test_race_estimate_hand_worked(monkeypatch):
     assert low == pytest.approx(17.0 + 12.4 + 4.2)
     assert high == pytest.approx(17.0 + 2 * 12.4) == pytest.approx(estimate_seconds(config, cells, HAND))
     # Three launches: two more launches (10 each); a survivor's two repeats each a build 0.1 + 0.5 + (5
-    # warm-up + 20 rounds) × 0.30 = 8.1 s; the eliminated one is not measured again.
+    # warm-up + 20 rounds) × 0.30 + 10 compute-only rounds × 0.24 = 10.5 s; the eliminated one is not
+    # measured again.
     config = load_config("cpu-smoke", [*sets[:-1], "run.launches=3"])
     low, high = race_seconds(config, expand(config), HAND)
-    assert low == pytest.approx(37.0 + 12.4 + 2 * 8.1 + 4.2)
-    assert high == pytest.approx(37.0 + 2 * (12.4 + 2 * 8.1)) == pytest.approx(
+    assert low == pytest.approx(37.0 + 12.4 + 2 * 10.5 + 4.2)
+    assert high == pytest.approx(37.0 + 2 * (12.4 + 2 * 10.5)) == pytest.approx(
         estimate_seconds(config, expand(config), HAND))
 
 
