@@ -4,9 +4,12 @@ For each row of the corpus above its group's base (its smallest row: 1 GPU, or o
 base alone — the issue's question: measured on one node, what will N GPUs do? — or, with --anchored, anchored
 to the largest row of the group between the base and it where there is one (what a run that measured those
 world sizes has; bench/project/published.py says how), and print, per row, per regime and basis and per
-model family, the predicted and published scaling efficiency, the |error| of the
-predicted throughput and whether the published value falls in the 90 % interval
-(bench/project/interval.py). The interval of a row whose source is among the training corpora (--training)
+model family and per assumption (what the row's prediction assumed rather than measured: published.assumed),
+the predicted and published scaling efficiency, the |error| of the predicted throughput and whether the
+published value falls in the 90 % interval (bench/project/interval.py; clamped at 100 % efficiency, a
+published value above it is never inside). A row with no smaller row of its own per-GPU batch is predicted
+from its table's base of another recipe (published.other_recipe_base); each table's smallest rows are listed
+as `not predicted, no base`. The interval of a row whose source is among the training corpora (--training)
 is fitted without that source (leave-one-source-out); any other row's on all training rows: every interval
 is held-out. Then the rows held out of the headline (FLAGged data, superlinear against their base) with
 their own line, the rows skipped and why, the same rows' intervals fitted without their model family
