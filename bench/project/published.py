@@ -465,7 +465,7 @@ def validate(corpus: pd.DataFrame, physics: Physics, anchor: bool = False
     for _, table in corpus.groupby(corpus.apply(table_key, axis=1), sort=False):
         mine = []
         for _, row in table[table["gpus"] > table["gpus"].min()].iterrows():
-            group = table[table["_recipe"] == row["_recipe"]]
+            group = table[[key == row["_recipe"] for key in table["_recipe"]]]   # tuples, not list-likes
             other = not (group["gpus"] < row["gpus"]).any()
             base, why = (other_recipe_base(table, row), "") if other else base_of(group, row)
             if base is None:
