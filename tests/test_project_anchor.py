@@ -233,3 +233,27 @@ def test_an_anchor_never_carries_a_projection_past_linear():
     assert four["efficiency_pct_high"] == pytest.approx(100.0) and four["efficiency_pct_low"] < 100.0
     # samples/s: at most the linear 4 · 8 / 0.310 s (T1's interval is 0 here)
     assert four["predicted_samples_per_s_high"] == pytest.approx(4 * 8 / 0.310)
+
+
+def test_the_notes_say_how_wide_each_band_is_and_why(tmp_path):
+    # nvlink from the base alone [ln 0.8, +0.05]: down to 20 % below the model; one node from one GPU, so
+    # the harness note; its anchored band [−0.1, +0.05] quoted. The anchored band itself: no harness note,
+    # no anchored alternative. One rank takes no band; a band is noted once however many rows take it.
+    stored = tmp_path / "model_error.csv"
+    bands = {"nvlink": interval.Band("nvlink", 20, math.log(0.8), 0.05),
+             "nvlink anchored": interval.Band("nvlink anchored", 20, -0.1, 0.05, pooled=True)}
+    interval.write_bands(bands, {"nvlink": 0.93, band_name(POOLED, ANCHORED): 0.91}, stored)
+    notes = interval.width_notes(["nvlink", "nvlink anchored (pooled band)", "none (one rank: T1's interval)",
+                                  "nvlink"], stored)
+    assert len(notes) == 2
+    assert notes[0].startswith("nvlink: 90 % interval from ln(published / predicted) in [-0.223, +0.050]")
+    assert "down to 20 % below the model's efficiency, at most 100 %" in notes[0]
+    assert "one node from one GPU" in notes[0] and notes[0].endswith("[-0.100, +0.050]")
+    assert notes[1].startswith("nvlink anchored (pooled band): ") and "one node" not in notes[1]
+    assert "anchored to a world size" not in notes[1]
+    # a what-if says it for the bands its rows take
+    from bench.project.api import what_if
+
+    made = what_if(dict(params=25_557_032, step_ms=103.6, per_gpu_batch=256, network="a100-nvlink",
+                        world_sizes=[1, 2]), write=False)
+    assert any(n.startswith("nvlink: 90 % interval") for n in made.notes)

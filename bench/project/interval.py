@@ -358,6 +358,35 @@ def read_bands(path: Path = STORED) -> tuple[dict[str, Band], Levels]:
     return bands, {r["band"]: float(r["level"]) for _, r in df.iterrows()}
 
 
+def width_notes(interval_regimes: Iterable[str], path: Path = STORED) -> list[str]:
+    """A note per band a projection's rows take (projection.csv's interval_regime): how far below the model
+    it reaches and why; for a band from the base alone, the anchored band a measured world size between
+    the base and N would give instead. Rows of one rank (`none …`) take no band."""
+    bands, _ = read_bands(path)
+    out = []
+    for shown in dict.fromkeys(str(x) for x in interval_regimes):
+        name = shown.removesuffix(" (pooled band)")
+        if name not in bands:
+            continue
+        band, basis = bands[name], basis_of(name)
+        regime_name = name.removesuffix(f" {basis}") if basis else name
+        words = (f"{shown}: 90 % interval from ln(published / predicted) in [{band.low:+.3f}, "
+                 f"{band.high:+.3f}] (published tables of this band, held out by source and by model "
+                 f"family): down to {100 * (1 - math.exp(band.low)):.0f} % below the model's efficiency, "
+                 "at most 100 %")
+        if basis != ANCHORED and regime_name in ("nvlink", "pcie"):
+            # 56 of the 972 single-node rows from one GPU are ≥ 25 % below the model (docs/projection.md)
+            words += ("; one node from one GPU: a harness's launcher, data pipeline and clocks on more than "
+                      "one GPU are in no input, and 6 % of the published rows like it are 25 % or more "
+                      "below the model (docs/projection.md, Issue 44)")
+        if basis != ANCHORED:
+            anchored = bands[band_name(regime_name, ANCHORED)]
+            words += (f"; anchored to a world size measured between the base and N on this machine "
+                      f"(`measured`, --measured-on): [{anchored.low:+.3f}, {anchored.high:+.3f}]")
+        out.append(words)
+    return out
+
+
 def t1_relative_90(half_width_pct_95: float | None) -> float:
     """T1's relative 90 % half-width from its 95 % half-width in % (0 when not measured)."""
     if half_width_pct_95 is None or not half_width_pct_95 == half_width_pct_95 or half_width_pct_95 < 0:
