@@ -4,9 +4,12 @@ For each row of the corpus above its group's base (its smallest row: 1 GPU, or o
 base alone — the issue's question: measured on one node, what will N GPUs do? — or, with --anchored, anchored
 to the largest row of the group between the base and it where there is one (what a run that measured those
 world sizes has; bench/project/published.py says how), and print, per row, per regime and basis and per
-model family, the predicted and published scaling efficiency, the |error| of the
-predicted throughput and whether the published value falls in the 90 % interval
-(bench/project/interval.py). The interval of a row whose source is among the training corpora (--training)
+model family and per assumption (what the row's prediction assumed rather than measured: published.assumed),
+the predicted and published scaling efficiency, the |error| of the predicted throughput and whether the
+published value falls in the 90 % interval (bench/project/interval.py; clamped at 100 % efficiency, a
+published value above it is never inside). A row with no smaller row of its own per-GPU batch is predicted
+from its table's base of another recipe (published.other_recipe_base); each table's smallest rows are listed
+as `not predicted, no base`. The interval of a row whose source is among the training corpora (--training)
 is fitted without that source (leave-one-source-out); any other row's on all training rows: every interval
 is held-out. Then the rows held out of the headline (FLAGged data, superlinear against their base) with
 their own line, the rows skipped and why, the same rows' intervals fitted without their model family
@@ -50,13 +53,16 @@ from bench.project.interval import (
 )
 from bench.project.physics import DEFAULT_INTERFERENCE, DEFAULT_STEP_CV, Physics
 from bench.project.published import (
+    assumed,
     bases_of,
+    interval_pct,
     read_corpus,
     score,
     stats_of,
     summary_line,
     unanchored,
     validate,
+    without_base,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,8 +86,8 @@ def training_residuals(paths, physics: Physics, done: dict | None = None) -> lis
     for path in paths:
         known = (done or {}).get(Path(path).resolve())
         preds = known if known is not None else validate(read_corpus(path), physics, anchor=True)[0]
-        out += [Residual(str(p.row["source_id"]), band, r, family_of(str(p.row["model"])))
-                for p in preds if not p.held_out for band, r in bases_of(p)]
+        out += [Residual(str(p.row["source_id"]), band, r, family_of(str(p.row["model"])), cap)
+                for p in preds if not p.held_out for band, r, cap in bases_of(p)]
     return out
 
 
@@ -189,22 +195,24 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"{'source':20} {'model':24} {'hardware':24} {'prec':8} {'bs':>5} {'N':>3} {'regime':10} "
           f"{'anchor':>6} {'T ms':>9} {'pub eff':>7} {'base eff':>8} {'pred eff':>8} {'90 % interval':>15} "
-          f"{'|err| %':>7} {'dominant':>12}")
+          f"{'|err| %':>7} {'dominant':>12}  assumed")
     for s in scored:
         p, r = s.prediction, s.prediction.row
-        lo, hi = (100 * p.predicted_eff * f for f in (2.718281828 ** s.band.low, 2.718281828 ** s.band.high))
+        lo, hi = interval_pct(p, s.band)
         mark = "" if s.inside else " *outside*"
         print(f"{str(r['source_id'])[:20]:20} {str(r['model'])[:24]:24} {str(r['hardware'])[:24]:24} "
               f"{str(r['precision'])[:8]:8} {str(r['per_gpu_batch'])[:5]:>5} {int(r['gpus']):3d} "
               f"{p.regime:10} {p.anchor_gpus or '':>6} "
               f"{p.t1_ms:9.1f} {100 * p.published_eff:6.1f}% "
               f"{100 * (p.from_base_eff or p.predicted_eff):7.1f}% {100 * p.predicted_eff:7.1f}% "
-              f"{f'{lo:.1f}–{hi:.1f} %':>15} {p.error_pct:7.1f} {p.dominant:>12}{mark}"
-              + (f"  [held out: {p.held_out}]" if p.held_out else ""))
+              f"{f'{lo:.1f}–{hi:.1f} %':>15} {p.error_pct:7.1f} {p.dominant:>12}  "
+              f"{', '.join(assumed(p)) or '-'}{mark}" + (f"  [held out: {p.held_out}]" if p.held_out else ""))
 
     _table("per band: regime and basis (headline rows; each band is fitted without the row's source)",
            lambda s: s.prediction.band, headline)
     _table("per model family (headline rows)", lambda s: s.prediction.row["model"], headline)
+    _table("per assumption (headline rows; a row counts under each it has, `-` none)",
+           lambda s: ", ".join(assumed(s.prediction)) or "-", headline)
     print("\nbands fitted on all training rows (ln published/predicted; bench/project/model_error.csv):")
     for name in all_names():
         b = bands[name]
@@ -231,6 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     print("by reason")
     for why, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
         print(f"  {count:4d}  {why}")
+    alone = without_base(corpus)
+    print(f"\nnot predicted, no base: {len(alone)} rows, each the smallest size of its table (source, model, "
+          "framework, hardware, precision): the rows the others are predicted from")
+    for r, why in alone:
+        print(f"  {str(r['source_id'])[:20]:20} {str(r['model'])[:24]:24} {str(r['hardware'])[:24]:24} "
+              f"{str(r['precision'])[:8]:8} {str(r['per_gpu_batch'])[:5]:>5} {int(r['gpus']):3d}  {why}")
     counted = eligible - len(apart)
     coverage = 100 * len(headline) / counted if counted else 0.0
     print(f"predicted {len(headline)} of {counted} rows that have a base and are not held out "

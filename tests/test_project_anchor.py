@@ -141,3 +141,119 @@ def test_levels_hold_out_model_families_too():
     assert [interval.family_of(m) for m in ("ResNet-50 v1.5", "Transformer-XL Base", "efficientnet-b0",
                                             "MPT-7b seq2048")] == ["resnet", "transformer", "efficientnet",
                                                                    "mpt"]
+
+
+# Issue 44: the physical limit, and bases of another recipe.
+
+def test_the_shortest_window_holds_only_what_a_clamped_interval_can():
+    # ten residuals 0, 1, … 9 units (2⁻¹⁰, exact in binary); level 0.5: k = ⌈0.5 · 11⌉ = 6. Unclamped the
+    # first window of six, [0, 5 units], wins. The rows at 2 and 3 units were published above 100 % (their
+    # cap, ln(1 / predicted efficiency), is below their residual): no interval clamped at the limit holds
+    # them, so the window holds six of the eight others: [0, 1, 4, 5, 6, 7] spans 7 units, [4 … 9] 5: it
+    # is [4, 9 units]. Fewer coverable values than k: all of them.
+    unit = 2.0 ** -10
+    values = [unit * i for i in range(10)]
+    caps = [math.inf] * 10
+    caps[2] = caps[3] = unit
+    assert interval.shortest(values, 0.5) == (0.0, 5 * unit)
+    assert interval.shortest(values, 0.5, caps) == (4 * unit, 9 * unit)
+    assert interval.shortest(values[:4], 0.9, caps[:4]) == (0.0, unit)
+
+
+def test_a_band_is_clamped_at_the_limit():
+    # band [ln 0.8, ln 1.1] around 95 %: 76 % to 104.5 %, clamped to 100: 24 points, not 28.5. A published
+    # 102 % (residual ln(102/95), above the cap ln(100/95)) is never inside; 99 % is.
+    band = interval.Band("nvlink", 10, math.log(0.8), math.log(1.1))
+    assert band.width_points(95.0) == pytest.approx(100.0 - 76.0)
+    assert interval.bounds(95.0, band, 0.0, interval.LIMIT_PCT) == pytest.approx((76.0, 100.0))
+    assert interval.bounds(95.0, band, 0.0) == pytest.approx((76.0, 104.5))
+    cap = interval.cap_of(0.95)
+    assert cap == pytest.approx(math.log(100 / 95))
+    assert not band.contains(math.log(102 / 95), cap) and band.contains(math.log(102 / 95))
+    assert band.contains(math.log(99 / 95), cap)
+
+
+def test_an_other_recipe_band_holds_the_base_band_and_its_own_rows():
+    # from-base nvlink residuals of three sources in [−0.2, +0.2]; other-recipe residuals 0.30 … 0.39 (ten,
+    # one source): its bands are the from-base bands widened to hold the other-recipe window. At level 0.9
+    # over 10 rows, k = ⌈9.9⌉ = 10: the window is [0.30, 0.39], so nvlink other recipe = [nvlink.low, 0.39]
+    base = [(s, "nvlink", sign * 0.01 * i) for s, sign in (("A", -1), ("B", 1), ("D", 1)) for i in range(21)]
+    other = [("E", "pcie other recipe", 0.30 + 0.01 * i) for i in range(10)]
+    bands = fit_bands(base + other, 0.9)
+    mine = bands[band_name("nvlink", interval.OTHER_RECIPE)]
+    assert mine.pooled and (mine.low, mine.high) == pytest.approx((bands["nvlink"].low, 0.39))
+    # no other-recipe rows at all: the from-base band itself
+    plain = fit_bands(base, 0.9)
+    alone = plain[band_name("nvlink", interval.OTHER_RECIPE)]
+    assert (alone.low, alone.high) == (plain["nvlink"].low, plain["nvlink"].high)
+
+
+def _recipe_row(gpus: int, per_gpu: float, batch: int) -> pd.Series:
+    return pd.Series({**_row(gpus, per_gpu).to_dict(), "per_gpu_batch": batch})
+
+
+def test_a_row_without_a_smaller_row_of_its_recipe_is_predicted_from_another():
+    # one table: 1 GPU at batch 16 (30/s) and at batch 64 (32/s), 2 GPUs at batch 64 (31/s), 4 GPUs at
+    # batch 48 (28.8/s): the 4-GPU row has no smaller row of batch 48, so its base is the table's 1-GPU row
+    # nearest its batch (|ln 48/64| = 0.29 against |ln 48/16| = 1.10): batch 64. The model's communication
+    # is microseconds (one parameter), so the compute per sample is the base's (1/32 s), the prediction
+    # 32/s per GPU and its efficiency against that linear bound: published 28.8 / 32 = 90 %, |error|
+    # (32 − 28.8) / 28.8 = 11.1 %. It takes the other-recipe band, and no anchor of another recipe (the
+    # 2-GPU row is batch 64).
+    table = pd.DataFrame([_recipe_row(1, 30.0, 16), _recipe_row(1, 32.0, 64), _recipe_row(2, 31.0, 64),
+                          _recipe_row(4, 28.8, 48)])
+    p = _by_gpus(table)
+    four = p[4]
+    assert four.other_recipe and int(four.base["per_gpu_batch"]) == 64 and four.anchor_gpus is None
+    assert (four.basis, four.band) == (interval.OTHER_RECIPE, "nvlink other recipe")
+    assert four.published_eff == pytest.approx(0.90) and four.predicted_eff == pytest.approx(1.0, abs=1e-4)
+    assert four.error_pct == pytest.approx(100 * 3.2 / 28.8, rel=1e-3)
+    assert not p[2].other_recipe and p[2].basis == ""
+    # the two 1-GPU rows are what the others are predicted from: listed with why, not predicted
+    from bench.project.published import without_base
+
+    alone = without_base(table)
+    assert [int(r["per_gpu_batch"]) for r, _ in alone] == [16, 64]
+    assert "smallest size of its table (1 GPUs)" in alone[0][1] and "2 rows there" in alone[0][1]
+
+
+def test_an_anchor_never_carries_a_projection_past_linear():
+    # the run measured 300 ms at 2 ranks where the model says 310 (ratio 0.968): anchored, 4 ranks would
+    # be 310 · 0.968 = 300 ms, faster than the 310 ms compute of one rank. The limit: T1 (310 ms), 100 %,
+    # and the interval's high end stops at 100 % too.
+    config = _config()
+    rows = config.rows.copy()
+    rows.loc[1, "step_time_ms_p50"] = 300.0
+    fast = Configuration(rows.iloc[0], rows, config.compute, config.buckets)
+    net = custom_network(1000.0, 0.0)
+    four = project(fast, "measured", lambda n, dtype: (net, "t"), [4], "auto", OFF, anchored=True)[0]
+    assert four["anchor_world_size"] == 2 and four["anchor_step_ratio"] == pytest.approx(300 / 310)
+    assert four["predicted_step_ms"] == pytest.approx(310.0)
+    assert four["efficiency_pct"] == pytest.approx(100.0)
+    assert four["efficiency_pct_high"] == pytest.approx(100.0) and four["efficiency_pct_low"] < 100.0
+    # samples/s: at most the linear 4 · 8 / 0.310 s (T1's interval is 0 here)
+    assert four["predicted_samples_per_s_high"] == pytest.approx(4 * 8 / 0.310)
+
+
+def test_the_notes_say_how_wide_each_band_is_and_why(tmp_path):
+    # nvlink from the base alone [ln 0.8, +0.05]: down to 20 % below the model; one node from one GPU, so
+    # the harness note; its anchored band [−0.1, +0.05] quoted. The anchored band itself: no harness note,
+    # no anchored alternative. One rank takes no band; a band is noted once however many rows take it.
+    stored = tmp_path / "model_error.csv"
+    bands = {"nvlink": interval.Band("nvlink", 20, math.log(0.8), 0.05),
+             "nvlink anchored": interval.Band("nvlink anchored", 20, -0.1, 0.05, pooled=True)}
+    interval.write_bands(bands, {"nvlink": 0.93, band_name(POOLED, ANCHORED): 0.91}, stored)
+    notes = interval.width_notes(["nvlink", "nvlink anchored (pooled band)", "none (one rank: T1's interval)",
+                                  "nvlink"], stored)
+    assert len(notes) == 2
+    assert notes[0].startswith("nvlink: 90 % interval from ln(published / predicted) in [-0.223, +0.050]")
+    assert "down to 20 % below the model's efficiency, at most 100 %" in notes[0]
+    assert "one node from one GPU" in notes[0] and notes[0].endswith("[-0.100, +0.050]")
+    assert notes[1].startswith("nvlink anchored (pooled band): ") and "one node" not in notes[1]
+    assert "anchored to a world size" not in notes[1]
+    # a what-if says it for the bands its rows take
+    from bench.project.api import what_if
+
+    made = what_if(dict(params=25_557_032, step_ms=103.6, per_gpu_batch=256, network="a100-nvlink",
+                        world_sizes=[1, 2]), write=False)
+    assert any(n.startswith("nvlink: 90 % interval") for n in made.notes)

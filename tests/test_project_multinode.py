@@ -316,8 +316,15 @@ def test_every_projected_row_carries_its_interval(sharded):
         band = stored[regime]
         assert row["interval_regime"].startswith(regime)
         assert row["efficiency_pct_low"] == pytest.approx(row["efficiency_pct"] * math.exp(band.low))
-        assert row["efficiency_pct_high"] == pytest.approx(row["efficiency_pct"] * math.exp(band.high))
-        assert row["predicted_samples_per_s_low"] < row["predicted_samples_per_s"] < \
+        # never past the physical limit: 100 % efficiency, and for samples/s N × T1's rate at the fast end
+        # of T1's own interval (samples / efficiency is the linear N × T1 rate)
+        eff, samples = row["efficiency_pct"], row["predicted_samples_per_s"]
+        t1 = 0.02 * interval.HALF_90 / interval.HALF_95
+        assert row["efficiency_pct_high"] == pytest.approx(min(100.0, eff * math.exp(band.high)))
+        linear = samples / (eff / 100) * math.exp(t1)
+        assert row["predicted_samples_per_s_high"] == pytest.approx(
+            min(linear, samples * math.exp(band.high + t1)))
+        assert row["predicted_samples_per_s_low"] < row["predicted_samples_per_s"] <= \
             row["predicted_samples_per_s_high"]
     if sharded:
         assert node["algorithm"] == "all_gather+reduce_scatter"
@@ -334,6 +341,29 @@ def test_report_quotes_the_interval():
     assert table.to_dict("records")[0] == {"network": "n", "cell_id": "c", "ws1": "100 % (100–100)",
                                            "ws8": "83 % (76–89)", "error band": "nvlink"}
     assert interval_by_world_size(projection.drop(columns=["efficiency_pct_low"])) is None
+    # a projection.csv written before the limit (an anchored 95 % [70, 104]) is quoted at most 100 %
+    old = projection.assign(efficiency_pct=[100.0, 101.0], efficiency_pct_low=[100.0, 70.0],
+                            efficiency_pct_high=[100.0, 104.0])
+    assert interval_by_world_size(old).to_dict("records")[0]["ws8"] == "100 % (70–100)"
+
+
+def test_the_reports_measured_efficiency_interval_stops_at_100(tmp_path):
+    # weak scaling, 64 per rank: 100 ms on one rank, 101 ms on two (efficiency 100/101 = 99.0 %), its 95 %
+    # interval 98–104 ms: efficiency 99.0 · 101/104 = 96.2 % to 99.0 · 101/98 = 102.0 %, cut at 100 %
+    from report_fixtures import row, write_run
+
+    from bench.advise import api as advise
+    from bench.report.answer_section import headline_numbers
+    from bench.run_folder import load_run
+
+    rows = [row("torch", 1, 100.0, scaling="weak", per_rank_batch=64, compute_only_ms=100.0),
+            row("torch", 2, 101.0, scaling="weak", per_rank_batch=64, compute_only_ms=100.0)]
+    for r, (low, high) in zip(rows, ((99.0, 101.0), (98.0, 104.0))):
+        r.update(step_time_ms_ci95_low=low, step_time_ms_ci95_high=high)
+    run = write_run(tmp_path / "results" / "weak", rows)
+    numbers = headline_numbers(load_run(run).results, advise.run(run, target=None, write=False).table)
+    card = numbers[numbers["name"] == "weak scaling efficiency"].iloc[0]
+    assert (card["value"], card["interval"]) == ("99.0 %", "95 % interval 96.2–100.0 %")
 
 
 # ---- the corpora ---------------------------------------------------------------------------------------
@@ -413,4 +443,5 @@ def test_a_measured_networks_residual_widens_the_interval():
     low, high = (math.log(row[c] / row["efficiency_pct"]) for c in ("efficiency_pct_low",
                                                                       "efficiency_pct_high"))
     delta = band.low - low
-    assert delta > 0 and high - band.high == pytest.approx(delta)
+    # the high end widens by the same δ, then stops at the limit (100 %)
+    assert delta > 0 and high == pytest.approx(min(band.high + delta, math.log(100 / row["efficiency_pct"])))

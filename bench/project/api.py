@@ -16,6 +16,7 @@ import pandas as pd
 
 from bench import run_folder
 from bench.config import MAX_WORLD_SIZE
+from bench.project import interval
 from bench.project.collectives import ALGORITHMS
 from bench.project.evidence import read_evidence
 from bench.project.inputs import read_sweep, read_timeline
@@ -225,8 +226,9 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
         else:
             chosen = run.results[run.results["cell_id"].isin(cells)]
             tables.append(cells_table(mine, chosen, {name: at}, world_sizes, algorithm, anchored=anchored))
-    projection = Projection(projection=pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0],
-                            notes=notes, physics=physics,
+    table = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
+    notes += interval.width_notes(table["interval_regime"].dropna())
+    projection = Projection(projection=table, notes=notes, physics=physics,
                             validation=validation_table(configs, measured, run.env.get("cpu_cores")),
                             fits=fits_table(fits), configurations=len(configs))
     if write:
@@ -307,4 +309,6 @@ def _what_if_one(keys: dict) -> Projection:
     notes = [f"what-if from a spec (no run): T1 {spec.step_ms:g} ms, per-GPU batch {spec.per_gpu_batch}, "
              f"backward share {spec.backward_share:.3f}, σ {spec.step_cv:g}, γ {spec.interference:g}, host "
              f"{spec.host_ms:g} ms"]
-    return Projection(projection=projection_of(spec), notes=notes, configurations=1, what_if=True)
+    table = projection_of(spec)
+    notes += interval.width_notes(table["interval_regime"].dropna())
+    return Projection(projection=table, notes=notes, configurations=1, what_if=True)

@@ -287,7 +287,7 @@ def interval_of(config: Configuration, compute: Compute, net: Network | None, n:
                 band_table: dict, anchored: bool = False) -> dict:
     """The 90 % interval columns of one projected row (bench/project/interval.py): the band of its regime
     and basis (`anchored`), widened by the busbw fit's residual (measured networks) and, for samples/s, by
-    T1's own interval."""
+    T1's own interval; never past the physical limit (100 % efficiency; N × T1's rate for samples/s)."""
     t1_rel = interval.t1_relative_90(config.base.get("step_time_half_width_pct"))
     if n == 1:   # nothing projected: the measured compute's interval only
         low, high = math.exp(-t1_rel), math.exp(t1_rel)
@@ -302,8 +302,11 @@ def interval_of(config: Configuration, compute: Compute, net: Network | None, n:
     name = interval.band_name(interval.regime_of_network(config.sharded is not None, net, n),
                               interval.ANCHORED if anchored else "")
     band = band_table[name]
-    eff = interval.bounds(efficiency_pct, band, delta_bw)
-    rate = interval.bounds(samples, band, delta_bw + t1_rel)
+    # the physical limit: 100 % efficiency, and for samples/s the linear bound N × T1's rate (T1 at the
+    # fast end of its own interval)
+    linear = samples / (efficiency_pct / 100) * math.exp(t1_rel)
+    eff = interval.bounds(efficiency_pct, band, delta_bw, interval.LIMIT_PCT)
+    rate = interval.bounds(samples, band, delta_bw + t1_rel, linear)
     return dict(efficiency_pct_low=eff[0], efficiency_pct_high=eff[1], predicted_samples_per_s_low=rate[0],
                 predicted_samples_per_s_high=rate[1],
                 interval_regime=name + (" (pooled band)" if band.pooled else ""))
@@ -422,8 +425,11 @@ def project(config: Configuration, network_name: str, network_at: NetworkAt, wor
             rows.append(_row(config, **row, per_rank_batch=per_rank, reason=str(exc).strip("'\"")))
             continue
         anchor = anchor_of(config, n, network_at, algorithm, physics) if anchored and n > 1 else None
-        step_ms = step.step_ms * (anchor[1] if anchor else 1.0)
         t1 = config.compute.at_batch(t1_batch).step_ms
+        # never faster than linear (the physical limit): an anchor measured below the model's step does
+        # not carry N past T1 (weak scaling) or T1 / N (strong)
+        ideal = t1 / n if config.base["scaling"] == "strong" else t1
+        step_ms = max(step.step_ms * (anchor[1] if anchor else 1.0), ideal)
         eff = (metrics.strong_scaling_efficiency(t1, step_ms, n) if config.base["scaling"] == "strong"
                else metrics.weak_scaling_efficiency(t1, step_ms))
         global_batch = per_rank * n * k

@@ -22,6 +22,14 @@ per row or model:
     predicted  = N · per_gpu_batch_N · k_N · units / step_N
     |error|    = |predicted − published| / published; efficiency = per-GPU throughput over the base's
 
+Another recipe: a row whose table (the group key less the per-GPU batch) has smaller rows, but none of
+its own per-GPU batch, is predicted from the table's base of another recipe (other_recipe_base: its one
+whole node for a row on several nodes when there is one, else its smallest size; the nearest batch ×
+accumulation at that size), with the same formulas: the compute per sample is the base's (m scales with
+the batch, the row's own accumulation is used). Its efficiency is against the linear bound of that
+compute, the per-GPU rate batch_b / m (its own base ran another recipe, so the base's rate is not the
+row's 100 %), and its interval the wider `other recipe` band (bench/project/interval.py).
+
 Anchored (what a run that measured the world sizes between its base and N has, bench/project/project.py
 does the same): when the row's group has rows between the base and the row, the largest of them that is
 in the headline is its anchor A, and the model predicts the change from A rather than the level:
@@ -29,7 +37,8 @@ in the headline is its anchor A, and the model predicts the change from A rather
     predicted_eff = model_eff(N) · published_eff(A) / model_eff(A)       (the same factor on throughput)
 
 — the model's error at A (a harness's data pipeline, clocks, launcher: none of the model's inputs shows
-them) carried to N. `from_base_eff` keeps the model's own prediction; the validator prints both.
+them) carried to N, at most 100 % (the physical limit: an anchor published above the model does not make
+N superlinear). `from_base_eff` keeps the model's own prediction; the validator prints both.
 
 k is the row's grad_accum (empty: 1 — the table states no accumulation — except for STRONG SCALING rows,
 whose accumulation must be stated). Rows the validation predicts but leaves out of its headline, each
@@ -48,7 +57,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.project.interval import ANCHORED, Band, band_name, family_of, regime
+from bench.project.interval import (
+    ANCHORED,
+    LIMIT_PCT,
+    OTHER_RECIPE,
+    Band,
+    band_name,
+    bounds,
+    cap_of,
+    family_of,
+    regime,
+)
 from bench.project.physics import Physics
 from bench.project.sharded import Sharding, estimated_blocks, simulate_sharded, uniform_blocks
 from bench.project.simulate import Compute, simulate_step
@@ -149,11 +168,13 @@ class Prediction:
     anchor_gpus: int | None = None        # the anchor's GPUs (None: predicted from the base alone)
     from_base_eff: float | None = None    # the model's efficiency from the base alone (None: predicted_eff)
     from_base_error_pct: float | None = None
+    other_recipe: bool = False            # the base is of another per-GPU batch or accumulation
 
     @property
     def basis(self) -> str:
-        """The interval's basis (interval.BASES): anchored or from the base alone."""
-        return ANCHORED if self.anchor_gpus is not None else ""
+        """The interval's basis (interval.BASES): anchored, from a base of another recipe, or from the base
+        alone."""
+        return ANCHORED if self.anchor_gpus is not None else OTHER_RECIPE if self.other_recipe else ""
 
     @property
     def band(self) -> str:
@@ -228,10 +249,14 @@ def is_strong(row: pd.Series) -> bool:
     return STRONG in _text(row["notes"])
 
 
+def table_key(row: pd.Series) -> tuple:
+    """GROUP_KEY, and whether the row is strong scaling: the rows a base of another recipe may come from."""
+    return tuple(_text(row[c]) for c in GROUP_KEY) + (("strong",) if is_strong(row) else ())
+
+
 def group_key(row: pd.Series) -> tuple:
-    """GROUP_KEY, plus the per-GPU batch unless the row is strong scaling (module docstring)."""
-    key = tuple(_text(row[c]) for c in GROUP_KEY)
-    return key + (("strong",) if is_strong(row) else (_text(row["per_gpu_batch"]),))
+    """table_key plus the per-GPU batch unless the row is strong scaling (module docstring)."""
+    return table_key(row) + (() if is_strong(row) else (_text(row["per_gpu_batch"]),))
 
 
 def accumulation(row: pd.Series) -> tuple[int, str]:
@@ -292,8 +317,10 @@ def calibrate(step_ms: float, k: int, batch: int, params: int, sharding, net, n:
     return (lo + hi) / 2
 
 
-def predict_row(row: pd.Series, base: pd.Series, physics: Physics) -> Prediction:
-    """One row from its group's base (module docstring); Skip with the reason."""
+def predict_row(row: pd.Series, base: pd.Series, physics: Physics, other_recipe: bool = False) -> Prediction:
+    """One row from its group's base (module docstring), or with `other_recipe` from its table's base of
+    another batch or accumulation (efficiency then against that base's linear bound); Skip with the
+    reason."""
     params = _int(row["params"], "params")
     n, nb = _int(row["gpus"], "gpus"), _int(base["gpus"], "gpus")
     batch, batch_b = _int(row["per_gpu_batch"], "per_gpu_batch"), _int(base["per_gpu_batch"], "per_gpu_batch")
@@ -315,24 +342,30 @@ def predict_row(row: pd.Series, base: pd.Series, physics: Physics) -> Prediction
     sharding, _ = sharding_of(row)
     base_rate, row_rate = per_gpu(base, units), per_gpu(row, units)   # samples/s per GPU
     step_b = batch_b * kb / base_rate * 1e3
-    micro = calibrate(step_b, kb, batch_b, params, sharding, net, nb, physics) * batch / batch_b
-    compute = _compute(micro, k, batch)
+    micro_b = calibrate(step_b, kb, batch_b, params, sharding, net, nb, physics)
+    compute = _compute(micro_b * batch / batch_b, k, batch)
     step = _simulate(compute, params, sharding, net, n, physics)
     predicted_rate = batch * k / step.step_ms * 1e3
+    # 100 %: the base's per-GPU rate; from another recipe, the linear bound of the base's compute
+    reference = batch_b / micro_b * 1e3 if other_recipe else base_rate
     held_out = "; ".join(data_flags(row))
-    if not held_out and row_rate > SUPERLINEAR * base_rate:
-        held_out = (f"published {row_rate / base_rate:.2f}× its base's per-GPU throughput: superlinear "
-                    f"beyond {SUPERLINEAR} (contradicts the base)")
+    if not held_out and row_rate > SUPERLINEAR * reference:
+        what = "the linear bound of its base's compute" if other_recipe else "its base's per-GPU throughput"
+        held_out = (f"published {row_rate / reference:.2f}× {what}: superlinear beyond {SUPERLINEAR} "
+                    "(contradicts the base)")
     name = regime(sharding is not None, row_nodes, system.intra)
     return Prediction(row, base, system.words, name, units_source, compute.step_ms, step.step_ms,
-                      predicted_rate * n * units, row_rate / base_rate, predicted_rate / base_rate,
-                      100 * abs(predicted_rate - row_rate) / row_rate, step.dominant_term, held_out)
+                      predicted_rate * n * units, row_rate / reference, predicted_rate / reference,
+                      100 * abs(predicted_rate - row_rate) / row_rate, step.dominant_term, held_out,
+                      other_recipe=other_recipe)
 
 
 def anchored(p: Prediction, anchor: Prediction) -> Prediction:
     """p predicted as the change from its anchor (module docstring): its efficiency and throughput times
     the anchor's published over predicted efficiency."""
-    ratio = anchor.published_eff / anchor.predicted_eff
+    # at most the physical limit: an anchor published above the model (up to the corpora's 5 % of noise
+    # above linear) does not make N faster than linear
+    ratio = min(anchor.published_eff / anchor.predicted_eff, 1.0 / p.predicted_eff)
     eff = p.predicted_eff * ratio
     # both efficiencies are per-GPU rates over the base's: their ratio is the throughputs' (in any unit)
     return replace(p, predicted=p.predicted * ratio, predicted_eff=eff,
@@ -352,13 +385,13 @@ def unanchored(p: Prediction) -> Prediction:
 
 
 def anchor_all(predictions: list[Prediction]) -> list[Prediction]:
-    """Every prediction of one group anchored to the largest headline prediction of the same base between
-    the base and it, when there is one (module docstring)."""
+    """Every prediction of one table anchored to the largest headline prediction of the same base and the
+    same recipe between the base and it, when there is one (module docstring)."""
     out = []
     for p in predictions:
         n = int(p.row["gpus"])
         below = [q for q in predictions if not q.held_out and q.base.name == p.base.name
-                 and int(q.row["gpus"]) < n]
+                 and group_key(q.row) == group_key(p.row) and int(q.row["gpus"]) < n]
         out.append(anchored(p, max(below, key=lambda q: int(q.row["gpus"]))) if below else p)
     return out
 
@@ -382,25 +415,65 @@ def base_of(group: pd.DataFrame, row: pd.Series) -> tuple[pd.Series | None, str]
     return at.iloc[0], ""
 
 
+def _recipe(row: pd.Series) -> float:
+    """ln(per-GPU batch × accumulation): how far two recipes are apart (other_recipe_base)."""
+    try:
+        return math.log(float(row["per_gpu_batch"]) * accumulation(row)[0])
+    except (Skip, TypeError, ValueError):
+        return math.inf
+
+
+def other_recipe_base(table: pd.DataFrame, row: pd.Series) -> pd.Series:
+    """The row's base in its table when none of the table's smaller rows has its recipe: as base_of picks
+    the size (one whole node for a row on several nodes when the table has one, else the smallest), and
+    at that size the row whose per-GPU batch × accumulation is nearest the row's (the first on a tie)."""
+    smaller = table[table["gpus"] < int(row["gpus"])]
+    size = int(smaller["gpus"].min())
+    g = _per_node(row)
+    if int(row["gpus"]) > g and (smaller["gpus"] == g).any():
+        size = g
+    at = smaller[smaller["gpus"] == size]
+    want = _recipe(row)
+    return min((r for _, r in at.iterrows()), key=lambda r: abs(_recipe(r) - want))
+
+
+def without_base(corpus: pd.DataFrame) -> list[tuple[pd.Series, str]]:
+    """The rows no other row of their table is smaller than (each table's smallest size), with why: what
+    every other row is predicted from, themselves predicted from nothing."""
+    corpus = corpus.copy()
+    corpus["gpus"] = pd.to_numeric(corpus["gpus"], errors="coerce")
+    out = []
+    for _, table in corpus.groupby(corpus.apply(table_key, axis=1), sort=False):
+        at = table[table["gpus"] == table["gpus"].min()]
+        why = (f"the smallest size of its table ({int(table['gpus'].min())} GPUs): nothing smaller to "
+               "predict it from" + (f", {len(at)} rows there" if len(at) > 1 else ""))
+        out += [(row, why) for _, row in at.iterrows()]
+    return out
+
+
 def validate(corpus: pd.DataFrame, physics: Physics, anchor: bool = False
              ) -> tuple[list[Prediction], list[tuple[pd.Series, str]], int]:
-    """(predictions, skipped rows with reasons, rows that have a base): every row above its group's smallest
-    one, from its base (base_of) — the question a user with one node's measurement asks — and with `anchor`,
-    anchored where the group has a row between (anchor_all: what a run that measured those sizes knows). A
-    base that is itself data-FLAGged makes its rows held out (predicted, reported apart)."""
+    """(predictions, skipped rows with reasons, rows that have a base): every row above its table's smallest
+    size, from its base (base_of on its own recipe's rows; other_recipe_base when none of them is smaller)
+    — the question a user with one node's measurement asks — and with `anchor`, anchored where the group
+    has a row between (anchor_all: what a run that measured those sizes knows). A base that is itself
+    data-FLAGged makes its rows held out (predicted, reported apart)."""
     predictions, skipped, eligible = [], [], 0
     corpus = corpus.copy()
     corpus["gpus"] = pd.to_numeric(corpus["gpus"], errors="coerce")
-    for _, group in corpus.groupby(corpus.apply(group_key, axis=1), sort=False):
+    corpus["_recipe"] = corpus.apply(group_key, axis=1)
+    for _, table in corpus.groupby(corpus.apply(table_key, axis=1), sort=False):
         mine = []
-        for _, row in group[group["gpus"] > group["gpus"].min()].iterrows():
-            base, why = base_of(group, row)
+        for _, row in table[table["gpus"] > table["gpus"].min()].iterrows():
+            group = table[[key == row["_recipe"] for key in table["_recipe"]]]   # tuples, not list-likes
+            other = not (group["gpus"] < row["gpus"]).any()
+            base, why = (other_recipe_base(table, row), "") if other else base_of(group, row)
             if base is None:
                 skipped.append((row, why))
                 continue
             eligible += 1
             try:
-                p = predict_row(row, base, physics)
+                p = predict_row(row, base, physics, other_recipe=other)
             except Skip as exc:
                 skipped.append((row, str(exc)))
                 continue
@@ -428,15 +501,41 @@ def residual(p: Prediction) -> float:
     return math.log(p.published_eff / p.predicted_eff)
 
 
-def bases_of(p: Prediction) -> list[tuple[str, float]]:
-    """(band, residual) of a prediction on every basis it has: from the base alone always (its from-base
-    efficiency when anchored), and anchored when it is. Every row thus trains the from-base band of its
-    regime, whatever its size: a projection from one node to 64 nodes with nothing measured between is
-    judged by the errors of every such prediction, not only of the first size above a base."""
-    out = [(band_name(p.regime), math.log(p.published_eff / (p.from_base_eff or p.predicted_eff)))]
+def bases_of(p: Prediction) -> list[tuple[str, float, float]]:
+    """(band, residual, cap: interval.Residual) of a prediction on every basis it has: from its base alone
+    always (its from-base efficiency when anchored; the other-recipe band when the base is of another
+    recipe), and anchored when it is. Every row thus trains the from-base band of its regime, whatever its
+    size: a projection from one node to 64 nodes with nothing measured between is judged by the errors of
+    every such prediction, not only of the first size above a base."""
+    first = p.from_base_eff or p.predicted_eff
+    out = [(band_name(p.regime, OTHER_RECIPE if p.other_recipe else ""), math.log(p.published_eff / first),
+            cap_of(first))]
     if p.anchor_gpus is not None:
-        out.append((p.band, residual(p)))
+        out.append((p.band, residual(p), cap_of(p.predicted_eff)))
     return out
+
+
+def assumed(p: Prediction) -> tuple[str, ...]:
+    """What the prediction took as assumed rather than measured, the reasons its interval is as wide as it
+    is: `1-GPU base` (nothing the base measured ran more than one GPU: DDP, the launcher, a node's shared
+    data pipeline, all-GPU clocks never seen), `fabric assumed` (the table does not state its
+    interconnect: a reference configuration's), `accumulation assumed` (none stated: 1), `other recipe`
+    (a base of another batch or accumulation)."""
+    out = []
+    if int(p.base["gpus"]) == 1:
+        out.append("1-GPU base")
+    if "not stated" in _text(p.row["interconnect"]).lower():
+        out.append("fabric assumed")
+    if _text(p.row["grad_accum"]) == "":
+        out.append("accumulation assumed")
+    if p.other_recipe:
+        out.append("other recipe")
+    return tuple(out)
+
+
+def interval_pct(p: Prediction, band: Band) -> tuple[float, float]:
+    """The prediction's 90 % interval on efficiency (%), clamped at the limit (interval.bounds)."""
+    return bounds(100 * p.predicted_eff, band, 0.0, LIMIT_PCT)
 
 
 def score(predictions: list[Prediction], bands: dict, held_out: dict, unit: str = "source") -> list[Scored]:
@@ -447,8 +546,8 @@ def score(predictions: list[Prediction], bands: dict, held_out: dict, unit: str 
     for p in predictions:
         key = _text(p.row["source_id"]) if unit == "source" else family_of(_text(p.row["model"]))
         chosen = held_out.get(key, bands)[p.band]
-        r = residual(p)
-        out.append(Scored(p, chosen, chosen.contains(r), chosen.width_points(100 * p.predicted_eff)))
+        out.append(Scored(p, chosen, chosen.contains(residual(p), cap_of(p.predicted_eff)),
+                          chosen.width_points(100 * p.predicted_eff)))
     return out
 
 

@@ -87,8 +87,11 @@ def headline_numbers(results: pd.DataFrame, ranked: pd.DataFrame) -> pd.DataFram
     table = tables.scaling_table(results, cell["scaling"])
     mine = table[table["cell_id"] == cell["cell_id"]]
     eff = mine["efficiency_pct"].iloc[0] if "efficiency_pct" in mine and len(mine) else float("nan")
-    low, high = (eff * cell["step_time_ms_p50"] / cell.get("step_time_ms_ci95_high", float("nan")),
-                 eff * cell["step_time_ms_p50"] / cell.get("step_time_ms_ci95_low", float("nan")))
+    # truncated at 100 %, the physical limit (a confidence interval cut to the possible values keeps its
+    # coverage; the measured value itself is printed as measured)
+    p50 = cell["step_time_ms_p50"]
+    low, high = (min(100.0, eff * p50 / cell.get(f"step_time_ms_ci95_{end}", float("nan")))
+                 for end in ("high", "low"))
     rows.append((f"{cell['scaling']} scaling efficiency", *_interval(eff, low, high, ".1f", " %"),
                  f"{where} against 1 rank (T₁ at its median)"))
     step, exposed = cell["step_time_ms_p50"], tables.exposed_comms(cell.to_frame().T).iloc[0]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import run_folder
+from bench.project.interval import LIMIT_PCT
 from bench.project.project import configurations
 from bench.project.simulate import TERMS
 from bench.report.projection_figure import efficiency_figure
@@ -52,8 +53,10 @@ def interval_by_world_size(projection: pd.DataFrame) -> pd.DataFrame | None:
         row = {"network": network, "cell_id": cell_id}
         predicted = group.dropna(subset=["efficiency_pct"])
         for _, r in predicted.iterrows():
-            row[f"ws{int(r['world_size'])}"] = (f"{r['efficiency_pct']:.0f} % ({r['efficiency_pct_low']:.0f}–"
-                                                f"{r['efficiency_pct_high']:.0f})")
+            # at most 100 % (a projection.csv written before the limit was applied may reach past it)
+            eff, low, high = (min(LIMIT_PCT, r[c]) for c in ("efficiency_pct", "efficiency_pct_low",
+                                                              "efficiency_pct_high"))
+            row[f"ws{int(r['world_size'])}"] = f"{eff:.0f} % ({low:.0f}–{high:.0f})"
         regimes = [str(x) for x in predicted["interval_regime"].dropna().unique()
                    if not str(x).startswith("none")]
         row["error band"] = ", ".join(regimes)
