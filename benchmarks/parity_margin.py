@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'ratio min/med/max':>20}  verdicts")
             for name in dict.fromkeys(r["engine"] for r in rows):
                 mine = [r for r in rows if r["engine"] == name]
+                if mine[0]["parity_gate"].startswith("failed"):
+                    print(f"{name:<22} {mine[0]['parity_gate'][:90]}")
+                    continue
                 ratios = sorted(r["ratio"] for r in mine)
                 loss_bounds = [r["parity_loss_bound"] for r in mine if r["parity_loss_bound"] is not None]
                 verdicts = sorted({r["parity_gate"].split(" ")[0] for r in mine})
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             broken = [r for r in rows if r["engine"].split(" ")[-1] in DROPPING]
             worst, best = max(r["ratio"] for r in honest), min(r["ratio"] for r in broken)
             ok = all(r["parity_gate"].startswith("passed") for r in honest) and all(
-                r["parity_gate"] == "diverged" for r in broken)
+                r["parity_gate"] == "diverged" or r["parity_gate"].startswith("failed") for r in broken)
             subtle = {m: min(r["ratio"] for r in rows if r["engine"] == f"fsdp2 {m}")
                       for m in MUTANTS if m not in DROPPING}
             summary.append((model_size, precision, worst, best, ok, subtle))
