@@ -37,3 +37,33 @@ def one_rank_group(tmp_path):
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     yield
     dist.destroy_process_group()
+
+
+# Every advice/ folder a test leaves behind is checked by a second witness (tests/advice_check.py): no row of
+# advice.csv and no sentence of advice.md says what its interval does not. A test's own tmp_path at its
+# teardown (an error of that test); what module- or session-scoped fixtures wrote, once at the session's end.
+_ADVICE_SEEN: set = set()
+
+
+@pytest.fixture(autouse=True)
+def advice_follows_its_intervals(request):
+    yield
+    tmp = request.node.funcargs.get("tmp_path") if hasattr(request.node, "funcargs") else None
+    if tmp is not None:
+        from advice_check import check_tree
+
+        found = check_tree(tmp, _ADVICE_SEEN)
+        assert not found, "advice contradicts its intervals:\n" + "\n".join(found)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None or factory._basetemp is None:
+        return
+    from advice_check import check_tree
+
+    found = check_tree(factory.getbasetemp(), _ADVICE_SEEN)
+    if found:
+        session.config.get_terminal_writer().line(
+            "advice contradicts its intervals (tests/advice_check.py):\n" + "\n".join(found), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -78,6 +78,25 @@ def _advise(run_dir, *extra):
     return main(["advise", str(run_dir), "--target-gpus", "8", "--network", "ib-ndr400", *extra])
 
 
+def _printed(capsys) -> tuple[str, list[str]]:
+    """(the verdict, the answer's lines) as `bench advise` printed them: the first line, then the indented
+    ones under it."""
+    out = capsys.readouterr().out.splitlines()
+    lines = []
+    for line in out[1:]:
+        if not line.startswith("  "):
+            break
+        lines.append(line.strip())
+    return out[0], lines
+
+
+def _line(lines: list[str], key: str) -> str:
+    """The answer's line led by `key` ("recipe", "baseline", "target", …)."""
+    found = [line for line in lines if line.startswith(key + ": ")]
+    assert len(found) == 1, (key, lines)
+    return found[0]
+
+
 def _ranked(run_dir) -> pd.DataFrame:
     advice = pd.read_csv(run_dir / "advice" / "advice.csv")
     return advice[advice["rank"].notna()]
@@ -122,36 +141,48 @@ def test_one_recipe_and_every_speedup_read_back_equals_results(run_dir, capsys):
     assert by.loc["overlap", "verdict_vs_baseline"] == "faster"
     weak_torch = ranked[(ranked["engine"] == "torch") & ~ranked["baseline"]].iloc[0]
     assert weak_torch["verdict_vs_baseline"] == "within noise"
-    answer = capsys.readouterr().out.splitlines()[0]
-    assert "This run also measured global batch 32 at 2 ranks" in answer
+    _, lines = _printed(capsys)
+    assert _line(lines, "other recipes").startswith("other recipes: this run also measured global batch 32 "
+                                                    "at 2 ranks")
 
 
 def test_the_answer_names_the_simplest_winner_and_every_number_is_in_advice_csv(run_dir, capsys):
     assert _advise(run_dir) == 0
-    answer = capsys.readouterr().out.splitlines()[0]
+    head, lines = _printed(capsys)
     ranked = _ranked(run_dir)
     use = ranked[ranked["answer_role"] == "use"].iloc[0]
     # bucketed (rank 1) and overlap are both faster, not tied (1,600 [1,561, 1,641] and 1,407 [1,391, 1,422]
     # samples/s do not overlap): bucketed is named, with what it changes: engine and accumulation split
     assert use["engine"] == "bucketed"
     s, low, high = (use[f"speedup_vs_baseline{end}"] for end in ("", "_ci95_low", "_ci95_high"))
-    assert answer.startswith(f"Use bucketed, accumulation 2 (per-GPU batch 16): {s:.2f}× [{low:.2f}, "
-                             f"{high:.2f}] torch DDP's defaults at global batch 64 (2 ranks, fp32); at 8 "
-                             f"GPUs on ib-ndr400 expect "
+    assert head == (f"Use bucketed, accumulation 2 (per-GPU batch 16): {s:.2f}× [{low:.2f}, {high:.2f}] the "
+                    f"speed of torch DDP's defaults."), head
+    assert _line(lines, "recipe") == "recipe: global batch 64 at 2 ranks, fp32"
+    assert _line(lines, "baseline") == ("baseline: torch DDP's defaults = torch DDP, 25 MiB buckets, fp32, "
+                                        "per-GPU batch 32")
+    # bucketed was not stepped beside torch; Holm over 3 comparisons (overlap, bucketed, torch weak)
+    assert _line(lines, "verdict") == ("verdict: faster beyond the noise after Holm's correction over 3 "
+                                       "comparisons, from the two cells' own intervals (not stepped side by "
+                                       "side)")
+    target = _line(lines, "target")
+    assert target.startswith(f"target: at 8 GPUs on ib-ndr400 expect "
                              f"{use['projected_efficiency'] * 100:.0f} % "
                              f"[{use['projected_efficiency_low'] * 100:.0f}, "
                              f"{use['projected_efficiency_high'] * 100:.0f}] efficiency "
                              f"({use['projected_samples_per_s']:,.0f} samples/s; per-GPU batch "
-                             f"{int(use['projected_per_rank_batch'])}, the recipe kept)"), answer
+                             f"{int(use['projected_per_rank_batch'])}, the recipe kept)"), target
+    answer = "\n".join([head, *(line for line in lines if not line.startswith("other recipes"))])
     from_files = {f"{use[c]:.2f}" for c in ("speedup_vs_baseline", "speedup_vs_baseline_ci95_low",
                                              "speedup_vs_baseline_ci95_high")}
     from_files |= {f"{use[c] * 100:.0f}" for c in ("projected_efficiency", "projected_efficiency_low",
                                                     "projected_efficiency_high")}
     from_files |= {f"{use['projected_samples_per_s']:,.0f}",
                    str(int(use["projected_per_rank_batch"])), "2", "16", "64", "8", "400", "32"}
-    assert set(re.findall(r"\d[\d,.]*\d|\d", answer.split(" This run")[0])) <= from_files, answer
+    base = ranked[ranked["baseline"]].iloc[0]  # its bucket size; Holm's family: the rows with a p
+    from_files |= {f"{base['bucket_cap_mb']:g}", str(int(ranked["speedup_p"].notna().sum()))}
+    assert set(re.findall(r"\d[\d,.]*\d|\d", answer)) <= from_files, answer
     md = (run_dir / "advice" / "advice.md").read_text()
-    assert answer in md and "CPU run" in md
+    assert "\n".join([head, "", *(f"- {line}" for line in lines)]) in md and "CPU run" in md
 
 
 def _tied_rows(a_step, b_step):
@@ -170,7 +201,7 @@ def test_two_runs_whose_tied_winners_swap_give_one_headline(tmp_path, capsys):
     for name, (a, b) in (("one", (40.0, 40.5)), ("two", (40.5, 40.0))):
         run = _write(tmp_path, _tied_rows(a, b), name)
         assert _advise(run) == 0
-        heads.append(capsys.readouterr().out.splitlines()[0].split(":")[0])
+        heads.append(_printed(capsys)[0].split(":")[0])
         ranked = _ranked(run)
         named = ranked.loc[ranked["answer_role"].isin(["use", "tied"]), "engine"]
         assert set(named) == {"overlap", "bucketed"}
@@ -184,10 +215,10 @@ def test_tied_with_the_baseline_keeps_torch_ddp_defaults(tmp_path, capsys):
             _cell("overlap", 2, 49.8, 49.3, 50.3, paired=(1.004, 0.99, 1.02, 0.6))]
     run = _write(tmp_path, rows)
     assert _advise(run) == 0
-    answer = capsys.readouterr().out.splitlines()[0]
-    assert answer.startswith("Keep torch DDP's defaults (torch DDP, 25 MiB buckets, fp32, per-GPU batch "
-                             "32): nothing measured at global batch 64 (2 ranks, fp32) is faster beyond the "
-                             "noise (the best other, overlap, is 1.00× [0.99, 1.02])"), answer
+    head, lines = _printed(capsys)
+    assert head == "Keep torch DDP's defaults: nothing measured is faster beyond the noise."
+    assert _line(lines, "closest") == ("closest: overlap, 1.00× [0.99, 1.02], within noise (its interval "
+                                       "holds 1)")
     roles = _ranked(run).set_index("engine")["answer_role"]
     assert roles["torch"] == "keep" and roles["overlap"] == "contender"
 
@@ -198,12 +229,14 @@ def test_wide_intervals_say_no_clear_winner_and_what_to_run(tmp_path, capsys):
             _cell("overlap", 2, 45.0, 30.0, 70.0, paired=(1.11, 0.6, 1.9, 0.5))]
     run = _write(tmp_path, rows)
     assert _advise(run) == 0
-    answer = capsys.readouterr().out.splitlines()[0]
-    assert answer.startswith("No clear winner at this precision: at global batch 64 (2 ranks, fp32) the "
-                             "best, overlap, is 1.11× [0.60, 1.90] torch DDP's defaults, and 1 of 1 "
-                             "configurations have no speedup interval or one wider than ±10 %; keep torch "
-                             "DDP's defaults"), answer
-    assert "`python -m bench run --config gpu-node --set run.target_ci_pct=2`" in answer  # env.json's command
+    head, lines = _printed(capsys)
+    assert head == "Keep torch DDP's defaults for now: no clear winner at fp32."
+    assert _line(lines, "closest") == ("closest: overlap, 1.11× [0.60, 1.90], within noise (its interval "
+                                       "holds 1); 1 of 1 configurations could still be faster: no speedup "
+                                       "interval, or one wider than ±10 %")
+    # env.json's command, with the adaptive rounds on
+    assert _line(lines, "to separate them") == ("to separate them: `python -m bench run --config gpu-node "
+                                                "--set run.target_ci_pct=2`")
 
 
 def test_a_recipe_that_does_not_divide_holds_the_per_gpu_batch_and_says_the_global_batch(run_dir, capsys):
@@ -214,9 +247,9 @@ def test_a_recipe_that_does_not_divide_holds_the_per_gpu_batch_and_says_the_glob
     base = ranked.loc["torch-mlp.tiny-ws2-b25-fp32-cnone-ga1-strong-gb64"]
     assert (base["projected_per_rank_batch"], base["projected_global_batch"]) == (32, 96)
     assert ranked["projected_efficiency"].notna().all()  # every ranked row, rank 1 included, is projected
-    answer = capsys.readouterr().out.splitlines()[0]
+    _, lines = _printed(capsys)
     assert ("per-GPU micro-batch 16 held: global batch 96 there, as 32 samples per micro-step do not divide "
-            "among 3 ranks") in answer
+            "among 3 ranks") in _line(lines, "target")
     # at 8 ranks the recipe divides: kept
     assert _advise(run_dir) == 0
     assert set(_ranked(run_dir)["projected_global_batch"]) == {64}
@@ -239,7 +272,8 @@ def test_memory_filter_reads_device_used_then_reserved_then_peak_and_lists_what_
     # the failed naive cell of the recipe and the two excluded ones are in the answer's "did not make it"
     md = (run / "advice" / "advice.md").read_text()
     assert "## Did not make it" in md and "failed: boom" in md
-    assert re.search(r"not ranked: naive-\S+-ws2-\S+: failed: boom", printed)
+    assert re.search(r"not ranked: naive-\S+-ws2-\S+: failed: boom \(the whole error: \S+results.csv "
+                     r"`error`; the ranks' output: \S+/logs/\)", printed)
 
 
 @pytest.mark.parametrize("extra, words", [
@@ -369,3 +403,159 @@ def test_the_projections_interval_travels_into_the_sentence_when_projection_csv_
                             "[72, 88] efficiency"), words
     assert words.endswith("the loss is the exposed all-reduce of the last buckets (they become ready too "
                           "late to hide)")
+
+
+# ---- one rule for every word (bench/advise/verdict.py; the second witness: tests/advice_check.py) ----------
+
+def _family(*others, precision="fp32"):
+    """torch 50 ms [49.5, 50.5] at 2 ranks and `others` (engine, paired (ratio, low, high, p)) stepped beside
+    it, each at the step its ratio gives; the 1-rank cells the projection needs."""
+    rows = [_cell("torch", 1, 90.0, 89.0, 91.0, precision=precision),
+            _cell("torch", 2, 50.0, 49.5, 50.5, precision=precision)]
+    for engine, paired in others:
+        step = 50.0 / paired[0]
+        rows += [_cell(engine, 1, 90.0, 89.0, 91.0, precision=precision),
+                 _cell(engine, 2, step, step * 0.99, step * 1.01, paired=paired, precision=precision)]
+    return rows
+
+
+def test_an_interval_below_1_that_does_not_survive_holm_is_slower_before_correction_everywhere(tmp_path,
+                                                                                               capsys):
+    # overlap 0.49× [0.43, 0.55] with p 0.03: the smallest of 3 p's, 0.03 > 0.05 / 3, so Holm keeps none.
+    # Before: verdict "within noise" while its why said "beyond the noise".
+    run = _write(tmp_path, _family(("overlap", (0.49, 0.43, 0.55, 0.03)),
+                                   ("bucketed", (1.004, 0.99, 1.02, 0.6)),
+                                   ("fsdp2", (1.01, 0.98, 1.04, 0.5))))
+    assert _advise(run) == 0
+    head, lines = _printed(capsys)
+    by = _ranked(run).set_index("engine")
+    assert by.loc["overlap", "verdict_vs_baseline"] == "slower before correction"
+    assert by.loc["overlap", "why"].endswith("against the baseline: 0.49× [0.43, 0.55], slower before "
+                                             "correction (within noise after Holm's correction over 3 "
+                                             "comparisons)")
+    assert "beyond the noise" not in by.loc["overlap", "why"]
+    assert by.loc["bucketed", "verdict_vs_baseline"] == "within noise"
+    assert head == "Keep torch DDP's defaults: nothing measured is faster beyond the noise."
+    # the closest is the best-ranked other that is not below 1: fsdp2 (1.01×), not overlap
+    assert _line(lines, "closest").startswith("closest: fsdp2, 1.01× [0.98, 1.04], within noise")
+
+
+def test_when_every_other_is_slower_the_answer_keeps_the_defaults_and_calls_none_the_best(tmp_path, capsys):
+    # fsdp2 0.66× [0.55, 0.73] (wider than ±10 %) and overlap 0.60× [0.58, 0.62], both measured slower.
+    # Before: "No clear winner … the best, fsdp2, is 0.66× [0.55, 0.73]".
+    run = _write(tmp_path, _family(("fsdp2", (0.66, 0.55, 0.73, 1e-4)),
+                                   ("overlap", (0.60, 0.58, 0.62, 1e-5))))
+    assert _advise(run) == 0
+    head, lines = _printed(capsys)
+    assert head == "Keep torch DDP's defaults: nothing measured is faster beyond the noise."
+    assert _line(lines, "closest") == (
+        "closest: every other configuration's interval lies below 1 (slower); the nearest, fsdp2, is 0.66× "
+        "[0.55, 0.73], slower beyond the noise after Holm's correction over 2 comparisons")
+    roles = _ranked(run).set_index("engine")["answer_role"]
+    assert roles["torch"] == "keep" and roles["fsdp2"] == "contender"
+
+
+def _two_precisions():
+    """fp32: overlap faster than torch (1.10× [1.06, 1.15]); bf16: overlap within noise (1.00× [0.99, 1.02]).
+    fp32's overlap is the fastest row of all."""
+    fp32 = _family(("overlap", (1.10, 1.06, 1.15, 0.0002)))
+    bf16 = _family(("overlap", (1.004, 0.99, 1.02, 0.6)), precision="bf16")
+    for r in bf16:  # bf16 slower than fp32 on this CPU-like run: fp32's rows rank first
+        for key in ("step_time_ms_p50", "step_time_ms_ci95_low", "step_time_ms_ci95_high"):
+            r[key] = r[key] * 1.5
+        r["samples_per_s"] = r["global_batch"] / r["step_time_ms_p50"] * 1e3
+    return fp32 + bf16
+
+
+def test_the_answer_is_in_bf16_when_both_were_measured_and_in_the_precision_asked(tmp_path, capsys):
+    run = _write(tmp_path, _two_precisions())
+    assert _advise(run) == 0
+    head, lines = _printed(capsys)
+    assert head == "Keep torch DDP's defaults: nothing measured is faster beyond the noise."
+    assert _line(lines, "recipe") == ("recipe: global batch 64 at 2 ranks, bf16 (this run also measured fp32 "
+                                      "here: `--precision fp32` for it)")
+    assert _line(lines, "baseline").endswith(", bf16, per-GPU batch 32")
+    assert _advise(run, "--precision", "fp32") == 0
+    head, lines = _printed(capsys)
+    assert head.startswith("Use overlap: 1.10× [1.06, 1.15] the speed of torch DDP's defaults.")
+    assert _line(lines, "recipe").startswith("recipe: global batch 64 at 2 ranks, fp32 (this run also "
+                                             "measured bf16")
+    # one baseline for every row, at bf16: the answer is at bf16 and is never "Use" with no baseline beside it
+    assert _advise(run, "--baseline", "precision=bf16") == 0
+    head, lines = _printed(capsys)
+    assert head == "Keep the baseline precision=bf16: nothing measured is faster beyond the noise."
+    assert _line(lines, "recipe").startswith("recipe: global batch 64 at 2 ranks, bf16")
+
+
+@pytest.mark.parametrize("extra, words", [
+    (("--precision", "fp16"), "--precision=fp16: not measured at global batch 64 (2 ranks); this run has "
+                              "['bf16', 'fp32'] there"),
+    (("--precision", "fp8"), "--precision='fp8': not one of ['fp32', 'tf32', 'bf16', 'fp16']"),
+    (("--precision", "fp32", "--baseline", "precision=bf16"),
+     "--precision=fp32 and --baseline precision=bf16"),
+    (("--baseline", "engine=torch,engine=naive"), "--baseline='engine=torch,engine=naive': engine is given "
+                                                  "twice"),
+])
+def test_precision_and_baseline_mistakes_exit_2_and_write_nothing(tmp_path, capsys, extra, words):
+    run = _write(tmp_path, _two_precisions())
+    assert _advise(run, *extra) == 2
+    assert words in capsys.readouterr().err
+    assert not (run / "advice").exists()
+
+
+def test_the_answer_names_the_baseline_it_used(run_dir, capsys):
+    # against overlap, torch's strong cell is 45.5 / 50 = 0.91× from the two medians: the sentence says so
+    assert _advise(run_dir, "--baseline", "engine=overlap") == 0
+    head, lines = _printed(capsys)
+    assert "torch DDP's defaults" not in head + "".join(lines), (head, lines)
+    assert "the baseline engine=overlap" in head
+    assert _line(lines, "baseline").startswith("baseline: the baseline engine=overlap = overlap, 25 MiB "
+                                               "buckets")
+
+
+def test_a_failed_configuration_is_one_line_with_its_cause_and_where_the_error_is(tmp_path, capsys):
+    # a user's module that fsdp2 cannot shard: the error's first line, then its traceback and the module's
+    # repr (30 lines before); the advice keeps the first line and says where the rest is
+    error = ("TypeError: fully_shard does not support containers that do not implement forward: ModuleList(\n"
+             + "".join(f"  ({i}): Block(\n    (attn): Linear(in_features=64, out_features=64)\n  )\n"
+                       for i in range(10)) + ")\n…\n  File \"bench/engines/fsdp2.py\", line 80, in wrap")
+    rows = _rows() + [row("fsdp2", 2, None, status="failed", error=error, device="cpu")]
+    run = _write(tmp_path, rows)
+    assert _advise(run) == 0
+    printed = capsys.readouterr().out.splitlines()
+    failed = [line for line in printed if line.startswith("not ranked: fsdp2")]
+    assert failed == [f"not ranked: {rows[-1]['cell_id']}: failed: TypeError: fully_shard does not support "
+                      f"containers that do not implement forward: ModuleList( (the whole error: "
+                      f"{run}/results.csv `error`; the ranks' output: {run}/logs/)"]
+    assert not any("Block(" in line or "File " in line for line in printed)
+
+
+def test_the_second_witness_finds_each_contradiction_the_issue_saw(tmp_path):
+    # hand-written advice files with the three contradictions of issue 46; advice_check must name each
+    from advice_check import contradictions
+
+    base = {"rank": 1, "baseline": True, "precision": "fp32", "samples_per_s": 1000.0, "cell_id": "torch-a",
+            "speedup_vs_baseline": 1.0, "speedup_vs_baseline_ci95_low": None,
+            "speedup_vs_baseline_ci95_high": None, "speedup_p": None, "verdict_vs_baseline": "",
+            "answer_role": "unclear", "why": "highest median throughput at this recipe; the baseline itself"}
+    slow = {**base, "rank": 2, "baseline": False, "cell_id": "fsdp2-a", "samples_per_s": 660.0,
+            "speedup_vs_baseline": 0.49, "speedup_vs_baseline_ci95_low": 0.43,
+            "speedup_vs_baseline_ci95_high": 0.55, "speedup_p": 0.03, "verdict_vs_baseline": "within noise",
+            "answer_role": "contender", "why": "34.0 % below the best, beyond the noise"}
+    wide = {**slow, "rank": 3, "cell_id": "overlap-a", "speedup_vs_baseline": 0.9,
+            "speedup_vs_baseline_ci95_low": 0.5, "speedup_vs_baseline_ci95_high": 1.6, "speedup_p": 0.7,
+            "answer_role": "", "why": "tied: its 95 % interval overlaps the best one's"}
+    folder = tmp_path / "advice"
+    folder.mkdir()
+    pd.DataFrame([base, slow, wide]).to_csv(folder / "advice.csv", index=False)
+    (folder / "advice.md").write_text("# Advice\n\nNo clear winner at this precision: at global batch 64 the "
+                                      "best, fsdp2, is 0.49× [0.43, 0.55] torch DDP's defaults.\n")
+    found = "\n".join(contradictions(folder))
+    assert "fsdp2-a: why says beyond the noise" in found
+    assert "fsdp2-a: verdict 'within noise', its interval and p say 'slower before correction'" in found
+    assert "contender fsdp2-a lies below 1 while overlap-a does not" in found
+    assert "an interval below 1 is called the best or advised" in found
+    (folder / "advice.md").write_text("# Advice\n\nUse torch DDP: 1,000 samples/s, no torch DDP baseline "
+                                      "measured there.\n")
+    assert "answer says Use without a baseline measured beside it" in "\n".join(contradictions(folder))
+    shutil.rmtree(folder)  # made wrong on purpose: not for conftest's check of what tests leave behind

@@ -1,11 +1,12 @@
 """The advice in words: the answer written from advice.csv's rows and nothing else.
 
-Every number in it is a column of advice.csv (tests/test_advise.py reads them back from the file), so the
-answer cannot say what the table does not. Its first words are what to do (advice.csv `answer_role`, see
-choice.py): "Use …", "Keep torch DDP's defaults …", "No clear winner at this precision …"; then how much
-faster than torch DDP's defaults, with the 95 % interval, at the recipe; then what to expect at the target.
+Every number in it is a column of advice.csv (tests/test_advise.py reads them back from the file), and every
+verdict word is the row's `verdict_vs_baseline` (verdict.py, the one rule), so the answer cannot say what the
+table does not. It is a short verdict a user can read aloud, what to do (advice.csv `answer_role`, see
+choice.py): "Use …", "Keep torch DDP's defaults …", "Keep … for now: no clear winner …", "No advice against
+…"; then short lines, each led by what it is about: the recipe and precision, the baseline, the verdict or
+the closest other configuration, the target's expectation, the run's other recipes.
 """
-
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from bench import engines, stats
-from bench.advise.choice import NAMED, wide
+from bench.advise import verdict
+from bench.advise.choice import NAMED, could_be_faster, wide
+from bench.advise.verdict import speedup_words
 
 # the projection's dominant loss (advise.api.dominant_loss: projection.csv's `dominant_term`, else its
 # `bottleneck`) → what the step loses at the target, after "the loss is"
@@ -92,14 +95,6 @@ def _equal(a, b) -> bool:
     return str(a) == str(b)
 
 
-def speedup_words(row: pd.Series) -> str:
-    """'1.18× [1.12, 1.24]' (the interval's bounds as written in advice.csv, to 2 decimals)."""
-    s = f"{row['speedup_vs_baseline']:.2f}×"
-    if pd.notna(row["speedup_vs_baseline_ci95_low"]) and pd.notna(row["speedup_vs_baseline_ci95_high"]):
-        s += f" [{row['speedup_vs_baseline_ci95_low']:.2f}, {row['speedup_vs_baseline_ci95_high']:.2f}]"
-    return s
-
-
 def projection_words(row: pd.Series, target: Target, recipe: int) -> str:
     """What to expect at the target for `row`: efficiency with its interval when projection.csv has one,
     throughput, the batch there (the recipe kept, or the per-GPU micro-batch held and the global batch it
@@ -126,50 +121,106 @@ def projection_words(row: pd.Series, target: Target, recipe: int) -> str:
             f"({row['projected_samples_per_s']:,.0f} samples/s; {batch}); the loss is {loss}")
 
 
-def answer(advice: pd.DataFrame, keys: list[str], target: Target, other_recipes: list[int],
-           run_dir: str, remeasure: str) -> str:
-    """The answer (module docstring) from advice.csv's rows: `answer_role` says which rows it names."""
+@dataclass(frozen=True)
+class Answer:
+    """The answer: `verdict`, one sentence a user can read aloud; `lines`, the rest, each led by what it is
+    about ("recipe: …", "baseline: …", "target: …")."""
+
+    verdict: str
+    lines: tuple[str, ...] = ()
+
+    def printed(self) -> list[str]:
+        """As `bench advise` prints it: the verdict, then each line indented."""
+        return [self.verdict, *(f"  {line}" for line in self.lines)]
+
+    def markdown(self) -> str:
+        """As advice.md writes it (from_markdown reads it back): the verdict, a blank line, a list."""
+        return "\n".join([self.verdict, "", *(f"- {line}" for line in self.lines)])
+
+    @classmethod
+    def from_markdown(cls, text: str) -> Answer:
+        """The answer of markdown() at the start of `text` (after advice.md's title), up to the first line
+        that is neither the verdict nor a list item."""
+        body = [line for line in text.splitlines() if line.strip() and not line.startswith("# ")]
+        if not body:
+            return cls("")
+        lines = []
+        for line in body[1:]:
+            if not line.startswith("- "):
+                break
+            lines.append(line[2:])
+        return cls(body[0], tuple(lines))
+
+
+def baseline_name(spec: dict) -> str:
+    """What the speedups are against, as the answer names it: torch DDP's defaults, or the --baseline."""
+    if not spec:
+        return "torch DDP's defaults"
+    return "the baseline " + ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                      for k, v in spec.items())
+
+
+def answer(advice: pd.DataFrame, keys: list[str], target: Target, other_recipes: list[int], run_dir: str,
+           remeasure: str, precision: str, precisions: list[str], spec: dict | None = None) -> Answer:
+    """The answer (module docstring) at `precision` from advice.csv's rows: `answer_role` says which rows it
+    names; `precisions` are those the recipe was measured at, `spec` the --baseline (empty: the defaults)."""
     role = advice["answer_role"].fillna("")
     named = advice[role.isin(NAMED)].iloc[0]
     recipe, n = int(named["global_batch"]), int(named["world_size"])
-    at = f"at global batch {recipe} ({n} rank{'s' if n > 1 else ''}, {named['precision']})"
-    base = advice[advice["baseline"].astype(bool) & (advice["precision"] == named["precision"])]
+    against = baseline_name(spec or {})
+    at = f"global batch {recipe} at {n} rank{'s' if n > 1 else ''}, {precision}"
+    others_at = [p for p in precisions if p != precision]
+    recipe_line = f"recipe: {at}" + (
+        f" (this run also measured {', '.join(others_at)} here: `--precision "
+        f"{others_at[0]}` for {'it' if len(others_at) == 1 else 'another'})" if others_at else "")
+    base = advice[advice["baseline"].astype(bool) & (advice["precision"] == precision)]
     base = base.iloc[0] if len(base) else None
+    base_line = f"baseline: {against} = {setting_words(base, keys)}" if base is not None else ""
+    family = verdict.comparisons(advice)
     contender = advice[role == "contender"]
+    c = contender.iloc[0] if len(contender) else None
+    target_line = f"target: {projection_words(named, target, recipe)}"
     what = named["answer_role"]
     if what == "use":
-        s = (f"Use {setting_words(named, keys, base)}: {speedup_words(named)} torch DDP's defaults {at}; "
-             f"{projection_words(named, target, recipe)}.")
+        head = f"Use {setting_words(named, keys, base)}: {speedup_words(named)} the speed of {against}."
+        paired = ("measured side by side with it" if str(named.get("speedup_paired")) in ("True", "1", "1.0")
+                  else "from the two cells' own intervals (not stepped side by side)")
+        lines = [recipe_line, base_line, f"verdict: {verdict.words(named, family)}, {paired}"]
         tied = advice[role == "tied"]
         if len(tied):
-            s += (f" The simplest of {len(tied) + 1} tied configurations faster than the defaults "
-                  f"(advice.csv answer_role).")
-    elif what == "keep":
-        s = (f"Keep torch DDP's defaults ({setting_words(named, keys)}): nothing measured {at} is faster "
-             f"beyond the noise")
-        if len(contender):
-            c = contender.iloc[0]
-            s += f" (the best other, {setting_words(c, keys, named)}, is {speedup_words(c)})"
-        s += f"; {projection_words(named, target, recipe)}."
-    elif what == "unclear":
-        others = advice[advice["rank"].notna() & ~advice["baseline"].astype(bool)
-                        & (advice["precision"] == named["precision"])]
-        unclear = sum(1 for _, r in others.iterrows() if wide(r))
-        s = "No clear winner at this precision: "
-        if len(contender):
-            c = contender.iloc[0]
-            s += (f"{at} the best, {setting_words(c, keys, named)}, is {speedup_words(c)} torch DDP's "
-                  f"defaults, and {unclear} of {len(others)} configurations have no speedup interval or one "
-                  f"wider than ±{stats.UNSTABLE_HALF_WIDTH_PCT:g} %")
-        s += (f"; keep torch DDP's defaults ({setting_words(named, keys)}) until a re-measurement separates "
-              f"them: `{remeasure}`; {projection_words(named, target, recipe)}.")
+            lines.append(f"tied: {len(tied) + 1} configurations faster than {against} overlap; the simplest "
+                         f"is named (advice.csv answer_role)")
+    elif what in ("keep", "unclear"):
+        lines = [recipe_line, base_line]
+        if c is None:
+            closest = "closest: nothing else was measured at this recipe and precision"
+        elif could_be_faster(c):
+            closest = (f"closest: {setting_words(c, keys, named)}, {speedup_words(c)}, "
+                       f"{verdict.words(c, family)}")
+        else:
+            closest = (f"closest: every other configuration's interval lies below 1 (slower); the nearest, "
+                       f"{setting_words(c, keys, named)}, is {speedup_words(c)}, {verdict.words(c, family)}")
+        if what == "keep":
+            head = f"Keep {against}: nothing measured is faster beyond the noise."
+            lines.append(closest)
+        else:
+            head = f"Keep {against} for now: no clear winner at {precision}."
+            others = advice[advice["rank"].notna() & ~advice["baseline"].astype(bool)
+                            & (advice["precision"] == precision)]
+            unsure = sum(1 for _, r in others.iterrows() if wide(r) and could_be_faster(r))
+            lines += [f"{closest}; {unsure} of {len(others)} configurations could still be faster: no "
+                      f"speedup interval, or one wider than ±{stats.UNSTABLE_HALF_WIDTH_PCT:g} %",
+                      f"to separate them: `{remeasure}`"]
     else:
+        head = f"No advice against {against}: it was not measured at {at}."
         interval = ("" if pd.isna(named["samples_per_s_ci95_low"]) else
                     f" [{named['samples_per_s_ci95_low']:,.0f}, {named['samples_per_s_ci95_high']:,.0f}]")
-        s = (f"Use {setting_words(named, keys)}: {named['samples_per_s']:,.0f}{interval} samples/s {at}, no "
-             f"torch DDP baseline measured there to compare with; {projection_words(named, target, recipe)}.")
+        lines = [recipe_line, f"fastest measured: {setting_words(named, keys)}, {named['samples_per_s']:,.0f}"
+                              f"{interval} samples/s, with nothing beside it to be faster than",
+                 f"to compare: measure {against} at this recipe and precision in the same run"]
+    lines.append(target_line)
     if other_recipes:
-        s += (f" This run also measured global batch {', '.join(map(str, sorted(other_recipes)))} at {n} "
-              f"ranks: `python -m bench advise {run_dir} --global-batch B`.")
-    return s
-
+        lines.append(f"other recipes: this run also measured global batch "
+                     f"{', '.join(map(str, sorted(other_recipes)))} at {n} ranks: "
+                     f"`python -m bench advise {run_dir} --global-batch B`")
+    return Answer(head, tuple(line for line in lines if line))

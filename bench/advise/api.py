@@ -17,7 +17,7 @@ import pandas as pd
 
 from bench import run_folder
 from bench.advise import to_run
-from bench.advise.answer import CPU_CAVEAT, Target, answer
+from bench.advise.answer import CPU_CAVEAT, Answer, Target, answer
 from bench.advise.baseline import SPEEDUP, parse_baseline, speedups
 from bench.advise.choice import NAMED, answer_roles
 from bench.advise.rank import (
@@ -33,6 +33,7 @@ from bench.project import api as project
 from bench.project.inputs import InputError
 from bench.project.network import FABRICS, INTER_NODE, preset_network
 from bench.run_folder import Run, RunError, load_run
+from bench.schema import PRECISIONS
 
 __all__ = ["Advice", "UsageError", "run"]
 
@@ -47,6 +48,9 @@ PROJECTED = ("projected_nodes", "projected_per_rank_batch", "projected_global_ba
              "projection_note")
 # the rounds a median needs to halve its interval's width: the width shrinks as 1/√rounds
 REMEASURE_FACTOR = 4
+# the precision a GPU user trains in, the likeliest first: the answer's precision when the recipe was
+# measured at several and --precision does not say (bf16 on every GPU since the A100, fp16 before it)
+TRAINING_PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
 
 
 @dataclass
@@ -54,7 +58,7 @@ class Advice:
     """The answer, its caveats, advice.csv's rows and the keys they differ in, the recipe and the run's
     other recipes, the target, and where the files went (None: not written)."""
 
-    answer: str
+    answer: Answer
     caveats: list[str]
     table: pd.DataFrame
     keys: list[str]
@@ -63,6 +67,8 @@ class Advice:
     other_recipes: list[int] = field(default_factory=list)
     out: Path | None = None
     notes: list[str] = field(default_factory=list)  # the projection's, for advice.md's caveats
+    precision: str = ""  # the answer's (answer_precision)
+    run_dir: Path | None = None
 
     @property
     def world_size(self) -> int:
@@ -75,10 +81,11 @@ class Advice:
         return self.table[self.table["rank"].isna()]
 
     def lines(self) -> list[str]:
-        """What `bench advise` prints: the answer first, its caveats, what did not make it, the files."""
-        lines = [self.answer, *(f"note: {c}" for c in self.caveats)]
+        """What `bench advise` prints: the answer first, its caveats, what did not make it (one line each:
+        the cell, the cause, where the whole error is), the files."""
+        lines = [*self.answer.printed(), *(f"note: {c}" for c in self.caveats)]
         for _, r in self.left_out.iterrows():
-            lines.append(f"not ranked: {r['cell_id']}: {r['why']}")
+            lines.append(f"not ranked: {r['cell_id']}: {r['why']}{self.error_where(r)}")
         if self.out is not None:
             ranked = int(self.table["rank"].notna().sum())
             lines.append(f"advice: {self.out / run_folder.ADVICE_MD}, {self.out / run_folder.ADVICE_CSV} "
@@ -86,6 +93,36 @@ class Advice:
             lines.append(f"to run: {self.out / run_folder.BEST_TOML} (bench run --config), "
                          f"{self.out / run_folder.DDP_MD} (your own script)")
         return lines
+
+
+    def error_where(self, row: pd.Series) -> str:
+        """Where a failed cell's whole error is (its `why` has the first line only)."""
+        if self.run_dir is None or row["status"] == "ok":
+            return ""
+        return (f" (the whole error: {self.run_dir / run_folder.RESULTS} `error`; the ranks' output: "
+                f"{self.run_dir / run_folder.LOGS}/)")
+
+
+def answer_precision(table: pd.DataFrame, asked: str | None, spec: dict) -> tuple[str, list[str]]:
+    """(the answer's precision, the precisions the recipe's ranked rows were measured at, likeliest first):
+    --precision, else the --baseline's precision, else the first of TRAINING_PRECISIONS measured.
+    UsageError naming the flag when it was not measured at this recipe or the two flags disagree."""
+    ranked = table[table["rank"].notna()]
+    held = set(ranked["precision"].astype(str))
+    measured = [p for p in TRAINING_PRECISIONS if p in held] + sorted(held - set(TRAINING_PRECISIONS))
+    pinned = spec.get("precision")
+    if asked is not None and pinned is not None and asked != pinned:
+        raise UsageError(f"--precision={asked} and --baseline precision={pinned}: the answer compares at one "
+                         f"precision; give one of them, or the same in both")
+    wanted = asked or pinned
+    if wanted is None:
+        return measured[0], measured
+    if wanted not in measured:
+        flag = "--precision" if asked else "--baseline precision"
+        n, recipe = int(ranked["world_size"].iloc[0]), int(ranked["global_batch"].iloc[0])
+        raise UsageError(f"{flag}={wanted}: not measured at global batch {recipe} ({n} ranks); this run has "
+                         f"{measured} there")
+    return wanted, measured
 
 
 def check_target(target: Target) -> None:
@@ -108,18 +145,20 @@ def check_target(target: Target) -> None:
 
 def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET, memory_gb: float | None = None,
         out: Path | str | None = None, write: bool = True, global_batch: int | None = None,
-        baseline: str | None = None) -> Advice:
+        baseline: str | None = None, precision: str | None = None) -> Advice:
     """Advise on one recipe of the run at `run_dir` (`global_batch`, default the most measured at the
     largest world size): its configurations within `memory_gb` ranked, each against torch DDP's defaults
-    (or `baseline`, "KEY=VALUE,…"), projected to `target` (None: no projection), and with `write` the
-    files written into `out` (default RUN/advice/). UsageError or RunError (nothing written) on bad input or
-    a run with nothing to rank."""
+    (or `baseline`, "KEY=VALUE,…"), projected to `target` (None: no projection), the answer at `precision`
+    (answer_precision), and with `write` the files written into `out` (default RUN/advice/). UsageError or
+    RunError (nothing written) on bad input or a run with nothing to rank."""
     run_dir = Path(run_dir)
     if target is not None:
         check_target(target)
     if memory_gb is not None and not memory_gb > 0:
         raise UsageError(f"--memory-gb={memory_gb:g}: must be > 0")
     spec = parse_baseline(baseline)
+    if precision is not None and precision not in PRECISIONS:
+        raise UsageError(f"--precision={precision!r}: not one of {list(PRECISIONS)}")
     if write:  # another command's folder (RUN itself: RUN/projection is bench project's), or a file
         run_folder.check_out(Path(out) if out is not None else run_dir / run_folder.ADVICE_DIR, "advise",
                              run_dir)
@@ -138,6 +177,7 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET, memory_gb: 
         raise UsageError(f"--memory-gb={memory_gb:g} is below every configuration's memory at global batch "
                          f"{recipe} (the smallest is {low:.2f} GiB); nothing to recommend")
     table = speedups(table, results, spec, bucket_order(loaded.config))
+    chosen, measured = answer_precision(table, precision, spec)
     out = Path(out) if out is not None else run_dir / run_folder.ADVICE_DIR
     notes: list[str] = []
     if target is None:
@@ -151,16 +191,16 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET, memory_gb: 
         if projection is None:
             target = Target(why_not=f"bench project failed: {why_not}")
         table = with_projection(table, projection)
-    table["answer_role"] = answer_roles(table)
+    table["answer_role"] = answer_roles(table, chosen)
     keys = choice_keys(results)
     table = table[[*FIRST, *keys, *MEASURED, *[c for c in SPEEDUP if c not in FIRST],
                    *[c for c in PROJECTED if c not in LAST], *LAST]]
     general = [n for n in notes if not n.startswith(run_folder.PHYSICS_NOTE)]  # per configuration: notes.txt
     caveats = ([CPU_CAVEAT] if loaded.device == "cpu" else []) + general
-    text = answer(table, keys, target, other_recipes, str(run_dir),
-                  remeasure_command(run_dir, table, results, loaded))
-    advice = Advice(answer=text, caveats=caveats, table=table, keys=keys, target=target, recipe=recipe,
-                    other_recipes=other_recipes, notes=notes)
+    said = answer(table, keys, target, other_recipes, str(run_dir),
+                  remeasure_command(run_dir, table, results, loaded), chosen, measured, spec)
+    advice = Advice(answer=said, caveats=caveats, table=table, keys=keys, target=target, recipe=recipe,
+                    other_recipes=other_recipes, notes=notes, precision=chosen, run_dir=run_dir)
     if write:
         write_files(advice, results, loaded.config, run_dir, out)
     return advice
@@ -281,7 +321,7 @@ def write_files(advice: Advice, results: pd.DataFrame, config: dict, run_dir: Pa
     there = (f"at {target.words(named['projected_nodes'])}: per-GPU micro-batch "
              f"{int(named['projected_per_rank_batch'])}, global batch {int(named['projected_global_batch'])}"
              if pd.notna(named["projected_global_batch"]) else "not projected to a target")
-    ddp = to_run.ddp_markdown(rows[0], advice.answer, target, str(best), there)
+    ddp = to_run.ddp_markdown(rows[0], advice.answer.markdown(), target, str(best), there)
     (out / run_folder.DDP_MD).write_text(ddp)
     advice.out = out
 
@@ -294,11 +334,12 @@ def advice_markdown(advice: Advice) -> str:
              "verdict_vs_baseline", "speedup_paired", "projected_efficiency", "dominant_loss"]
     ranked, left = advice.table[advice.table["rank"].notna()], advice.left_out
     # text from the run (a user model's size, its errors) is shown, never rendered: <, >, & escaped
-    lines = ["# Advice", "", html.escape(advice.answer, quote=False), ""]
+    lines = ["# Advice", "", html.escape(advice.answer.markdown(), quote=False), ""]
     lines += [f"> {html.escape(c, quote=False)}" for c in advice.caveats] + ([""] if advice.caveats else [])
     lines += [f"## Global batch {advice.recipe} at {advice.world_size} ranks: {len(ranked)} configurations",
               "", _table(ranked, shown), ""]
     if len(left):
+        left = left.assign(why=[f"{r['why']}{advice.error_where(r)}" for _, r in left.iterrows()])
         lines += ["## Did not make it", "", _table(left, ["status", *advice.keys, "why"]), ""]
     lines += ["## To run", "",
               f"- `{run_folder.BEST_TOML}`: the advised configuration and its baseline at the target, as a "

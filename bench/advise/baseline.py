@@ -18,7 +18,8 @@ interval, as the run measured them:
 - **unpaired**: otherwise the ratio of the two medians, its interval from both cells' intervals
   (`stats.unpaired_ratio_interval`, log-scale quadrature) and the p-value that interval is the dual of.
 Holm's correction (`stats.holm`) runs over every row's p; a faster/slower whose test does not survive is
-`within noise`, as the report's engines-against-torch table words it.
+`faster before correction` / `slower before correction` (verdict.py: the one rule every word of the advice
+comes from), and each ranked row's `why` ends with its verdict in words.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import math
 import pandas as pd
 
 from bench import stats
+from bench.advise import verdict
 from bench.advise.rank import UsageError
 from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB
 
@@ -44,7 +46,7 @@ SPEEDUP = ("baseline", "speedup_vs_baseline", "speedup_vs_baseline_ci95_low", "s
 
 def parse_baseline(text: str | None) -> dict:
     """`--baseline engine=torch,bucket_cap_mb=100` → {key: value} (numbers for the numeric keys);
-    UsageError naming the item."""
+    UsageError naming the item, or the key given twice."""
     if not text:
         return {}
     out = {}
@@ -59,6 +61,8 @@ def parse_baseline(text: str | None) -> dict:
                 value = float(value)
             except ValueError:
                 raise UsageError(f"--baseline={text!r}: {key}={value!r} is not a number") from None
+        if key in out:
+            raise UsageError(f"--baseline={text!r}: {key} is given twice; give each key once")
         out[key] = value
     return out
 
@@ -177,25 +181,18 @@ def speedups(ranked: pd.DataFrame, results: pd.DataFrame, spec: dict,
         out.loc[i, ["speedup_vs_baseline", "speedup_vs_baseline_ci95_low", "speedup_vs_baseline_ci95_high",
                     "speedup_p", "speedup_paired"]] = [
             float(ratio), _number(low), _number(high), _number(p), paired]
-    out["verdict_vs_baseline"] = corrected_verdicts(out)
     for column in ("speedup_vs_baseline", "speedup_vs_baseline_ci95_low", "speedup_vs_baseline_ci95_high",
                    "speedup_p"):
         out[column] = pd.to_numeric(out[column], errors="coerce")
+    out["verdict_vs_baseline"] = verdict.corrected_verdicts(out)
+    family = verdict.comparisons(out)
+    for i, row in out[out["rank"].notna() & out["baseline_cell_id"].notna()].iterrows():
+        against = "the baseline itself" if row["baseline"] else \
+            f"against the baseline: {verdict.speedup_words(row)}, {verdict.words(row, family)}"
+        out.loc[i, "why"] = f"{row['why']}; {against}" if row["why"] else against
     return out
+
 
 
 def _number(value) -> float:
     return float("nan") if value is None or pd.isna(value) else float(value)
-
-
-def corrected_verdicts(table: pd.DataFrame) -> pd.Series:
-    """Per row: faster / slower / within noise against its baseline, Holm-corrected over the rows with a
-    p-value (a faster/slower whose test does not survive is within noise); "" for the baseline and for rows
-    without an interval or a baseline."""
-    low = pd.to_numeric(table["speedup_vs_baseline_ci95_low"], errors="coerce")
-    high = pd.to_numeric(table["speedup_vs_baseline_ci95_high"], errors="coerce")
-    raw = [stats.verdict(lo, hi) if pd.notna(lo) and pd.notna(hi) else None for lo, hi in zip(low, high)]
-    p = pd.to_numeric(table["speedup_p"], errors="coerce")
-    survives = stats.holm([float(x) if pd.notna(x) and v else None for x, v in zip(p, raw)])
-    return pd.Series([("" if v is None else v if s is None or v == "within noise" or s else "within noise")
-                      for v, s in zip(raw, survives)], index=table.index, dtype=object)

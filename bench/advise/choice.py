@@ -1,18 +1,19 @@
 """Which configuration the answer names: advice.csv's `answer_role`, decided from the verdicts against the
-baseline, never from which of several tied medians happens to be highest (two runs of a preset must not flip
-the headline between tied choices).
+baseline (verdict.py, the one rule), never from which of several tied medians happens to be highest (two
+runs of a preset must not flip the headline between tied choices).
 
-The answer speaks of one precision: rank 1's (the fastest measured; the other precisions' rows stay in
-advice.csv against their own baselines). At that precision:
-- some configurations are faster than the baseline beyond the noise (Holm-corrected): of the best-ranked of
-  them and those whose throughput interval overlaps it (`tied`), the simplest is `use` (`simplicity`);
-- none is, and every other configuration's speedup interval is within ±UNSTABLE_HALF_WIDTH_PCT: the
-  baseline is `keep` (a user changes nothing without a reason), the best-ranked other one its `contender`;
-- none is, and some interval is wider (or missing): the baseline is `unclear` ("no clear winner at this
-  precision"), with its `contender`;
-- there is no baseline at that precision: rank 1 is `best`, its ties `tied`.
+The answer speaks of one precision (api.answer_precision: `--precision`, else the one a GPU user trains in;
+the other precisions' rows stay in advice.csv against their own baselines). At that precision:
+- some configurations are `faster` than the baseline (Holm-corrected): of the best-ranked of them and those
+  whose throughput interval overlaps it (`tied`), the simplest is `use` (`simplicity`);
+- none is: the baseline is `keep` (a user changes nothing without a reason), or `unclear` when some other
+  configuration whose interval reaches above 1 has no interval or one wider than ±UNSTABLE_HALF_WIDTH_PCT
+  (a re-measurement could still find it faster). Its `contender` is the best-ranked other whose interval
+  does not lie below 1; when every other one does, the best-ranked other (the answer calls it slower,
+  never the best);
+- there is no baseline at that precision: rank 1 of it is `best`, its ties `tied`; the answer then says
+  what was measured, never "Use" (there is nothing beside it to be faster than).
 """
-
 from __future__ import annotations
 
 import math
@@ -20,6 +21,7 @@ import math
 import pandas as pd
 
 from bench import engines, stats
+from bench.advise import verdict
 
 NAMED = ("use", "keep", "unclear", "best")  # the roles of the row the answer is about (one per answer)
 # the settings whose change from the baseline counts one each (and each engine option word: changes())
@@ -67,13 +69,19 @@ def wide(row: pd.Series) -> bool:
     return stats.half_width_pct(row["speedup_vs_baseline"], low, high) > stats.UNSTABLE_HALF_WIDTH_PCT
 
 
-def answer_roles(table: pd.DataFrame) -> pd.Series:
-    """advice.csv's `answer_role` per row (module docstring): "" for rows the answer does not name."""
+def could_be_faster(row: pd.Series) -> bool:
+    """A row the answer may still hold out as a reason to re-measure: its interval does not lie below 1."""
+    return not verdict.below_one(row)
+
+
+def answer_roles(table: pd.DataFrame, precision: str) -> pd.Series:
+    """advice.csv's `answer_role` per row (module docstring) at `precision`: "" for rows the answer does
+    not name."""
     roles = pd.Series("", index=table.index, dtype=object)
     ranked = table[table["rank"].notna()].sort_values("rank")
-    if ranked.empty:
+    here = ranked[ranked["precision"] == precision]
+    if here.empty:
         return roles
-    here = ranked[ranked["precision"] == ranked.iloc[0]["precision"]]
     base = here[here["baseline"].astype(bool)]
     if base.empty:
         roles[here.index[0]] = "best"
@@ -81,7 +89,7 @@ def answer_roles(table: pd.DataFrame) -> pd.Series:
         return roles
     base = base.iloc[0]
     others = here[~here["baseline"].astype(bool)]
-    winners = others[others["verdict_vs_baseline"] == "faster"]
+    winners = others[others["verdict_vs_baseline"] == verdict.FASTER]
     if len(winners):
         top = winners.iloc[0]
         tied = winners[(winners["samples_per_s_ci95_high"] >= top["samples_per_s_ci95_low"])
@@ -90,7 +98,10 @@ def answer_roles(table: pd.DataFrame) -> pd.Series:
         roles[tied.index] = "tied"
         roles[chosen] = "use"
         return roles
-    roles[base.name] = "unclear" if any(wide(r) for _, r in others.iterrows()) else "keep"
-    if len(others):
+    open_ = others[[could_be_faster(r) for _, r in others.iterrows()]]
+    roles[base.name] = "unclear" if any(wide(r) for _, r in open_.iterrows()) else "keep"
+    if len(open_):
+        roles[open_.index[0]] = "contender"
+    elif len(others):
         roles[others.index[0]] = "contender"
     return roles

@@ -1,5 +1,5 @@
-"""`python -m bench advise RUN [--global-batch B] [--baseline KEY=VALUE,…] [--target-gpus N] [--network P]
-[--gpus-per-node G] [--inter-network I] [--memory-gb M] [--out DIR]`.
+"""`python -m bench advise RUN [--global-batch B] [--precision P] [--baseline KEY=VALUE,…] [--target-gpus N]
+[--network P] [--gpus-per-node G] [--inter-network I] [--memory-gb M] [--out DIR]`.
 
 Prints the answer first, then writes DIR (default RUN/advice/): advice.md (the answer, the ranking, what
 did not make it), advice.csv (one row per configuration of the recipe: its speedup over torch DDP's
@@ -17,10 +17,17 @@ from pathlib import Path
 
 from bench import run_folder
 from bench.advise.answer import Target
-from bench.advise.api import DEFAULT_NETWORK, DEFAULT_TARGET_GPUS, NETWORKS, UsageError, run
+from bench.advise.api import (
+    DEFAULT_NETWORK,
+    DEFAULT_TARGET_GPUS,
+    NETWORKS,
+    TRAINING_PRECISIONS,
+    UsageError,
+    run,
+)
 from bench.advise.baseline import BASELINE_KEYS
 from bench.project.api import DEFAULT_GPUS_PER_NODE, DEFAULT_INTER_NETWORK
-from bench.project.network import INTER_NODE
+from bench.project.network import INTER_NODE, flat_note
 from bench.run_folder import OutError, RunError
 
 TARGET_HELP = ("the cluster the advice is projected to. An NVLink preset (h100-nvlink, a100-nvlink, "
@@ -36,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--global-batch", type=int, default=None, metavar="B",
                         help="the recipe: samples per optimizer step (results.csv global_batch) at the "
                              "largest measured world size (default: the one with the most configurations)")
+    parser.add_argument("--precision", default=None, metavar="P",
+                        help=f"the precision you train in: the answer compares configurations at it "
+                             f"(default: the first of {', '.join(TRAINING_PRECISIONS)} the recipe was "
+                             f"measured at; the answer says which it measured)")
     parser.add_argument("--baseline", default=None, metavar="KEY=VALUE,...",
                         help=f"what the speedups are against (default: torch DDP's defaults: engine=torch, "
                              f"no engine options, comm_dtype=none, bucket_cap_mb=25 or the nearest, the "
@@ -45,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"GPUs (ranks) of the target (default: {DEFAULT_TARGET_GPUS})")
     target.add_argument("--network", default=DEFAULT_NETWORK,
                         help=f"{', '.join(NETWORKS)} (default: {DEFAULT_NETWORK})")
-    target.add_argument("--gpus-per-node", type=int, default=DEFAULT_GPUS_PER_NODE,
+    target.add_argument("--gpus-per-node", type=int, default=None,
                         help=f"GPUs in a node of an NVLink preset (default: {DEFAULT_GPUS_PER_NODE})")
     target.add_argument("--inter-network", default=DEFAULT_INTER_NETWORK,
                         help=f"between the nodes of an NVLink preset: {', '.join(INTER_NODE)} "
@@ -58,15 +69,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    target = Target(args.target_gpus, args.network, args.gpus_per_node, args.inter_network)
+    target = Target(args.target_gpus, args.network, args.gpus_per_node or DEFAULT_GPUS_PER_NODE,
+                    args.inter_network)
     try:
         advice = run(args.run_dir, target, args.memory_gb, args.out, global_batch=args.global_batch,
-                     baseline=args.baseline)
+                     baseline=args.baseline, precision=args.precision)
     except (UsageError, RunError, OutError) as exc:
         print(f"bench advise: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # the folder cannot be written (read-only, full)
         print(f"bench advise: --out={str(args.out)!r}: cannot write ({exc.strerror or exc})", file=sys.stderr)
         return 2
-    print("\n".join(advice.lines()))
+    note = flat_note(args.network, args.gpus_per_node)
+    print("\n".join([*advice.lines(), *([note] if note else [])]))
     return 0

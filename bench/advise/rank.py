@@ -124,7 +124,7 @@ def rank_recipe(results: pd.DataFrame, recipe: int, memory_gb: float | None = No
         admitted["tied_with_best"] = (admitted["samples_per_s_ci95_high"] >= best["samples_per_s_ci95_low"]) \
             & (admitted["rank"] > 1)
         admitted["why"] = [_why(r, best) for _, r in admitted.iterrows()]
-    failed = table[~ok].assign(why=[f"{s}: {e or 'no reason recorded'}" for s, e in
+    failed = table[~ok].assign(why=[f"{s}: {first_line(e)}" for s, e in
                                     zip(table.loc[~ok, "status"], table.loc[~ok, "error"])])
     out = pd.concat([admitted, table[over], failed])
     out["rank"] = out["rank"].astype("Int64")
@@ -134,13 +134,26 @@ def rank_recipe(results: pd.DataFrame, recipe: int, memory_gb: float | None = No
         .reset_index(drop=True)
 
 
+# a failed cell's cause in the advice: its error's first line (the exception, bench.schema.error_text), cut
+# here; the whole error (traceback tail, a user module's repr) stays in results.csv and the launch's logs
+CAUSE_CHARS = 160
+
+
+def first_line(error) -> str:
+    """The cause of a failure in one line: the error's first line, at most CAUSE_CHARS characters."""
+    if not isinstance(error, str) or not error.strip():
+        return "no reason recorded"
+    line = error.strip().splitlines()[0].strip()
+    return line if len(line) <= CAUSE_CHARS else line[:CAUSE_CHARS - 1] + "…"
+
+
 def _why(r: pd.Series, best: pd.Series) -> str:
     mem = f"; {r['memory_mb']:,.0f} MiB ({r['memory_column']})" if r["memory_column"] else ""
     if r["rank"] == 1:
         return "highest median throughput at this recipe" + mem
     if pd.isna(r["samples_per_s_ci95_high"]) or pd.isna(best["samples_per_s_ci95_low"]):
-        return "no interval recorded: cannot tell whether it is tied" + mem
-    if r["tied_with_best"]:
-        return "tied: its 95 % interval overlaps the best one's" + mem
+        return "no throughput interval recorded" + mem
     below = (1 - r["samples_per_s"] / best["samples_per_s"]) * 100
-    return f"{below:.1f} % below the best, beyond the noise" + mem
+    if r["tied_with_best"]:  # a comparison with the best row, not with the baseline: no verdict words here
+        return f"{below:.1f} % below the best's median; its throughput interval overlaps the best one's" + mem
+    return f"{below:.1f} % below the best's median; the two throughput intervals do not overlap" + mem

@@ -17,9 +17,9 @@ import pandas as pd
 
 from bench import run_folder
 from bench.advise import api as advise
-from bench.advise.answer import CPU_CAVEAT, setting_words
+from bench.advise.answer import CPU_CAVEAT, Answer, setting_words
 from bench.advise.choice import NAMED
-from bench.advise.rank import choice_keys
+from bench.advise.rank import choice_keys, first_line
 from bench.report import plots, tables
 from bench.report.render import Section, md_cell, md_text
 from bench.run_folder import Run
@@ -33,22 +33,22 @@ STORY_PLOTS = (
 SPEEDUP_PNG = "speedup.png"                 # beside the headline numbers (plots.speedup_plot)
 
 
-def advice(run: Run) -> tuple[str, pd.DataFrame]:
+def advice(run: Run) -> tuple[Answer, pd.DataFrame]:
     """(the answer, advice.csv's rows): `bench advise`'s files, else bench.advise's answer made now without a
-    projection (nothing written; also for an advice.csv written before `answer_role` existed); ("", no rows)
-    when the run has nothing to rank."""
+    projection (nothing written; also for an advice.csv written before `answer_role` existed); (an empty
+    answer, no rows) when the run has nothing to rank."""
     folder = run.path / run_folder.ADVICE_DIR
     md, csv = folder / run_folder.ADVICE_MD, folder / run_folder.ADVICE_CSV
     if md.is_file() and csv.is_file():
         table = pd.read_csv(csv)
-        lines = [line for line in md.read_text().splitlines() if line.strip()]
-        if "answer_role" in table.columns and len(lines) > 1:
+        said = Answer.from_markdown(md.read_text())
+        if "answer_role" in table.columns and said.verdict:
             table["answer_role"] = table["answer_role"].fillna("")
-            return lines[1], table
+            return said, table
     try:
         made = advise.run(run.path, target=None, write=False)
     except advise.UsageError:
-        return "", pd.DataFrame(columns=["rank", "answer_role"])
+        return Answer(""), pd.DataFrame(columns=["rank", "answer_role"])
     return made.answer, made.table
 
 
@@ -130,9 +130,12 @@ def _speedup_card(ranked: pd.DataFrame, best: pd.Series) -> tuple[str, str, str,
 def answer_section(run: Run, out_dir: Path) -> Section:
     """The first section of the page (build it after the others: it shows their figures)."""
     sec = Section("The answer", "answer")
-    text, ranked = advice(run)
-    if text:
-        sec.raw(f'<p class="answer" id="advice">{html.escape(text)}</p>', f"**{md_text(text)}**\n")
+    said, ranked = advice(run)
+    if said.verdict:
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in said.lines)
+        sec.raw(f'<p class="answer" id="advice">{html.escape(said.verdict)}</p><ul class="answer-lines">'
+                f'{items}</ul>',
+                f"**{md_text(said.verdict)}**\n\n" + "".join(f"- {md_text(line)}\n" for line in said.lines))
     else:
         sec.para("No configuration finished with status ok: there is nothing to recommend.", "warn")
     if run.device == "cpu":
@@ -188,7 +191,7 @@ def _failed(sec: Section, results: pd.DataFrame) -> None:
     if not len(bad):
         return
     counts = ", ".join(f"{n} {s}" for s, n in bad["status"].value_counts().sort_index().items())
-    first = "; ".join(f"{r['cell_id']} ({r['status']}: {r['error'] or 'no reason recorded'})"
+    first = "; ".join(f"{r['cell_id']} ({r['status']}: {first_line(r['error'])})"
                       for _, r in bad.head(3).iterrows())
     more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
     text = f"{len(bad)} of {len(results)} cells produced no numbers ({counts}): {first}{more}."
