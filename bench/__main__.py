@@ -7,6 +7,7 @@ the module COMMANDS names; this file only dispatches, so the commands stay indep
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 
@@ -31,15 +32,27 @@ def main(argv: list[str] | None = None) -> int:
     # Import only the command asked for (the report's pandas/matplotlib must not slow down `run`);
     # all of them when there is none, so that --help lists every command with its options.
     chosen = [argv[0]] if argv and argv[0] in COMMANDS else list(COMMANDS)
-    mains = {}
+    mains, parsers = {}, {}
     for name, (module_name, prefix, help_text) in COMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        parsers[name] = sub_parser
         if name in chosen:
             module = importlib.import_module(module_name)
             getattr(module, prefix + "add_arguments")(sub_parser)
             mains[name] = getattr(module, prefix + "main")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the command's own usage, and the flag a typo was meant to be (not the top-level usage)
+        unknown(parsers[args.command], extra)
     return mains[args.command](args)
+
+
+def unknown(parser: argparse.ArgumentParser, extra: list[str]) -> None:
+    """Exit 2 with the command's usage: the arguments it does not take, and its nearest flag to each."""
+    flags = [o for action in parser._actions for o in action.option_strings]
+    hints = [f"{word.split('=')[0]} → {hint}" for word in extra if word.startswith("-")
+             for hint in difflib.get_close_matches(word.split("=")[0], flags, n=1, cutoff=0.6)]
+    parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean: {', '.join(hints)}?)"
+                                                                 if hints else ""))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ code 2 before anything is created.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import fnmatch
 import json
 import math
@@ -59,10 +60,16 @@ def fail(key: str, value, why: str):
     raise ConfigError(f"{key}={text}: {why}")
 
 
+def did_you_mean(word, choices) -> str:
+    """"; did you mean 'default'?" when `word` is a near miss of one of `choices` (a typo), else ""."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _check_choices(key: str, values, choices) -> None:
     for v in values:
         if v not in choices:
-            fail(key, v, f"must be one of {list(choices)}")
+            fail(key, v, f"must be one of {list(choices)}{did_you_mean(v, choices)}")
 
 
 def _check_min(key: str, values, minimum, strict: bool = False, maximum: float | None = None) -> None:
@@ -555,7 +562,8 @@ def _build(tables: dict, cli: dict[str, str], given_options_apply: bool = True) 
         raw_cli = {k.partition(".")[2]: v for k, v in cli.items() if k.partition(".")[0] == name}
         for key, value in list(raw.items()) + list(raw_cli.items()):
             if key not in hints:
-                raise ConfigError(f"{name}.{key}={value!r}: unknown key; {name} keys: {sorted(hints)}")
+                raise ConfigError(f"{name}.{key}={value!r}: unknown key; {name} keys: {sorted(hints)}"
+                                  f"{did_you_mean(key, hints)}")
         for key, value in raw.items():
             values[key] = _convert(f"{name}.{key}", hints[key], value, from_cli=False)
         for key, value in raw_cli.items():
@@ -582,7 +590,8 @@ def resolve_path(name_or_path: str) -> Path:
     preset = CONFIG_DIR / f"{name_or_path}.toml"
     if not preset.is_file():
         names = sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
-        raise ConfigError(f"--config={name_or_path!r}: no such preset; presets: {names}")
+        raise ConfigError(f"--config={name_or_path!r}: no such preset; presets: {names}"
+                          f"{did_you_mean(name_or_path, names)}")
     return preset
 
 

@@ -3,10 +3,15 @@
 No TCP ports: ranks meet through a FileStore on a temp file, as torch's own DDP tests do, so there is no
 "address already in use" and no retry. A process-group timeout bounds any collective a bug leaves
 unmatched, so a broken engine fails the test instead of hanging the suite.
+
+A rank's return value travels as bytes (torch.save), never as a tensor: torch's multiprocessing queue sends
+a tensor as a shared-memory handle that dies with the sending process, and a rank exits as soon as it has
+put its result, often before the parent has read it ("received 0 items of ancdata", a flaky test_sync).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import queue as queue_mod
 import tempfile
@@ -34,11 +39,22 @@ def _worker(rank, world_size, store_path, backend, fn, args, queue):
             backend, store=store, rank=rank, world_size=world_size, timeout=timedelta(seconds=PG_TIMEOUT_S)
         )
         try:
-            queue.put((rank, True, fn(rank, world_size, *args)))
+            queue.put((rank, True, to_bytes(fn(rank, world_size, *args))))
         finally:
             dist.destroy_process_group()
     except BaseException:  # report every failure, including assertion errors, to the parent
         queue.put((rank, False, traceback.format_exc()))
+
+
+def to_bytes(value) -> bytes:
+    """`value` (tensors anywhere inside) as plain bytes: nothing in them refers to the sender's memory."""
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def from_bytes(data: bytes):
+    return torch.load(io.BytesIO(data), weights_only=False)
 
 
 def run_distributed(fn, world_size: int, *args, timeout_s: float = 120.0, backend: str = "gloo") -> list:
@@ -82,7 +98,7 @@ def run_distributed(fn, world_size: int, *args, timeout_s: float = 120.0, backen
     if failures:
         rank = min(failures)
         raise RuntimeError(f"rank {rank} of {world_size} failed:\n{failures[rank]}")
-    return [results[r] for r in range(world_size)]
+    return [from_bytes(results[r]) for r in range(world_size)]
 
 
 def assert_no_rank_errors(check, world_size: int, *args, backend: str = "gloo"):

@@ -195,14 +195,16 @@ def test_straggler_fault_is_the_wait_of_the_others(tmp_path):
     s = pd.read_csv(out / "trace_summary.csv", dtype={"step": str})
     steps = s[s["step"] != "all"].set_index(["rank", "step"])["wait_ms"]
     assert len(steps) == 6  # 3 profiled steps × 2 ranks
-    # per step rank 0 waits the injected time: never less than 70 % of it, a median within ±30 % (a loaded
-    # machine can deschedule the slow rank after its sleep and lengthen one step's wait; measured 40.9-42.4)
-    assert steps.loc[0].min() >= 0.7 * slow_ms and abs(steps.loc[0].median() / slow_ms - 1) <= 0.3, steps
-    assert (steps.loc[1] < 0.3 * slow_ms).all(), steps
-    # the trace's straggler and the timers' (compute-only rounds: each rank's own work) name rank 1
+    # rank 0 waits the injected time, rank 1 waits for nobody: claims on the median of the 3 steps, as a
+    # loaded machine may stall either rank in any one step (descheduling rank 0 before its all-reduce
+    # shortens that step's wait: 27.4 ms once under load, against 40.9-42.4 idle)
+    assert abs(steps.loc[0].median() / slow_ms - 1) <= 0.3, steps
+    assert steps.loc[1].median() < 0.3 * slow_ms, steps
+    # the trace's straggler (in at least 2 of the 3 steps) and the timers' (compute-only rounds: each rank's
+    # own work) name rank 1
     st = pd.read_csv(out / "stragglers.csv")
     results = pd.read_csv(out / "results.csv")
-    assert st["straggler_rank"].tolist() == [1, 1, 1] and results["slowest_rank"].tolist() == [1]
+    assert st["straggler_rank"].tolist().count(1) >= 2 and results["slowest_rank"].tolist() == [1], st
     assert results["rank_skew_ms_p50"].iloc[0] == pytest.approx(slow_ms, rel=0.3)
 
 

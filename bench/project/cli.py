@@ -31,7 +31,7 @@ from bench.project.api import (
 )
 from bench.project.collectives import ALGORITHMS
 from bench.project.inputs import InputError
-from bench.project.network import FABRICS, INTER_NODE
+from bench.project.network import FABRICS, INTER_NODE, flat_note
 from bench.project.spec import SpecError
 from bench.run_folder import OutError, RunError
 
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world-sizes", default=WORLD_SIZES_TEXT,
                         help=f"comma-separated, or a doubling range like 8,16,...,1024 "
                              f"(default: {WORLD_SIZES_TEXT})")
-    parser.add_argument("--gpus-per-node", type=int, default=DEFAULT_GPUS_PER_NODE,
+    parser.add_argument("--gpus-per-node", type=int, default=None,
                         help=f"ranks sharing an NVLink preset's node (default: {DEFAULT_GPUS_PER_NODE})")
     parser.add_argument("--nics-per-node", type=int, default=None,
                         help="NICs per node between nodes (default: one per GPU; DGX-1: 4)")
@@ -108,7 +108,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         networks = None if args.network is None else args.network.split(",")
         projection = run(args.run_dir, networks, parse_world_sizes(args.world_sizes),
-                         gpus_per_node=args.gpus_per_node, inter_network=args.inter_network,
+                         gpus_per_node=args.gpus_per_node or DEFAULT_GPUS_PER_NODE,
+                         inter_network=args.inter_network,
                          nics_per_node=args.nics_per_node, algorithm=args.algorithm,
                          bw_gbps=args.bw_gbps, latency_us=args.latency_us,
                          out=args.out, measured_on=args.measured_on)
@@ -119,8 +120,13 @@ def main(args: argparse.Namespace) -> int:
         print(f"bench project: --out={str(args.out)!r}: cannot write ({exc.strerror or exc})",
               file=sys.stderr)
         return 2
-    print("\n".join(projection.lines()))
+    print("\n".join([*projection.lines(), *flat_notes(networks or [], args.gpus_per_node)]))
     return 0
+
+
+def flat_notes(networks: list[str], gpus_per_node: int | None) -> list[str]:
+    """network.flat_note for each flat preset given with --gpus-per-node."""
+    return [n for n in (flat_note(name, gpus_per_node) for name in networks) if n]
 
 
 # what-if flags: (flag, type, help); each maps to the spec key of its name (--step-ms → step_ms)
@@ -180,7 +186,8 @@ def spec_main(args: argparse.Namespace) -> int:
             keys["network"] = args.network
         if args.world_sizes != WORLD_SIZES_TEXT or "world_sizes" not in keys:
             keys["world_sizes"] = parse_world_sizes(args.world_sizes)
-        keys.setdefault("gpus_per_node", args.gpus_per_node)
+        if args.gpus_per_node is not None:
+            keys.setdefault("gpus_per_node", args.gpus_per_node)
         keys.setdefault("inter_network", args.inter_network)
         if args.nics_per_node is not None:
             keys.setdefault("nics_per_node", args.nics_per_node)
@@ -193,5 +200,7 @@ def spec_main(args: argparse.Namespace) -> int:
         print(f"bench project: --out={str(args.out)!r}: cannot write ({exc.strerror or exc})",
               file=sys.stderr)
         return 2
-    print("\n".join(projection.lines()))
+    networks = keys.get("network", [])
+    print("\n".join([*projection.lines(), *flat_notes(networks if isinstance(networks, list) else
+                                                        str(networks).split(","), args.gpus_per_node)]))
     return 0

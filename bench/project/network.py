@@ -292,6 +292,17 @@ def preset_network(name: str, gpus_per_node: int = 8, inter_name: str | Fabric =
     return Network(name, fabric, inter, gpus_per_node=gpus_per_node, nics_per_node=nics_per_node)
 
 
+def flat_note(name: str, gpus_per_node: int | None) -> str:
+    """What a user who gave --gpus-per-node with a network preset (flat: every GPU on its own NIC, no
+    NVLink inside a node, so the flag does not apply) should know; '' when it applies or was not given."""
+    if gpus_per_node is None or gpus_per_node == 1 or name not in INTER_NODE:
+        return ""
+    return (f"note: --gpus-per-node {gpus_per_node} does not apply to --network {name}: a network preset "
+            f"alone is flat (every GPU on its own NIC, no NVLink inside a node). For nodes of "
+            f"{gpus_per_node} GPUs joined by {name}, name the GPUs' preset: --network h100-nvlink "
+            f"--inter-network {name} --gpus-per-node {gpus_per_node}")
+
+
 def custom_network(bw_gbps: float, latency_us: float) -> Network:
     """--bw-gbps/--latency-us: a flat network, busbw `bw_gbps` at every size, `latency_us` per ring step."""
     if not 0 < bw_gbps < math.inf:

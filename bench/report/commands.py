@@ -86,6 +86,12 @@ def compare_main(args: argparse.Namespace) -> int:
         print(f"bench compare: --out={str(args.out)!r}: cannot write the page ({exc.strerror or exc})",
               file=sys.stderr)
         return 2
+    from bench.report.compare import search_warning
+    from bench.run_folder import load_run
+
+    warning = search_warning([load_run(d) for d in args.run_dirs])
+    if warning:
+        print(f"note: {warning}")
     print(f"compare: {index}")
     return 0
 

@@ -132,6 +132,18 @@ def software_warning(diff: pd.DataFrame) -> str:
     )
 
 
+def search_warning(runs: list[Run]) -> str:
+    """A warning when the runs searched differently (run.search: grid, race, race-all-sizes), '' else: a
+    race stops the slower configurations early (their rows partial, not compared) and measures only the
+    survivors fully, so the cells the runs share and their precision differ by design."""
+    searches = [str(r.config.get("run", {}).get("search", "grid")) for r in runs]
+    if len(set(searches)) < 2:
+        return ""
+    return (f"The runs searched differently (run.search {' vs '.join(searches)}): a race measures only its "
+            f"survivors fully and stops the rest early (raced_out, left out here), so the configurations "
+            f"compared are those both measured fully; compare runs of one search for a like-for-like view.")
+
+
 def run_labels(runs: list[Run]) -> list[str]:
     """Run folder names, made unique with their position when two runs share a name."""
     names = [r.name for r in runs]

@@ -53,7 +53,8 @@ def write_compare_page(
         write_csv(parts, out_dir / f"tables/trace_breakdown_{label}.csv")
         write_csv(classes, out_dir / f"tables/kernel_classes_{label}.csv")
     sections = [
-        summary_section(labels, diff, joined, len(only), mixed_devices=bool(refusal)),
+        summary_section(labels, diff, joined, len(only), mixed_devices=bool(refusal),
+                        search=compare.search_warning(runs)),
         Section("Environment differences", "environment").table(diff, "tables/environment_diff.csv"),
         traces_section(labels[0], traced),
         cells_section(joined),
@@ -66,9 +67,11 @@ def write_compare_page(
 
 
 def summary_section(
-    labels: list[str], diff: pd.DataFrame, joined: pd.DataFrame, n_one_side: int, mixed_devices: bool
+    labels: list[str], diff: pd.DataFrame, joined: pd.DataFrame, n_one_side: int, mixed_devices: bool,
+    search: str = "",
 ) -> Section:
-    """Warnings (mixed devices, differing software), then each run's median throughput ratio."""
+    """Warnings (mixed devices, differing software, differing run.search), then each run's median
+    throughput ratio."""
     sec = Section("Summary", "summary")
     if mixed_devices:
         sec.para(
@@ -76,9 +79,9 @@ def summary_section(
             "things (gloo processes against NCCL on GPUs), so read every ratio with that in mind.",
             "warn",
         )
-    warning = compare.software_warning(diff)
-    if warning:
-        sec.para(warning, "warn")
+    for warning in (compare.software_warning(diff), search):
+        if warning:
+            sec.para(warning, "warn")
     differences = compare.difference_list(diff)
     if differences:
         sec.para("Environment differences (machine facts and variables; all fields under Environment "

@@ -31,6 +31,22 @@ def counts_words(plan: Plan, todo: list) -> str:
     return ", ".join(parts)
 
 
+def nothing_raced_out(records: list[dict]) -> str:
+    """Why a race eliminated nothing: no recipe had two configurations that finished, or none was slower
+    than another beyond the race's test (bench/race.py) in the rounds it ran."""
+    from bench.race import RACE_ALPHA, recipe
+
+    ok = Counter(recipe(r) for r in records if r.get("status") == "ok")
+    raced = sum(1 for n in ok.values() if n >= 2)
+    if not raced:
+        return ("race: nothing raced out, as no recipe (global batch at a world size) had two configurations "
+                "that finished to race against each other")
+    each = "the recipe" if raced == 1 else f"each of the {raced} recipes"
+    return (f"race: nothing raced out: in {each} with two or more configurations, none was slower than "
+            f"another beyond the race's test ({RACE_ALPHA * 100:g} % family-wise per recipe) in the rounds "
+            f"it ran, so every configuration was measured fully, as the grid would")
+
+
 def sweep(folder: RunFolder, plan: Plan) -> int:
     """Run the plan's cells that `folder` has no record of and print the totals. The exit code: 0 done
     (failed cells are recorded, not fatal), 1 the folder stopped taking writes, 130 interrupted (Ctrl-C or
@@ -63,9 +79,12 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
         signal.signal(signal.SIGTERM, previous)
     progress.close()
     wall = time.perf_counter() - t0
-    counts = Counter(r["status"] for r in results.read_records(run_dir))
+    records = results.read_records(run_dir)
+    counts = Counter(r["status"] for r in records)
     print(f"done in {wall:.1f} s, {stats.launches} launches: "
           + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    if config.run.search != "grid" and not counts.get("raced_out"):
+        print(nothing_raced_out(records))
     if stats.cells:
         beyond_steps, beyond_timed = stats.wall_s - stats.steps_s, stats.wall_s - stats.timed_s
         print(f"overhead per cell beyond its measured steps: mean {beyond_steps / stats.cells:.2f} s"
