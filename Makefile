@@ -3,29 +3,42 @@ PYTHON := $(shell python3 scripts/setup_env.py --print-python)
 RUN ?=
 A ?=
 B ?=
+WHEELS ?=
 
-.PHONY: setup test test-fast lint microbench bench report compare tensorboard clean gpu-check
+.PHONY: setup setup-dev setup-gpu-check test test-fast lint microbench bench report compare tensorboard clean \
+	gpu-check
 
-# `make <target> PYTHON=/path/to/python` installs into and runs with that interpreter (README "On a GPU node");
-# a PYTHON from the environment is not used (the line above overrides it).
+# `make <target> PYTHON=/path/to/python` installs into and runs with that interpreter (docs/gpu-node.md);
+# a PYTHON from the environment is not used (the line above overrides it). `WHEELS=dir`: install from that
+# folder of wheels only, on a node without a package index (docs/gpu-node.md "No package index").
+SETUP := python3 scripts/setup_env.py $(if $(filter command line,$(origin PYTHON)),--python "$(PYTHON)") \
+	$(if $(WHEELS),--wheels "$(WHEELS)")
+
+# the runtime only (what `make bench` needs); the dev extras for the suite and lint; pytest for gpu-check
 setup:
-	@python3 scripts/setup_env.py $(if $(filter command line,$(origin PYTHON)),--python "$(PYTHON)")
+	@$(SETUP)
+
+setup-dev:
+	@$(SETUP) --extras dev
+
+setup-gpu-check:
+	@$(SETUP) --extras gpu-check
 
 # pytest exits 5 when it collected no tests: for this suite that means tests went missing, so say so and fail.
-test: setup
+test: setup-dev
 	@$(PYTHON) -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; the suite must not be empty" >&2; fi; \
 	exit $$rc
 
 # The edit-test loop (docs/development.md): unit tests and one short end-to-end sweep, under 2 minutes on 2
 # cores. `make test` (what CI runs) is still the whole suite.
-test-fast: setup
+test-fast: setup-dev
 	@$(PYTHON) -m pytest -q -m "(not slow and not integration) or edit_loop"
 
-lint: setup
+lint: setup-dev
 	$(PYTHON) -m ruff check ddp_core bench tests benchmarks scripts examples
 
-microbench: setup
+microbench: setup-dev
 	$(PYTHON) -m pytest benchmarks -q -p no:cacheprovider --benchmark-enable --benchmark-columns=min,median,max,rounds --benchmark-sort=name -s
 
 bench: setup
@@ -48,5 +61,5 @@ clean:
 
 # The acceptance run on a GPU machine (docs/gpu-node.md "make gpu-check"): GPU tests, a short sweep, evidence
 # in gpu-check/summary.md; exits 2 without a CUDA device.
-gpu-check: setup
+gpu-check: setup-gpu-check
 	$(PYTHON) scripts/gpu_check.py

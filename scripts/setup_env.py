@@ -10,8 +10,18 @@ resolves everything else around it. Only when no torch imports does set-up insta
 (default torch==2.13.0: a CPU build from a CPU-only machine's local wheels), never the open range, which
 pip resolves to several GB of CUDA wheels.
 
-A stamp keyed on pyproject.toml makes a second run a no-op. A record in the environment's prefix
-(`.ddpbench-setup.json`) says where its torch came from; bench.envinfo copies that into env.json.
+What it installs: ddpbench and its runtime dependencies (`make bench`), plus an extra of pyproject.toml's
+where asked (`--extras dev`: `make test`, `make lint`; `--extras gpu-check`: `make gpu-check`).
+
+Without a package index (a cluster's compute node): set-up first asks the interpreter which requirements
+it already satisfies. Nothing missing: the project is installed from this checkout with no download (or,
+without setuptools, run from it as it is). Something missing: it names exactly what, and how to bring it —
+`pip download` into a folder on a machine with network (a login node), then `make setup WHEELS=dir`, which
+installs from that folder only (`pip --no-index --find-links`). The node's torch is never touched.
+
+A stamp keyed on pyproject.toml and the extras installed makes a second run a no-op. A record in the
+environment's prefix (`.ddpbench-setup.json`) says where its torch came from; bench.envinfo copies that into
+env.json.
 Prints one line: which Python, which torch (version, build), which NCCL, where torch came from.
 """
 
@@ -36,6 +46,10 @@ VENV = ROOT / ".venv"
 STAMP = ".ddpbench-setup-stamp"  # in the environment's prefix: sha256 of the pyproject.toml installed
 RECORD = ".ddpbench-setup.json"  # in the environment's prefix: read by bench.envinfo.setup_record
 DEFAULT_TORCH_SPEC = "torch==2.13.0"
+EXTRAS = ("dev", "gpu-check")  # pyproject.toml's optional dependencies set-up installs on request
+BUILD_BACKEND = "setuptools>=68"  # pyproject.toml [build-system]: what an install from the checkout needs
+DEFAULT_INDEX = "https://pypi.org/simple"
+INDEX_TIMEOUT_S = 5.0  # a package index that does not answer in this long counts as unreachable
 FOUND, INSTALLED = "already installed", "installed now"  # torch_source: the torch was there / set-up put it
 
 # Runs in the target interpreter. A torch that fails to import for any reason but its absence is an error
@@ -62,6 +76,12 @@ else:
                      "location": os.path.dirname(torch.__file__)}
 if importlib.util.find_spec("ddp_core") is not None:
     info["ddp_core"] = os.path.dirname(importlib.util.find_spec("ddp_core").origin)
+info["dists"] = {}
+for name in sys.argv[1:]:  # the distributions set-up needs: their installed versions (None: not installed)
+    try:
+        info["dists"][name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        info["dists"][name] = None
 print(json.dumps(info))
 """
 
@@ -98,6 +118,7 @@ class Plan:
     install_torch: str | None  # a requirement for pip: only when no torch imports
     constraint: str | None  # "torch==<installed distribution>", given to pip with the project
     install_project: bool  # the stamp is stale or ddp_core does not import
+    missing: list[str] | None = None  # requirements the interpreter does not satisfy (None: not probed)
 
 
 def running_interpreter() -> Running:
@@ -143,12 +164,13 @@ def venv_command(target: Target, running: Running) -> list[str]:
     return [str(running.executable), "-m", "venv", *system, str(target.python.parent.parent)]
 
 
-def probe(python: Path) -> dict:
-    """Python version, prefix, torch (version, distribution, build, NCCL, location) and ddp_core of `python`.
+def probe(python: Path, names: list[str] = ()) -> dict:
+    """Python version, prefix, torch (version, distribution, build, NCCL, location), ddp_core of `python`,
+    and the installed version of each distribution in `names` (`dists`).
 
     Runs from / so that a checkout in the working directory does not pass for an installed ddp_core.
     """
-    out = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, cwd="/")
+    out = subprocess.run([str(python), "-c", PROBE, *names], capture_output=True, text=True, cwd="/")
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
         raise SetupError(f"{python} fails the probe (it imports torch): {last}")
@@ -169,6 +191,97 @@ def project_ranges(pyproject: Path = ROOT / "pyproject.toml"):
     project = tomllib.loads(pyproject.read_text())["project"]
     (torch,) = [r for r in map(Requirement, project["dependencies"]) if r.name == "torch"]
     return torch.specifier, SpecifierSet(project["requires-python"])
+
+
+def _packaging():
+    try:  # `packaging` where installed; pip's vendored copy otherwise (every interpreter here has pip)
+        from packaging.requirements import Requirement
+    except ImportError:
+        from pip._vendor.packaging.requirements import Requirement
+    return Requirement
+
+
+def requirements(extras: list[str], pyproject: Path = ROOT / "pyproject.toml") -> list:
+    """pyproject.toml's runtime dependencies but torch, and those of each of `extras` (Requirement objects,
+    one per distribution)."""
+    import tomllib
+
+    Requirement = _packaging()
+    project = tomllib.loads(pyproject.read_text())["project"]
+    texts = list(project["dependencies"])
+    for extra in extras:
+        texts += project.get("optional-dependencies", {}).get(extra, [])
+    out = {}
+    for req in map(Requirement, texts):
+        if req.name != "torch":
+            out.setdefault(req.name, req)
+    return list(out.values())
+
+
+def unmet(info: dict, reqs: list) -> list[str] | None:
+    """The requirements `info` (a probe) does not satisfy, as pip writes them ("msgspec>=0.22"); None when
+    the probe did not say which distributions are installed."""
+    dists = info.get("dists")
+    if dists is None:
+        return None
+    return [str(r) for r in reqs if dists.get(r.name) is None
+            or not r.specifier.contains(dists[r.name], prereleases=True)]
+
+
+def has_build_backend(info: dict) -> bool:
+    """The interpreter can build ddpbench from this checkout without a download (setuptools >= 68)."""
+    version = (info.get("dists") or {}).get("setuptools")
+    return version is not None and _packaging()(BUILD_BACKEND).specifier.contains(version, prereleases=True)
+
+
+def index_sources(environ: Mapping[str, str]) -> list[str]:
+    """Where pip would look for packages: its index, extra indexes and find-links, from pip's own
+    configuration (files and PIP_* variables, `pip config list`); pip's default index when none is set."""
+    out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                         env=dict(environ))
+    sources, index = [], None
+    for line in out.stdout.splitlines():
+        key, _, value = line.partition("=")
+        name = key.rsplit(".", 1)[-1]
+        values = value.strip().strip("'\"").split()
+        if name == "index-url":
+            index = values[0] if values else None
+        elif name in ("extra-index-url", "find-links"):
+            sources += values
+    return [index or DEFAULT_INDEX, *sources]
+
+
+def reachable(source: str, timeout_s: float = INDEX_TIMEOUT_S) -> bool:
+    """A package source answers: a folder or file:// URL that exists, an http(s) index that responds."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    if source.startswith("file:"):
+        return Path(urllib.request.url2pathname(urllib.parse.urlparse(source).path)).exists()
+    if "://" not in source:
+        return Path(source).exists()
+    try:
+        urllib.request.urlopen(urllib.request.Request(source, method="HEAD"), timeout=timeout_s)
+    except urllib.error.HTTPError:
+        return True  # it answered
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def offline_message(info: dict, missing: list[str], sources: list[str], extras: list[str]) -> str:
+    """What is missing, and how to bring it to a node without a package index."""
+    wanted = [*missing, *([] if has_build_backend(info) else [BUILD_BACKEND])]
+    quoted = " ".join(f"'{r}'" for r in wanted)
+    torch = info["torch"]
+    kept = f"; its torch {torch['version']} stays as it is" if torch else ""
+    extra = f" ({', '.join(extras)} extras)" if extras else ""
+    return (f"{info['executable']} lacks {', '.join(missing)}{extra}, and no package index answers here "
+            f"(tried {', '.join(sources)}). Nothing was installed{kept}. On a machine with network (a login "
+            f"node) and the same Python ({info['version']}) and platform: `python3 -m pip download --dest "
+            f"wheels {quoted}`; copy wheels/ into this checkout, then `make setup WHEELS=wheels` (pip "
+            f"installs from that folder only)")
 
 
 def plan(info: dict, torch_spec: str, torch_range, python_range, stamp_current: bool) -> Plan:
@@ -192,7 +305,8 @@ def plan(info: dict, torch_spec: str, torch_range, python_range, stamp_current: 
                          f"the versions ddpbench is written for (pyproject.toml); set-up never replaces an "
                          f"installed torch: upgrade it yourself or point PYTHON= at another interpreter")
     current = stamp_current and info["ddp_core"] is not None
-    return Plan(install_torch=None, constraint=f"torch=={torch['dist_version']}", install_project=not current)
+    return Plan(install_torch=None, constraint=f"torch=={torch['dist_version']}", install_project=not current,
+                missing=unmet(info, info.get("reqs", [])) if "reqs" in info else None)
 
 
 def build(torch: dict) -> str:
@@ -239,12 +353,18 @@ def pip(python: Path, *args: str) -> None:
     subprocess.run(cmd, check=True, env=os.environ | {"PIP_ROOT_USER_ACTION": "ignore"})
 
 
-def install_project(python: Path, constraint: str) -> None:
-    """pip install -e .[dev], with the installed torch pinned so that pip cannot replace it."""
+def project_target(extras: list[str]) -> str:
+    """`ROOT` or `ROOT[dev]`: what pip installs (editable)."""
+    return f"{ROOT}[{','.join(extras)}]" if extras else str(ROOT)
+
+
+def install_project(python: Path, constraint: str, extras: list[str], offline: list[str] = ()) -> None:
+    """pip install -e ROOT[extras], with the installed torch pinned so that pip cannot replace it; `offline`:
+    pip's flags for an install without an index (--no-index and where to look)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "torch-constraint.txt"
         path.write_text(constraint + "\n")
-        pip(python, "-c", str(path), "-e", f"{ROOT}[dev]")
+        pip(python, *offline, "-c", str(path), "-e", project_target(extras))
 
 
 def writable(info: dict) -> None:
@@ -255,8 +375,18 @@ def writable(info: dict) -> None:
                          f"use it (activate it, or PYTHON=DIR/bin/python)")
 
 
-def setup(target: Target, running: Running, environ: Mapping[str, str], dry_run: bool) -> str:
+def read_stamp(stamp: Path) -> tuple[str, set[str]]:
+    """(the pyproject.toml digest installed, the extras installed with it)."""
+    if not stamp.exists():
+        return "", set()
+    words = stamp.read_text().split()
+    return (words[0] if words else ""), set(words[1:])
+
+
+def setup(target: Target, running: Running, environ: Mapping[str, str], dry_run: bool,
+          extras: list[str] = (), wheels: Path | None = None) -> str:
     """Create, probe, plan, install, record; the line to print."""
+    extras = list(extras)
     torch_range, python_range = project_ranges()
     torch_spec = environ.get("TORCH_SPEC", DEFAULT_TORCH_SPEC)
     if target.create:
@@ -265,7 +395,9 @@ def setup(target: Target, running: Running, environ: Mapping[str, str], dry_run:
             return f"setup (dry run): would run `{' '.join(cmd)}`, then plan inside it"
         announce(f"creating {target.python.parent.parent} with `{' '.join(map(str, cmd))}` (seconds)")
         subprocess.run(cmd, check=True)
-    info = probe(target.python)
+    reqs = requirements(extras)
+    names = [r.name for r in reqs] + ["setuptools"]
+    info = probe(target.python, names)
     if target.hidden_torch and info["torch"] is None and "TORCH_SPEC" not in environ:
         raise SetupError(f"./.venv has no torch and was created without python3's packages, so it does not "
                          f"see the torch at {target.hidden_torch}: `rm -r .venv` and rerun to reuse that "
@@ -273,19 +405,42 @@ def setup(target: Target, running: Running, environ: Mapping[str, str], dry_run:
     prefix = Path(info["prefix"])
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     stamp = prefix / STAMP
-    stamp_current = stamp.exists() and stamp.read_text().strip() == digest
-    steps = plan(info, torch_spec, torch_range, python_range, stamp_current)
+    stamped, stamped_extras = read_stamp(stamp)
+    stamp_current = stamped == digest and set(extras) <= stamped_extras
+    steps = plan({**info, "reqs": reqs}, torch_spec, torch_range, python_range, stamp_current)
     notes = []
     if "TORCH_SPEC" in environ and info["torch"]:
         notes.append(f"TORCH_SPEC={torch_spec} unused: a torch is installed")
     if target.hidden_torch and info["torch"]:
         notes.append(f"note: ./.venv does not see python3's torch at {target.hidden_torch} "
                      f"(`rm -r .venv` and rerun to use it)")
+    what = project_target(extras)
+    offline: list[str] = []
+    if wheels is not None:  # a folder of wheels brought from elsewhere: pip looks nowhere else
+        if not wheels.is_dir():
+            raise SetupError(f"WHEELS={wheels}: no such folder")
+        offline = ["--no-index", "--find-links", str(wheels.resolve())]
+    elif steps.install_torch or steps.install_project:
+        sources = index_sources(environ)
+        if not any(reachable(src) for src in sources):
+            if steps.install_torch:
+                raise SetupError(f"{info['executable']} has no torch and no package index answers here "
+                                 f"(tried {', '.join(sources)}): install a torch into it, or bring a wheel "
+                                 f"folder (`python3 -m pip download --dest wheels {torch_spec}` on a machine "
+                                 f"with network) and run `make setup WHEELS=wheels`")
+            if steps.missing:
+                raise SetupError(offline_message(info, steps.missing, sources, extras))
+            if steps.missing == []:  # everything is there: install the checkout itself, no download
+                if not has_build_backend(info):
+                    return summary(info, FOUND, f"runs from this checkout ({ROOT}; not installed: no "
+                                   f"{BUILD_BACKEND} to build it and no package index)", notes)
+                offline = ["--no-index", "--no-build-isolation", "--no-deps"]
     if dry_run:
         if steps.install_torch:
             return (f"setup (dry run): {info['executable']} has no torch: would pip install {torch_spec}, "
-                    f"then -e {ROOT}[dev] with that torch pinned")
-        project = f"would be installed (-c {steps.constraint})" if steps.install_project else "up to date"
+                    f"then -e {what} with that torch pinned")
+        project = f"would be installed (-c {steps.constraint}{' ' + ' '.join(offline) if offline else ''})" \
+            if steps.install_project else "up to date"
         return summary(info, FOUND, project, notes)
 
     source, project = FOUND, "up to date"
@@ -295,16 +450,20 @@ def setup(target: Target, running: Running, environ: Mapping[str, str], dry_run:
         announce(f"{info['executable']} has no torch: installing {steps.install_torch} with pip, then "
                  f"ddpbench and its dependencies. This is set-up's long step (torch is its largest download: "
                  f"minutes on a slow connection, with nothing printed until pip's own lines)")
-        pip(target.python, steps.install_torch)
-        source, info = INSTALLED, probe(target.python)
+        pip(target.python, *offline, steps.install_torch)
+        source, info = INSTALLED, probe(target.python, names)
         steps = plan(info, torch_spec, torch_range, python_range, stamp_current=False)
         if steps.install_torch:
             raise SetupError(f"pip installed {torch_spec} but torch still does not import in {target.python}")
     if steps.install_project:
-        announce(f"installing ddpbench (-e {ROOT}[dev]) and its dependencies into {info['executable']}, "
-                 f"torch pinned (-c {steps.constraint.strip()})")
-        install_project(target.python, steps.constraint)
-        stamp.write_text(digest + "\n")
+        if offline and wheels is not None and has_build_backend(info):
+            offline.append("--no-build-isolation")  # build with the interpreter's setuptools
+        announce(f"installing ddpbench (-e {what}) and its dependencies into {info['executable']}, "
+                 f"torch pinned (-c {steps.constraint.strip()})"
+                 + (f", from {wheels} only" if wheels is not None else ", no download" if offline else ""))
+        install_project(target.python, steps.constraint, extras, offline)
+        kept = stamped_extras if stamped == digest else set()
+        stamp.write_text(" ".join([digest, *sorted(kept | set(extras))]) + "\n")
         project = "installed"
     record_path = prefix / RECORD
     previous = json.loads(record_path.read_text()) if record_path.exists() else None
@@ -323,14 +482,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--print-python", action="store_true",
                         help="print the interpreter set-up installs into, and do nothing (for the Makefile)")
     parser.add_argument("--dry-run", action="store_true", help="probe and say what set-up would do")
+    parser.add_argument("--extras", default="", help=f"comma-separated extras of pyproject.toml to install "
+                                                     f"too: {', '.join(EXTRAS)} (default: the runtime only)")
+    parser.add_argument("--wheels", type=Path, default=None,
+                        help="install from this folder of wheels only, no package index (make setup WHEELS=)")
     args = parser.parse_args(argv)
+    extras = [e for e in args.extras.split(",") if e]
+    bad = [e for e in extras if e not in EXTRAS]
+    if bad:
+        print(f"setup: --extras={args.extras!r}: {bad[0]!r} is not one of {list(EXTRAS)}", file=sys.stderr)
+        return 2
     running = running_interpreter()
     try:
         target = choose_target(args.python, os.environ, running)
         if args.print_python:
             print(target.python)
             return 0
-        print(setup(target, running, os.environ, args.dry_run), flush=True)
+        print(setup(target, running, os.environ, args.dry_run, extras, args.wheels), flush=True)
         return 0
     except SetupError as e:
         print(f"setup: {e}", file=sys.stderr)

@@ -58,15 +58,17 @@ CUDA_215 = {"version": "2.15.0+cu128", "dist_version": "2.15.0", "cuda": "12.8",
             "nccl": "2.27.3", "location": "/usr/local/lib/python3.12/site-packages/torch"}
 
 
-def fake_python(tmp_path: Path, torch_info: dict | None, version: str = "3.12.3", **state) -> Path:
-    """An executable stand-in interpreter whose prefix is tmp_path/env."""
+def fake_python(tmp_path: Path, torch_info: dict | None, version: str = "3.12.3", dists: dict | None = None,
+                **state) -> Path:
+    """An executable stand-in interpreter whose prefix is tmp_path/env; `dists`: what its probe says is
+    installed (None: a probe that does not say, as before set-up asked)."""
     env = tmp_path / "env"
     env.mkdir(parents=True)
     python = env / "python"
     python.write_text(FAKE.format(python=sys.executable))
     python.chmod(0o755)
     info = {"executable": str(python), "version": version, "prefix": str(env), "torch": torch_info,
-            "ddp_core": None}
+            "ddp_core": None, **({"dists": dists} if dists is not None else {})}
     (env / "state.json").write_text(json.dumps({"info": info, "wheel": CPU_WHEEL, **state}))
     return python
 
@@ -79,9 +81,9 @@ def pip_calls(python: Path) -> list[dict]:
 ANNOUNCED: list[str] = []  # the last run's "setup: <what it is about to do> ..." lines (stderr)
 
 
-def run_setup(python: Path, capsys) -> tuple[int, str, str]:
+def run_setup(python: Path, capsys, *extra: str) -> tuple[int, str, str]:
     """(exit code, stdout, stderr less the announcements, which land in ANNOUNCED)."""
-    rc = setup_env.main(["--python", str(python)])
+    rc = setup_env.main(["--python", str(python), *extra])
     out, err = capsys.readouterr()
     lines = err.splitlines(keepends=True)
     ANNOUNCED[:] = [x for x in lines if x.startswith("setup: ") and x.rstrip().endswith("...")]
@@ -108,7 +110,7 @@ def test_installed_torch_is_pinned_and_never_reinstalled(tmp_path, capsys):
     assert (rc, err) == (0, "")
     (call,) = pip_calls(python)
     assert call["constraint"] == "torch==2.15.0\n"  # the distribution version pip sees, not __version__
-    assert call["args"][-2:] == ["-e", f"{ROOT}[dev]"]
+    assert call["args"][-2:] == ["-e", str(ROOT)]  # the runtime only: `make bench`
     assert not [a for a in call["args"] if a.startswith("torch")]
     assert out.count("\n") == 1
     assert f"setup: {python} (Python 3.12.3) · torch 2.15.0+cu128 (CUDA 12.8 build, already installed)" in out
@@ -258,3 +260,81 @@ def test_print_python_runs_no_probe():
                          capture_output=True, text=True, env=env, check=True, timeout=10)
     # this interpreter is a virtualenv, so set-up would install into it
     assert out.stdout.strip() == sys.executable
+
+
+# ---- which extras, and a node without a package index (issue 42 item 8) ------------------------------------
+
+def test_the_runtime_for_bench_the_dev_extras_for_the_suite_each_stamped(tmp_path, capsys):
+    python = fake_python(tmp_path, CUDA_215)
+    assert run_setup(python, capsys)[0] == 0
+    assert run_setup(python, capsys, "--extras", "dev")[0] == 0  # the runtime's stamp does not cover dev
+    assert run_setup(python, capsys, "--extras", "dev")[0] == 0  # now it does: no pip
+    assert run_setup(python, capsys)[0] == 0  # nor for the runtime
+    assert [c["args"][-1] for c in pip_calls(python)] == [str(ROOT), f"{ROOT}[dev]"]
+    assert run_setup(python, capsys, "--extras", "everything")[0] == 2
+    # the Makefile: `make bench` sets up the runtime, `make test` the dev extras, `make gpu-check` pytest
+    dry = {t: subprocess.run(["make", "-n", t], cwd=ROOT, capture_output=True, text=True).stdout
+           .splitlines()[0] for t in ("bench", "test", "lint", "gpu-check")}
+    assert "--extras" not in dry["bench"] and dry["test"].endswith("--extras dev")
+    assert dry["lint"].endswith("--extras dev") and dry["gpu-check"].endswith("--extras gpu-check")
+
+
+# What the H200 of issue 42 had: torch 2.11 (CUDA 13.0), pandas, matplotlib, tensorboard; no msgspec, no
+# setuptools to build with, and no network.
+CUDA_211 = CUDA_215 | {"version": "2.11.0+cu130", "dist_version": "2.11.0", "cuda": "13.0", "nccl": "2.28.9"}
+H200_DISTS = {"numpy": "2.1.2", "pandas": "2.2.3", "msgspec": None, "matplotlib": "3.9.2",
+              "tensorboard": "2.18.0", "torch-tb-profiler": "0.4.3", "setuptools": None}
+
+
+@pytest.fixture
+def no_index(monkeypatch):
+    """pip configured with one index that refuses connections (port 9, discard: nothing listens)."""
+    for var in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+
+
+def test_a_node_without_an_index_names_what_is_missing_and_how_to_bring_it(tmp_path, capsys, no_index):
+    python = fake_python(tmp_path, CUDA_211, dists=H200_DISTS)
+    rc, out, err = run_setup(python, capsys)
+    assert (rc, out) == (2, "") and pip_calls(python) == []  # nothing installed, torch untouched
+    assert f"{python} lacks msgspec>=0.22, and no package index answers here (tried " \
+           "http://127.0.0.1:9/simple). Nothing was installed; its torch 2.11.0+cu130 stays as it is" in err
+    assert "`python3 -m pip download --dest wheels 'msgspec>=0.22' 'setuptools>=68'`" in err
+    assert "`make setup WHEELS=wheels`" in err and "same Python (3.12.3)" in err
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    rc, out, err = run_setup(python, capsys, "--wheels", str(wheels))
+    assert (rc, err) == (0, "")
+    (call,) = pip_calls(python)
+    assert call["args"][2:5] == ["--no-index", "--find-links", str(wheels)]  # that folder, nothing else
+    assert call["constraint"] == "torch==2.11.0\n" and call["args"][-2:] == ["-e", str(ROOT)]
+    assert not [a for a in call["args"] if a.startswith("torch")]
+    assert "torch 2.11.0+cu130 (CUDA 13.0 build, already installed)" in out
+    rc, out, _ = run_setup(python, capsys)  # stamped: nothing to do, no index needed
+    assert rc == 0 and len(pip_calls(python)) == 1 and out.rstrip().endswith("ddpbench up to date")
+    assert run_setup(python, capsys, "--wheels", str(tmp_path / "nowhere"))[0] == 2  # a typo is not ignored
+
+
+def test_a_node_without_an_index_that_has_everything_installs_the_checkout_with_no_download(
+        tmp_path, capsys, no_index):
+    have = H200_DISTS | {"msgspec": "0.19.0"}  # too old: named with its bound
+    python = fake_python(tmp_path, CUDA_211, dists=have)
+    rc, _, err = run_setup(python, capsys, "--extras", "gpu-check")
+    assert rc == 2 and "lacks msgspec>=0.22, pytest>=8, pytest-timeout>=2.2 (gpu-check extras)" in err
+    python = fake_python(tmp_path / "b", CUDA_211, dists=have | {"msgspec": "0.22.0", "setuptools": "80.9.0"})
+    rc, out, err = run_setup(python, capsys)
+    assert (rc, err) == (0, "")
+    (call,) = pip_calls(python)
+    assert call["args"][2:5] == ["--no-index", "--no-build-isolation", "--no-deps"]
+    python = fake_python(tmp_path / "c", CUDA_211, dists=have | {"msgspec": "0.22.0"})  # no setuptools either
+    rc, out, err = run_setup(python, capsys)
+    assert rc == 0 and pip_calls(python) == [] and "ddpbench runs from this checkout" in out
+
+
+def test_index_reachability():
+    assert setup_env.reachable(f"file://{ROOT}") and setup_env.reachable(str(ROOT))
+    assert not setup_env.reachable("file:///no/such/index") and not setup_env.reachable("/no/such/wheels")
+    assert not setup_env.reachable("http://127.0.0.1:9/simple", timeout_s=2)
