@@ -81,7 +81,11 @@ def plan(config: str, overrides: list[str] = (), *, plan_only: bool = False, nno
 
     for warning in timing_warnings(dict(os.environ)):  # recorded in env.json and the report too
         print(f"warning: {warning}", file=sys.stderr)
-    cells = expand(resolved, bf16_supported=bf16_ok, gpu_count=None if plan_only else gpu_count)
+    # a plan is capped at the GPUs it will run on (--nnodes × --gpus-per-node, or this machine's), as
+    # --help says: a world size above them is skipped with its reason (refused when the preset does not set
+    # run.skip_world_sizes_above_gpus)
+    cells = expand(resolved, bf16_supported=bf16_ok,
+                   gpu_count=gpu_count * nnodes if plan_only and gpu_count else gpu_count)
     device_bytes = checks.device_memory_bytes(resolved) if resolved.run.search != "grid" else None
     if memory_gb is not None or device_bytes is not None:
         cells = prune_memory(cells, resolved, memory_gb, device_bytes)
@@ -116,7 +120,7 @@ def prune_memory(cells: list[Cell], config: BenchConfig, memory_gb: float | None
 
 def describe(plan: Plan) -> list[str]:
     """`--dry-run`: a line per cell, then the totals and the time estimate (bench/run/estimate.py)."""
-    from bench.run.estimate import RATES, estimate_range, estimate_seconds, expected_rounds
+    from bench.run.estimate import RATES, expected_rounds
 
     config, cells = plan.config, list(plan.cells)
     runnable, profiled = plan.runnable, {c.cell_id for c in plan.profiled()}
@@ -124,15 +128,8 @@ def describe(plan: Plan) -> list[str]:
              + (f"  ({cell.skip_reason})" if cell.skip_reason else "")
              + ("  [profiled]" if cell.cell_id in profiled else "") for cell in cells]
     r = config.run
-    grid = " as a grid" if r.search != "grid" else ""
     noise_measured = RATES[r.device].half_width_sqrt_n_pct is not None
-    if r.adaptive and not noise_measured:
-        low, high = estimate_range(config, cells)
-        wall = (f"estimated wall time{grid} {low / 60:.1f}-{high / 60:.1f} min (every adaptive group "
-                f"stopping at its minimum rounds … running to its cap: this device's step-time noise is not "
-                f"measured yet)")
-    else:
-        wall = f"estimated wall time{grid} ~{estimate_seconds(config, cells) / 60:.1f} min"
+    wall = wall_words(config, cells)
     lines.append(f"each cell timed in {r.launches} launches (run.launches), in an order shuffled with "
                  "run.seed; the intervals hold the variance between them" if r.launches > 1 else
                  "each cell timed in one launch (run.launches = 1): the variance between launches stays "
@@ -152,6 +149,33 @@ def describe(plan: Plan) -> list[str]:
         lines.append(f"timed rounds per cell: {r.min_timed_steps} to {r.max_timed_steps}, until "
                      f"±{r.target_ci_pct:g} % (run.target_ci_pct) or {r.max_group_s:g} s a group")
     return lines
+
+
+def wall_words(config, cells: list[Cell]) -> str:
+    """'estimated wall time ~5.8 min' (a range where the device's step-time noise is not measured yet)."""
+    from bench.run.estimate import RATES, estimate_range, estimate_seconds
+
+    r = config.run
+    grid = " as a grid" if r.search != "grid" else ""
+    if r.adaptive and RATES[r.device].half_width_sqrt_n_pct is None:
+        low, high = estimate_range(config, cells)
+        return (f"estimated wall time{grid} {low / 60:.1f}-{high / 60:.1f} min (every adaptive group "
+                f"stopping at its minimum rounds … running to its cap: this device's step-time noise is not "
+                f"measured yet)")
+    return f"estimated wall time{grid} ~{estimate_seconds(config, cells) / 60:.1f} min"
+
+
+def estimate_line(plan: Plan, todo: list[Cell] | None = None) -> str:
+    """A sweep's first line: what `--dry-run` estimates for the cells it will run (`todo`: those a resumed
+    folder has no record of; default every runnable cell)."""
+    fresh = todo is None or len(todo) == len(plan.runnable)
+    cells = list(plan.cells) if fresh else todo  # as --dry-run counts them (the skipped ones cost nothing)
+    n = len(plan.runnable) if fresh else len(todo)
+    line = (f"estimate: {n} cells on {plan.config.run.device}, {wall_words(plan.config, cells)} "
+            f"(`--dry-run` lists them; bench/run/estimate.py)")
+    if plan.config.run.search != "grid" and cells:
+        line += f"; {race_line(plan.config, cells)}"
+    return line
 
 
 def race_line(config, cells: list[Cell]) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from bench import run_folder
 from bench.run import results
 from bench.run.folder import RunFolder
-from bench.run.planner import Plan
+from bench.run.planner import Plan, estimate_line
 from bench.schema import TRACE_GLOB, MiB
 
 
@@ -55,6 +55,7 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
     from bench.run.progress import Progress
 
     run_dir, config, todo = folder.path, plan.config, folder.todo(plan)
+    print(estimate_line(plan, todo), flush=True)  # first: how long this will take, before it starts
     print(f"run folder: {run_dir}  ({counts_words(plan, todo)})")
     progress = Progress(total=0, profiled=len(plan.profiled(todo)),
                         unit="cells" if config.run.launches == 1 else "cell launches")
