@@ -267,3 +267,33 @@ def test_collect_reads_the_nccl_logs_of_a_plan_run(tmp_path):
     entry = json.loads((out / "env.json").read_text())["nccl_transport"]["ws2"]
     assert entry["transport"] == "P2P/CUMEM" and entry["connections"] == {"P2P/CUMEM": 2}
     assert entry["log_files"] == ["logs/nccl-ws2.node1.77.log"] and entry["set_by"] == "bench"
+
+
+def test_the_script_runs_the_nodes_interpreter_and_clone_and_warns_about_this_machines(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """Issue 46: the script ran the planning machine's interpreter (a CPU torch) and clone, silently. With
+    --python and --chdir it runs the nodes' own; without them it warns when that torch has no CUDA for a
+    GPU job and when the interpreter or the clone sits on a filesystem only this machine has."""
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    args = ["slurm", "--config", "gpu-check", "--nodes", "1", "--gpus-per-node", "2",
+            "--set", "matrix.world_size=1,2"]
+    assert bench_main([*args, "--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    if not torch.version.cuda:
+        assert f"the script runs {sys.executable} (this machine's Python), whose torch {torch.__version__} " \
+               "has no CUDA, on 2-GPU nodes" in err and "--python PATH" in err
+    if slurm_fs_is_local(tmp_path):
+        assert f"the script runs from {tmp_path}, on a " in err and "with --chdir" in err
+    script = (tmp_path / "a" / "job.sbatch").read_text()
+    assert f"#SBATCH --chdir={tmp_path}" in script and f"{sys.executable} -m torch.distributed.run" in script
+
+    assert bench_main([*args, "--python", "/shared/venv/bin/python", "--chdir", "/shared/ddpbench",
+                       "--out", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert "has no CUDA" not in err and "the script runs from" not in err  # not on this machine: not checked
+    script = (tmp_path / "b" / "job.sbatch").read_text()
+    assert "#SBATCH --chdir=/shared/ddpbench" in script and sys.executable not in script
+    assert "/shared/venv/bin/python -m torch.distributed.run" in script
+    assert "/shared/venv/bin/python -m bench run --collect" in script

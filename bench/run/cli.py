@@ -127,6 +127,11 @@ def slurm_add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--account", help="SLURM account to charge")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a key (repeatable), as for `bench run`")
+    parser.add_argument("--python", metavar="PATH", default=None,
+                        help="the Python the nodes run (default: this one; bench slurm warns when its torch "
+                             "has no CUDA for a GPU job or it sits on a local filesystem)")
+    parser.add_argument("--chdir", metavar="DIR", default=None,
+                        help="the clone on the nodes, where the job starts (default: the working directory)")
     parser.add_argument("--submit", action="store_true",
                         help="submit the job (sbatch), follow it, collect its cells when it ends")
     parser.add_argument("--out", type=Path, help="run folder (default: results/<preset>-<host>-<timestamp>)")
@@ -137,7 +142,7 @@ def slurm_add_arguments(parser: argparse.ArgumentParser) -> None:
 def slurm_main(args: argparse.Namespace) -> int:
     job = slurm.Job(nodes=args.nodes, time=args.time, ranks_per_node=args.ranks_per_node,
                     gpus_per_node=args.gpus_per_node, partition=args.partition, account=args.account,
-                    cpus_per_node=args.cpus_per_node)
+                    cpus_per_node=args.cpus_per_node, python=args.python, chdir=args.chdir)
     command = [sys.executable, "-m", "bench", *sys.argv[1:]] if sys.argv[1:2] == ["slurm"] else None
     try:
         written = slurm.prepare(args.config, job, args.set, args.out, args.resume, args.submit, command)

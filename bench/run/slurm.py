@@ -4,7 +4,8 @@ sbatch script in the run folder (`prepare`), and the job submitted, followed and
 
     python -m bench slurm --config NAME|PATH --nodes N [--ranks-per-node R | --gpus-per-node G]
                           [--cpus-per-node C] [--time HH:MM:SS] [--partition P] [--account A]
-                          [--set SECTION.KEY=VALUE ...] [--submit] [--out DIR] [--resume]
+                          [--set SECTION.KEY=VALUE ...] [--python PATH] [--chdir DIR] [--submit] [--out DIR]
+                          [--resume]
 
 The script runs one `srun torchrun` step per world size of the plan (W ranks: W / R nodes × R ranks, or one
 node × W ranks when W ≤ R), then `bench run --collect`. Its workers run in plan mode
@@ -16,7 +17,9 @@ What a new user would otherwise learn the hard way: the job asks for CPUs and ha
 (since SLURM 22.05 srun does not inherit sbatch's --cpus-per-task, so 8 ranks would share one core); the
 rendezvous port is a free one on the first node; NCCL's INFO log is written per world size for --collect's
 `nccl_transport`; the time limit comes from the plan's estimate; nodes the plan cannot use are refused;
-and a run folder on a filesystem the nodes do not share is warned about.
+and a run folder on a filesystem the nodes do not share is warned about. The script runs the nodes'
+interpreter and clone (`--python`, `--chdir`; default this machine's own): it warns when that interpreter
+is this machine's and its torch has no CUDA for a GPU job, or when either sits on a local filesystem.
 
 Exit codes: 0 written (or the job completed), 1 the job failed, 2 bad input (nothing created) or sbatch
 refused the job, 3 the job was cancelled, 4 it hit its time limit, 130 interrupted (the job keeps running).
@@ -79,6 +82,8 @@ class Job:
     partition: str | None = None
     account: str | None = None
     cpus_per_node: int | None = None  # None: GPU jobs take whole nodes (--exclusive); CPU ranks one core each
+    python: str | None = None  # the interpreter on the nodes (None: this one, sys.executable)
+    chdir: str | None = None   # the clone on the nodes, where the steps start (None: the working directory)
 
     def check(self, submit: bool = False) -> None:
         """The values that need no config, each named with its value (ConfigError)."""
@@ -131,11 +136,11 @@ def sbatch_script(run_dir: Path, steps: list[tuple[int, int, int]], job: Job, gp
                   ranks_per_node: int, command: list[str]) -> str:
     """README's sbatch script, filled in: one `srun torchrun` step per world size, then --collect."""
     run = run_dir.resolve()
-    py, plan_file = shlex.quote(sys.executable), shlex.quote(str(run / run_folder.PLAN))
+    py, plan_file = shlex.quote(job.python or sys.executable), shlex.quote(str(run / run_folder.PLAN))
     directives = [f"--job-name={directive(f'ddpbench-{run.name}'[:64])}", f"--nodes={job.nodes}",
                   "--ntasks-per-node=1", f"--time={job.time or '01:00:00'}",
                   f"--output={directive(str(run / run_folder.LOGS / run_folder.SLURM_OUTPUT))}",
-                  f"--chdir={directive(str(Path.cwd()))}"]
+                  f"--chdir={directive(job.chdir or str(Path.cwd()))}"]
     # The one task per node (torchrun) gets the node's CPUs for its ranks: a GPU job the whole node unless
     # --cpus-per-node says how many; CPU ranks a core each. srun is told again (it does not inherit it).
     if gpus_per_node:
@@ -216,6 +221,27 @@ def shared_fs_warning(run_dir: Path) -> str | None:
             "(your cluster's shared home or scratch).")
 
 
+def nodes_warnings(job: Job, gpus: int | None) -> list[str]:
+    """What the script would run on the nodes that may not be there: this machine's interpreter (its torch
+    without CUDA for a GPU job), an interpreter or a clone on a filesystem only this machine has."""
+    out = []
+    if gpus and job.python is None:
+        import torch
+
+        if not torch.version.cuda:
+            out.append(f"warning: the script runs {sys.executable} (this machine's Python), whose torch "
+                       f"{torch.__version__} has no CUDA, on {gpus}-GPU nodes: every cell would fail there. "
+                       f"Give the nodes' interpreter with --python PATH (e.g. the venv of your clone on the "
+                       f"shared filesystem)")
+    for flag, path in (("--python", job.python or sys.executable), ("--chdir", job.chdir or str(Path.cwd()))):
+        found = filesystem_of(Path(path)) if Path(path).exists() else None
+        if found is not None and found[0] in LOCAL_FILESYSTEMS:
+            out.append(f"warning: the script runs from {path}, on a {found[0]} filesystem mounted at "
+                       f"{found[1]} that other machines do not see: give the path on the nodes' shared "
+                       f"filesystem with {flag}")
+    return out
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A written job: its run folder, sbatch script, the steps it runs, how many cells it plans, its time
@@ -252,8 +278,8 @@ def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None =
     """The run folder of a SLURM job (`bench run --plan-only`'s: folder, env.json, skipped cells, plan.json)
     and its filled-in sbatch script; ConfigError naming the key and the value, before anything is created."""
     job.check(submit)
-    for path in (out, Path.cwd()):  # the script's #SBATCH lines name both: refused before anything is made
-        if path is not None:
+    for path in (out, Path(job.chdir) if job.chdir else Path.cwd()):  # named by #SBATCH lines: refused
+        if path is not None:                                           # before anything is made
             directive(str(path))
     if resume and out is None:
         raise ConfigError("--resume: needs --out DIR (the run folder to continue)")
@@ -294,7 +320,7 @@ def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None =
     gpus = gpus if planned.config.run.device == "cuda" else None
     script.write_text(sbatch_script(run_dir, steps, replace(job, time=time_limit_), gpus, per_node,
                                     command or ["python", "-m", "bench", "slurm", "..."]))
-    warnings += [w for w in (shared_fs_warning(run_dir),) if w]
+    warnings += [w for w in (shared_fs_warning(run_dir),) if w] + nodes_warnings(job, gpus)
     return Prepared(run_dir=run_dir, script=script, steps=steps, cells=cells, time=time_limit_,
                     time_source=time_source, warnings=tuple(warnings))
 
