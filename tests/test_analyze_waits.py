@@ -189,6 +189,7 @@ def test_straggler_fault_is_the_wait_of_the_others(tmp_path):
     env = os.environ | {"OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=env, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("estimate: 1 cells on cpu, estimated wall time")  # a sweep's first line
     done = subprocess.run([sys.executable, "-m", "bench", "analyze", str(out)], capture_output=True,
                           text=True, timeout=120, env=env, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
