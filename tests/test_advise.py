@@ -511,6 +511,11 @@ def test_the_answer_names_the_baseline_it_used(run_dir, capsys):
     assert "the baseline engine=overlap" in head
     assert _line(lines, "baseline").startswith("baseline: the baseline engine=overlap = overlap, 25 MiB "
                                                "buckets")
+    # the report's first screen reads the answer from advice.md: its speedup card and figure say the same
+    assert main(["report", str(run_dir), "--out", str(run_dir.parent / "report")]) == 0
+    summary = (run_dir.parent / "report" / "summary.md").read_text()
+    assert "speedup over the baseline engine=overlap" in summary
+    assert "speedup over torch DDP's defaults" not in summary
 
 
 def test_a_failed_configuration_is_one_line_with_its_cause_and_where_the_error_is(tmp_path, capsys):

@@ -137,6 +137,12 @@ class Answer:
         """As advice.md writes it (from_markdown reads it back): the verdict, a blank line, a list."""
         return "\n".join([self.verdict, "", *(f"- {line}" for line in self.lines)])
 
+    def against(self) -> str:
+        """What its speedups are against, as its `baseline:` line names it (baseline_name); torch DDP's
+        defaults when it has none."""
+        line = next((x for x in self.lines if x.startswith("baseline: ") and " = " in x), None)
+        return line[len("baseline: "):].split(" = ")[0] if line else baseline_name({})
+
     @classmethod
     def from_markdown(cls, text: str) -> Answer:
         """The answer of markdown() at the start of `text` (after advice.md's title), up to the first line

@@ -69,18 +69,20 @@ def _interval(value: float, low: float, high: float, fmt: str, unit: str) -> tup
     return shown, f"95 % interval {low:{fmt}}–{high:{fmt}}{unit}"
 
 
-def headline_numbers(results: pd.DataFrame, ranked: pd.DataFrame) -> pd.DataFrame:
+def headline_numbers(results: pd.DataFrame, ranked: pd.DataFrame,
+                     against: str = "torch DDP's defaults") -> pd.DataFrame:
     """Four figures of the configuration the answer names (advice.csv answer_role), each with its 95 %
     interval: its speedup over torch DDP's defaults (the best other configuration's when the answer keeps
     the defaults), its throughput, its scaling efficiency at its world size, and exposed communication's
-    share of its step. Columns: name, value, interval, of."""
+    share of its step; `against`: what the speedups are against (the answer's baseline). Columns: name,
+    value, interval, of."""
     best = named_row(ranked)
     if best is None:
         return pd.DataFrame(columns=["name", "value", "interval", "of"])
     cell = results[results["cell_id"] == best["cell_id"]].iloc[0]
     n = int(cell["world_size"])
     where = f"{best['engine']} at {n} rank{'s' if n > 1 else ''}, global batch {int(cell['global_batch'])}"
-    rows = [_speedup_card(ranked, best),
+    rows = [_speedup_card(ranked, best, against),
             ("throughput (samples/s)", *_interval(best["samples_per_s"], best["samples_per_s_ci95_low"],
                                                   best["samples_per_s_ci95_high"], ",.0f", ""), where)]
     # efficiency = T1 / (N T_N) (strong) or T1 / T_N (weak): its interval from T_N's, T1 held at its median
@@ -104,18 +106,17 @@ def headline_numbers(results: pd.DataFrame, ranked: pd.DataFrame) -> pd.DataFram
     return pd.DataFrame(rows, columns=["name", "value", "interval", "of"])
 
 
-def _speedup_card(ranked: pd.DataFrame, best: pd.Series) -> tuple[str, str, str, str]:
+def _speedup_card(ranked: pd.DataFrame, best: pd.Series, against: str) -> tuple[str, str, str, str]:
     """The named configuration's speedup over its baseline; for the baseline itself, its contender's."""
+    title = f"speedup over {against}"
     row = best
     if best["answer_role"] in ("keep", "unclear"):
         contender = ranked[ranked["answer_role"] == "contender"]
         if not len(contender):
-            return "speedup over torch DDP's defaults", "1.00×", "the defaults: nothing else measured", \
-                "torch DDP"
+            return title, "1.00×", "the baseline: nothing else measured", "torch DDP"
         row = contender.iloc[0]
     if pd.isna(row.get("speedup_vs_baseline")):
-        return "speedup over torch DDP's defaults", "—", "no torch DDP baseline at this recipe", \
-            str(row["engine"])
+        return title, "—", f"{against}: not measured at this recipe", str(row["engine"])
     value, interval = _interval(row["speedup_vs_baseline"], row["speedup_vs_baseline_ci95_low"],
                                 row["speedup_vs_baseline_ci95_high"], ".2f", "×")
     verdict = row.get("verdict_vs_baseline")
@@ -123,7 +124,7 @@ def _speedup_card(ranked: pd.DataFrame, best: pd.Series) -> tuple[str, str, str,
     who = "the best other configuration, " if row is not best else ""
     paired = "measured side by side" if str(row.get("speedup_paired")) in ("True", "true", "1") else \
         "from both cells' intervals"
-    return ("speedup over torch DDP's defaults", f"{value} {verdict}", interval,
+    return (title, f"{value} {verdict}", interval,
             f"{who}{row['engine']} ({paired}; Holm-corrected verdict)")
 
 
@@ -140,19 +141,20 @@ def answer_section(run: Run, out_dir: Path) -> Section:
         sec.para("No configuration finished with status ok: there is nothing to recommend.", "warn")
     if run.device == "cpu":
         sec.para(CPU_CAVEAT, "warn")
-    numbers = headline_numbers(run.results, ranked)
+    numbers = headline_numbers(run.results, ranked, said.against())
     cards = "".join(
         f'<div class="card"><div class="lbl">{html.escape(r["name"])}</div><div class="big">'
         f'{html.escape(r["value"])}</div><div>{html.escape(r["interval"])}</div><div class="lbl">'
         f'{html.escape(r["of"])}</div></div>' for _, r in numbers.iterrows())
-    figure = speedup_figure(run, ranked, out_dir)
+    figure = speedup_figure(run, ranked, out_dir, said.against())
+    alt = html.escape(f"speedup over {said.against()}", quote=True)
     if cards or figure:
-        image = (f'<p><a href="plots/{figure}"><img src="plots/{figure}" alt="speedup over torch DDP\'s '
-                 f'defaults"></a></p>') if figure else ""
+        image = (f'<p><a href="plots/{figure}"><img src="plots/{figure}" alt="{alt}"></a></p>') if figure \
+            else ""
         sec.raw(f'<div class="verdict"><div class="cards" id="headline">{cards}</div>{image}</div>',
                 "\n".join(md_text(f"- {r['name']}: **{r['value']}** ({r['interval']}; {r['of']})")
                           for _, r in numbers.iterrows()) + "\n"
-                + (f"\n![speedup over torch DDP's defaults](plots/{figure})\n" if figure else ""))
+                + (f"\n![speedup over {md_text(said.against())}](plots/{figure})\n" if figure else ""))
     _failed(sec, run.results)
     sec.raw('<p>The ranking: <a href="tables/advice.csv">tables/advice.csv</a> (every configuration of the '
             'recipe, its speedup and interval, what did not make it and why). How to read every number: '
@@ -169,7 +171,8 @@ def answer_section(run: Run, out_dir: Path) -> Section:
     return sec
 
 
-def speedup_figure(run: Run, ranked: pd.DataFrame, out_dir: Path) -> str | None:
+def speedup_figure(run: Run, ranked: pd.DataFrame, out_dir: Path,
+                   against: str = "torch DDP's defaults") -> str | None:
     """plots/speedup.png from advice.csv's rows (its file name), None when nothing to draw."""
     if "speedup_vs_baseline" not in ranked.columns or named_row(ranked) is None:
         return None
@@ -179,10 +182,10 @@ def speedup_figure(run: Run, ranked: pd.DataFrame, out_dir: Path) -> str | None:
     for _, r in ranked.iterrows():
         mine = base[base["precision"] == r["precision"]]
         if r["baseline"] or mine.empty:
-            labels[r["cell_id"]] = "torch DDP's defaults" if r["baseline"] else setting_words(r, keys)
+            labels[r["cell_id"]] = against if r["baseline"] else setting_words(r, keys)
         else:
             labels[r["cell_id"]] = setting_words(r, keys, mine.iloc[0])
-    path = plots.speedup_plot(ranked, labels, out_dir / "plots" / SPEEDUP_PNG)
+    path = plots.speedup_plot(ranked, labels, out_dir / "plots" / SPEEDUP_PNG, against)
     return None if path is None else SPEEDUP_PNG
 
 

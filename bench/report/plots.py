@@ -510,8 +510,9 @@ WIDE_SPEEDUP_RANGE = 2.5        # largest / smallest value beyond which the spee
 SPEEDUP_TICKS = (0.1, 0.25, 0.5, 0.67, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 8.0)  # its labelled ticks
 
 
-def speedup_plot(advice: pd.DataFrame, labels: dict[str, str], path: Path) -> Path | None:
-    """Each ranked configuration's speedup over torch DDP's defaults with its 95 % interval (advice.csv),
+def speedup_plot(advice: pd.DataFrame, labels: dict[str, str], path: Path,
+                 against: str = "torch DDP's defaults") -> Path | None:
+    """Each ranked configuration's speedup over `against` (the baseline) with its 95 % interval (advice.csv),
     at the answer's precision, on a log axis with the baseline's 1× line; the rows tied with the best are
     shaded and the row the answer names is drawn bold. `labels`: cell id → the row's words. None when no
     row has a speedup."""
@@ -552,7 +553,7 @@ def speedup_plot(advice: pd.DataFrame, labels: dict[str, str], path: Path) -> Pa
         ax.xaxis.set_minor_formatter(NullFormatter())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
     ax.set_ylim(-0.6, len(rows) - 0.4)
-    ax.set_xlabel("speedup over torch DDP's defaults (95 % interval" + ("; log scale)" if wide else ")"),
+    ax.set_xlabel(f"speedup over {against} (95 % interval" + ("; log scale)" if wide else ")"),
                   fontsize=8.5)
     ax.tick_params(axis="x", labelsize=8)
     ax.grid(axis="x", alpha=0.3, which="both")
