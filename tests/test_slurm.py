@@ -285,14 +285,14 @@ def test_the_script_runs_the_nodes_interpreter_and_clone_and_warns_about_this_ma
         assert f"the script runs {sys.executable} (this machine's Python), whose torch {torch.__version__} " \
                "has no CUDA, on 2-GPU nodes" in err and "--python PATH" in err
     if slurm_fs_is_local(tmp_path):
-        assert f"the script runs from {tmp_path}, on a " in err and "with --chdir" in err
+        assert f"the script runs the clone {tmp_path}, on a " in err and "with --chdir" in err
     script = (tmp_path / "a" / "job.sbatch").read_text()
     assert f"#SBATCH --chdir={tmp_path}" in script and f"{sys.executable} -m torch.distributed.run" in script
 
     assert bench_main([*args, "--python", "/shared/venv/bin/python", "--chdir", "/shared/ddpbench",
                        "--out", str(tmp_path / "b")]) == 0
     err = capsys.readouterr().err
-    assert "has no CUDA" not in err and "the script runs from" not in err  # not on this machine: not checked
+    assert "has no CUDA" not in err and "the script runs the" not in err  # not on this machine: not checked
     script = (tmp_path / "b" / "job.sbatch").read_text()
     assert "#SBATCH --chdir=/shared/ddpbench" in script and sys.executable not in script
     assert "/shared/venv/bin/python -m torch.distributed.run" in script

@@ -97,7 +97,7 @@ class Advice:
 
     def error_where(self, row: pd.Series) -> str:
         """Where a failed cell's whole error is (its `why` has the first line only)."""
-        if self.run_dir is None or row["status"] == "ok":
+        if self.run_dir is None or row["status"] in ("ok", "skipped"):  # over --memory-gb, or never started
             return ""
         return (f" (the whole error: {self.run_dir / run_folder.RESULTS} `error`; the ranks' output: "
                 f"{self.run_dir / run_folder.LOGS}/)")

@@ -233,11 +233,12 @@ def nodes_warnings(job: Job, gpus: int | None) -> list[str]:
                        f"{torch.__version__} has no CUDA, on {gpus}-GPU nodes: every cell would fail there. "
                        f"Give the nodes' interpreter with --python PATH (e.g. the venv of your clone on the "
                        f"shared filesystem)")
-    for flag, path in (("--python", job.python or sys.executable), ("--chdir", job.chdir or str(Path.cwd()))):
+    for flag, what, path in (("--python", "the interpreter", job.python or sys.executable),
+                             ("--chdir", "the clone", job.chdir or str(Path.cwd()))):
         found = filesystem_of(Path(path)) if Path(path).exists() else None
         if found is not None and found[0] in LOCAL_FILESYSTEMS:
-            out.append(f"warning: the script runs from {path}, on a {found[0]} filesystem mounted at "
-                       f"{found[1]} that other machines do not see: give the path on the nodes' shared "
+            out.append(f"warning: the script runs {what} {path}, on a {found[0]} filesystem mounted at "
+                       f"{found[1]} that other machines do not see: give its path on the nodes' shared "
                        f"filesystem with {flag}")
     return out
 
