@@ -196,17 +196,21 @@ def test_straggler_fault_is_the_wait_of_the_others(tmp_path):
     s = pd.read_csv(out / "trace_summary.csv", dtype={"step": str})
     steps = s[s["step"] != "all"].set_index(["rank", "step"])["wait_ms"]
     assert len(steps) == 6  # 3 profiled steps × 2 ranks
-    # rank 0 waits the injected time, rank 1 waits for nobody: claims on the median of the 3 steps, as a
-    # loaded machine may stall either rank in any one step (descheduling rank 0 before its all-reduce
-    # shortens that step's wait: 27.4 ms once under load, against 40.9-42.4 idle)
-    assert abs(steps.loc[0].median() / slow_ms - 1) <= 0.3, steps
+    # rank 0 waits at least the injected time, rank 1 waits for nobody: claims on the median of the 3 steps,
+    # as a loaded machine may stall either rank in any one step. Load moves the wait both ways (rank 0
+    # descheduled before its all-reduce shortens it: 27.4 ms once; rank 1 descheduled after its sleep
+    # lengthens it: a median 57.6 ms beside a busy loop at load 9, against 40.9-42.4 idle), so its upper side
+    # is checked against a second witness that carries the same stall rather than against the injected time
+    waited = steps.loc[0].median()
+    assert waited >= 0.7 * slow_ms, steps
     assert steps.loc[1].median() < 0.3 * slow_ms, steps
     # the trace's straggler (in at least 2 of the 3 steps) and the timers' (compute-only rounds: each rank's
-    # own work) name rank 1
+    # own work) name rank 1; the timers' rank skew is the same stall, measured by another clock in other steps
     st = pd.read_csv(out / "stragglers.csv")
     results = pd.read_csv(out / "results.csv")
     assert st["straggler_rank"].tolist().count(1) >= 2 and results["slowest_rank"].tolist() == [1], st
-    assert results["rank_skew_ms_p50"].iloc[0] == pytest.approx(slow_ms, rel=0.3)
+    skew = results["rank_skew_ms_p50"].iloc[0]
+    assert skew >= 0.7 * slow_ms and 1 / 1.5 <= waited / skew <= 1.5, (waited, skew)
 
 
 def test_why_section_says_how_much_waits_and_for_whom(tmp_path):
