@@ -69,8 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    target = Target(args.target_gpus, args.network, args.gpus_per_node or DEFAULT_GPUS_PER_NODE,
-                    args.inter_network)
+    per_node = DEFAULT_GPUS_PER_NODE if args.gpus_per_node is None else args.gpus_per_node
+    target = Target(args.target_gpus, args.network, per_node, args.inter_network)
     try:
         advice = run(args.run_dir, target, args.memory_gb, args.out, global_batch=args.global_batch,
                      baseline=args.baseline, precision=args.precision)

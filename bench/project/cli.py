@@ -107,8 +107,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         networks = None if args.network is None else args.network.split(",")
-        projection = run(args.run_dir, networks, parse_world_sizes(args.world_sizes),
-                         gpus_per_node=args.gpus_per_node or DEFAULT_GPUS_PER_NODE,
+        per_node = DEFAULT_GPUS_PER_NODE if args.gpus_per_node is None else args.gpus_per_node
+        projection = run(args.run_dir, networks, parse_world_sizes(args.world_sizes), gpus_per_node=per_node,
                          inter_network=args.inter_network,
                          nics_per_node=args.nics_per_node, algorithm=args.algorithm,
                          bw_gbps=args.bw_gbps, latency_us=args.latency_us,
