@@ -273,8 +273,14 @@ def test_the_runtime_for_bench_the_dev_extras_for_the_suite_each_stamped(tmp_pat
     assert [c["args"][-1] for c in pip_calls(python)] == [str(ROOT), f"{ROOT}[dev]"]
     assert run_setup(python, capsys, "--extras", "everything")[0] == 2
     # the Makefile: `make bench` sets up the runtime, `make test` the dev extras, `make gpu-check` pytest
-    dry = {t: subprocess.run(["make", "-n", t], cwd=ROOT, capture_output=True, text=True).stdout
-           .splitlines()[0] for t in ("bench", "test", "lint", "gpu-check")}
+    plain = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # in make
+
+    def setup_line(target: str) -> str:
+        dry = subprocess.run(["make", "-n", "--no-print-directory", target], cwd=ROOT, env=plain,
+                             capture_output=True, text=True).stdout
+        return next(line for line in dry.splitlines() if "setup_env.py" in line)
+
+    dry = {t: setup_line(t) for t in ("bench", "test", "lint", "gpu-check")}
     assert "--extras" not in dry["bench"] and dry["test"].endswith("--extras dev")
     assert dry["lint"].endswith("--extras dev") and dry["gpu-check"].endswith("--extras gpu-check")
 
