@@ -7,7 +7,8 @@ The words checked, against the speedup's 95 % interval [low, high] and whether i
 correction over the file's rows with a p:
 - `verdict_vs_baseline`: faster / slower (excludes 1, survives), "… before correction" (excludes 1, does
   not survive), within noise (holds 1);
-- `why`: it ends with that verdict in words, and says "beyond the noise" only of a faster/slower row;
+- `why`: it ends with that verdict in words, says "beyond the noise" only of a faster/slower row and
+  "within noise" only of one whose interval holds 1;
 - the roles: `use` only for a faster row, with a baseline measured beside it at its precision; `keep` and
   `unclear` only when no row of the precision is faster; a `contender` below 1 only when every other is;
 - advice.md's answer: "Use" only with a baseline line; every "S× [low, high]" it prints is followed by words
@@ -67,8 +68,8 @@ def _words_allowed(text: str, low: float, high: float) -> str | None:
         return "says slower beyond the noise"
     if "before correction" in text and low + r <= 1 <= high - r:
         return "says before correction of an interval holding 1"
-    if "within noise (its interval holds 1)" in text and not low - r <= 1 <= high + r:
-        return "says its interval holds 1"
+    if "within noise" in text and not low - r <= 1 <= high + r:
+        return "says within noise of an interval that excludes 1"
     return None
 
 
@@ -90,6 +91,8 @@ def contradictions(folder: Path) -> list[str]:
             found.append(f"{cell}: verdict {r['verdict_vs_baseline']!r}, its interval and p say {want[i]!r}")
         if "beyond the noise" in r["why"] and want[i] not in ("faster", "slower"):
             found.append(f"{cell}: why says beyond the noise, the verdict is {want[i]!r}: {r['why']}")
+        if "within noise" in r["why"] and want[i] not in ("within noise", ""):
+            found.append(f"{cell}: why says within noise, the verdict is {want[i]!r}: {r['why']}")
         if want[i] and want[i] not in r["why"]:
             found.append(f"{cell}: why does not say {want[i]!r}: {r['why']}")
         if r["answer_role"] == "use" and want[i] != "faster":

@@ -62,13 +62,15 @@ def comparisons(table: pd.DataFrame) -> int:
 
 def words(row: pd.Series, family: int) -> str:
     """The verdict in words, for `why` and the answer: 'faster beyond the noise after Holm's correction over
-    12 comparisons', 'slower before correction (within noise after Holm's correction over 12)', …"""
+    12 comparisons', 'slower before correction (Holm's correction over 12 comparisons does not keep it)', …
+    ("within noise" and "beyond the noise" only where the interval holds 1, or excludes it and the test
+    survives the correction: no reader of a single phrase is misled)."""
     v = str(row.get("verdict_vs_baseline") or "")
     holm = f"Holm's correction over {family} comparison{'s' if family != 1 else ''}"
     if v in (FASTER, SLOWER):
         return f"{v} beyond the noise after {holm}"
     if v in (FASTER_UNCORRECTED, SLOWER_UNCORRECTED):
-        return f"{v} (within noise after {holm})"
+        return f"{v} ({holm} does not keep it)"
     if v == WITHIN:
         return "within noise (its interval holds 1)"
     return "no interval: cannot tell"
