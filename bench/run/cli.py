@@ -66,7 +66,9 @@ def run_add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --plan-only: nodes the plan will run on (GPU-count check)")
     parser.add_argument("--gpus-per-node", type=int, default=None, metavar="G",
                         help="with --plan-only: GPUs on each node the plan will run on (default: this "
-                             "machine's); lets a GPU-less login node plan a CUDA run")
+                             "machine's); lets a GPU-less login node plan a CUDA run. World sizes above "
+                             "--nnodes x G are skipped with the reason (refused unless the preset sets "
+                             "run.skip_world_sizes_above_gpus)")
     parser.add_argument("--collect", type=Path, metavar="DIR",
                         help="build cells.jsonl/results.csv of DIR from its workers' events/*.jsonl")
 
