@@ -181,7 +181,8 @@ MatrixConfig.__doc__ = ("The sweep's axes (bench.matrix): every engine's, the en
 @dataclass(frozen=True)
 class WorkloadConfig:
     """The model and its batch. Batch rule: strong scaling splits `global_batch` (samples per micro-step,
-    summed over ranks) evenly over the ranks; weak scaling gives every rank `per_rank_batch` samples."""
+    summed over ranks) evenly over the ranks; weak scaling gives every rank `per_rank_batch` samples. Memory
+    rule: a rank's micro-step above `micro_batch` samples runs as equal smaller forwards, accumulated."""
 
     model: str = "mlp"
     model_size: str = "tiny"
@@ -192,10 +193,15 @@ class WorkloadConfig:
     image_size: int | None = None
     global_batch: int = 16
     per_rank_batch: int = 8
+    # the memory rule: the most samples a rank runs through one forward; a per-rank micro-step above it is
+    # run as equal smaller ones, their gradients accumulated (bench.matrix.micro_splits). None: no limit
+    micro_batch: int | None = None
 
     def __post_init__(self):
         _check_min("workload.global_batch", [self.global_batch], 1, maximum=MAX_BATCH)
         _check_min("workload.per_rank_batch", [self.per_rank_batch], 1, maximum=MAX_BATCH)
+        if self.micro_batch is not None:
+            _check_min("workload.micro_batch", [self.micro_batch], 1, maximum=MAX_BATCH)
         if self.seq_len is not None:
             _check_min("workload.seq_len", [self.seq_len], 1, maximum=MAX_BATCH)
         if self.image_size is not None:

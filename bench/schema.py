@@ -143,6 +143,10 @@ CONTRACT_COLUMNS = (
 # Extra columns the runner adds (the contract allows more). Units are in the names.
 EXTRA_COLUMNS = (
     "model_size",            # workload preset within the model family (e.g. "tiny", "360m")
+    # samples per rank in one forward: per_rank_batch, or its share when the memory rule
+    # (workload.micro_batch) ran each micro-step as micro_splits smaller ones, accumulated (bench/matrix.py)
+    "micro_batch",
+    "micro_splits",
     "engine_options",        # the engine options set away from their defaults, as the cell id's words
                              # (bench.matrix.Cell.option_tags joined by " "; empty: every option at default)
     "seq_len",               # tokens per sample for sequence models; empty otherwise

@@ -44,7 +44,8 @@ def make_record(cell: Cell, config, status: str, error: str | None = None,
     measured = dict(measured or {})
     step_times = measured.pop("step_times_ms", [])
     row = {col: None for col in RESULT_COLUMNS}
-    row.update({key: getattr(cell, key) for key in (*CONFIG_KEYS, *ENGINE_OPTION_NAMES)})
+    row.update({key: getattr(cell, key) for key in (*CONFIG_KEYS, *ENGINE_OPTION_NAMES, "micro_batch",
+                                                     "micro_splits")})
     row.update({"cell_id": cell.cell_id, "status": status, "error": error,
                 "device": config.run.device, "backend": backend_for(config.run.device)})
     row.update({k: v for k, v in measured.items() if k in row and k not in RECORD_OWNED})

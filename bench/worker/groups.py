@@ -176,7 +176,7 @@ def capacity(cells: list[Cell], config: BenchConfig, free: int | None, device_ty
     one at a time, each under its own guard."""
     if free is None or not cells:
         return 1
-    cell = max(cells, key=lambda c: c.per_rank_batch)
+    cell = max(cells, key=lambda c: c.micro_batch)
     options = config.workload.options()
     try:
         with torch.device("meta"):
@@ -191,7 +191,7 @@ def capacity(cells: list[Cell], config: BenchConfig, free: int | None, device_ty
             n += 1
         return n
     state = engines.reference().state_bytes_per_rank(4 * n_params, cell.world_size, cell)
-    stepping, waiting = memory.trainer_bytes(state, n_params, cell.precision, per_sample, cell.per_rank_batch)
+    stepping, waiting = memory.trainer_bytes(state, n_params, cell.precision, per_sample, cell.micro_batch)
     n = 1
     while memory.device_bytes(stepping, [waiting] * n, device_type, cell.world_size) <= FIT_SHARE * free:
         n += 1

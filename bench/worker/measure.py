@@ -250,7 +250,7 @@ def work_per_step(trainer: Trainer, steps: list[list]) -> tuple[float | None, fl
             t = workload.tokens_in_batch(batch)
             f = workload.train_flops_per_sample(batch)
             tokens = None if t is None or tokens is None else tokens + t
-            flops = None if f is None or flops is None else flops + f * trainer.cell.per_rank_batch
+            flops = None if f is None or flops is None else flops + f * len(idx)
     out = []
     ws = dist.get_world_size()
     for value in (tokens, flops):

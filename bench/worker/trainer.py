@@ -153,7 +153,7 @@ class Trainer:
         self.model = self.engine.wrap_cell(module, cell, self.workload, device)
         self.optimizer = make_optimizer(self.model.parameters(), device)
         self.precision = Precision(cell.precision, device, n_steps)
-        per_step = cell.per_rank_batch * cell.grad_accum
+        per_step = cell.per_rank_batch * cell.grad_accum  # = micro_batch × micro_steps
         # The dataset the workload stands for (MRPC: 3,668 pairs, so padded lengths vary as they would),
         # else enough distinct samples for a few steps; later steps cycle through new sampler epochs.
         n_samples = max(self.workload.default_num_samples() or per_step * world_size * min(n_steps, 4),
@@ -166,7 +166,7 @@ class Trainer:
         # dataset that does not derive from SyntheticDataset gets the base class's staging (to the device).
         stage = getattr(self.dataset, "stage", partial(SyntheticDataset.stage, self.dataset))
         self.schedule = [[stage(idx, device) for idx in micro] for micro in index_schedule(
-            sampler, n_steps, cell.grad_accum, cell.per_rank_batch)]
+            sampler, n_steps, cell.micro_steps, cell.micro_batch)]
         self.cursor = 0
         # debug.fault "slow:<ms>@…": the last rank straggles by that much in every step of this cell
         self.straggle_s = config.debug.slow_ms_for(cell.cell_id, rank, world_size) / 1e3
@@ -185,8 +185,9 @@ class Trainer:
         return micro
 
     def step(self, instrument: Instrument = QUIET) -> torch.Tensor:
-        """One optimizer step; returns the last micro-step's loss (not divided by grad_accum)."""
-        model, inst, k = self.model, instrument, self.cell.grad_accum
+        """One optimizer step; returns the last micro-step's loss (not divided by the micro-steps): the cell's
+        micro_steps forwards (grad_accum × the memory rule's splits), all but the last under no_sync."""
+        model, inst, k = self.model, instrument, self.cell.micro_steps
         self.precision.apply()  # process-wide flags: this trainer's, whatever stepped before it
         if self.fault and self.cursor == self.fault_step:
             inject_fault(self.fault, self.cell.cell_id, self.rank)
