@@ -69,8 +69,8 @@ def test_bad_folders_are_refused(tmp_path, capsys):
     (tmp_path / "afile").write_text("")
     for argv, expected in [
         (["--config", str(tmp_path)], "is a directory"),
-        (["--config", "cpu-smoke", "--out", str(tmp_path / "afile" / "run")], "cannot create the run folder"),
-        (["--config", "cpu-smoke", "--out", "/proc/ddpbench-run"], "cannot create the run folder"),
+        (["--config", "cpu-smoke", "--out", str(tmp_path / "afile" / "run")], "is a file, not a folder"),
+        (["--config", "cpu-smoke", "--out", "/proc/ddpbench-run"], "is a system folder"),
         (["--collect", str(tmp_path)], "no config.toml or plan.json"),
     ]:
         rc, text = run(argv, capsys)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import engines
+from bench import engines, run_folder
 from bench.__main__ import main as bench_main
 
 TESTS = Path(__file__).parent
@@ -100,18 +100,30 @@ def test_an_out_that_is_a_file_or_under_one_is_one_line(run_dir, tmp_path, capsy
     assert (tmp_path / "afile").read_text() == "mine"
 
 
-def test_compare_into_an_earlier_page_replaces_it_and_refuses_other_files(run_dir, tmp_path, capsys):
+def test_compare_replaces_only_a_page_it_wrote_and_never_deletes_a_users_file(run_dir, tmp_path, capsys):
+    lookalike = tmp_path / "site"  # a page's names, but the user's (issue 45: mine.csv was deleted)
+    for name in ("index.html", "report.md", "summary.md", "plots/a.png", "tables/mine.csv"):
+        (lookalike / name).parent.mkdir(parents=True, exist_ok=True)
+        (lookalike / name).write_text("the user's")
+    before = snapshot(lookalike)
+    for command in (["compare", str(run_dir), str(CPU_RUN)], ["report", str(run_dir)]):
+        refused([*command, "--out", str(lookalike)], capsys, f"did not write there ({sorted(before)[:3]}")
+    assert snapshot(lookalike) == before and not (lookalike / run_folder.MARKER).exists()
+
     out = tmp_path / "page"
-    for name in ("index.html", "report.md", "summary.md", "plots/from-an-older-run.png", "tables/old.csv"):
-        (out / name).parent.mkdir(parents=True, exist_ok=True)
-        (out / name).write_text("an earlier page's")
+    assert call(["compare", str(run_dir), str(CPU_RUN), "--out", str(out)], capsys)[0] == 0
+    written = run_folder.written_by(out)["compare"]
+    assert "index.html" in written and "tables/cells.csv" in written
+    # a file of an earlier page of compare's that this one no longer draws goes; the new page is whole
+    (out / "plots" / "from-an-older-run.png").write_text("an earlier page's")
+    (out / run_folder.MARKER).write_text(json.dumps({"compare": [*written, "plots/from-an-older-run.png"]}))
+    (out / "index.html").write_text("an earlier page's")
     assert call(["compare", str(run_dir), str(CPU_RUN), "--out", str(out)], capsys)[0] == 0
     assert not (out / "plots" / "from-an-older-run.png").exists()
-    assert not (out / "tables" / "old.csv").exists()
-    assert "an earlier page" not in (out / "index.html").read_text()  # no mix of old and new
-    (out / "notes.txt").write_text("the user's")
+    assert "an earlier page" not in (out / "index.html").read_text()
+    (out / "tables" / "notes.txt").write_text("the user's")
     before = snapshot(out)
-    refused(["compare", str(run_dir), str(CPU_RUN), "--out", str(out)], capsys, "holds ['notes.txt']")
+    refused(["compare", str(run_dir), str(CPU_RUN), "--out", str(out)], capsys, "['tables/notes.txt']")
     assert snapshot(out) == before
 
 

@@ -17,6 +17,7 @@ from bench.analyze import tables as witness_tables
 from bench.analyze.load import find_trace_files
 from bench.analyze.summary import (
     SUMMARY_FILE,
+    TABLES,
     TIMELINE_FILE,
     WAIT_FILE,
     TraceJob,
@@ -116,8 +117,8 @@ def plan(path: Path, out: Path | None) -> tuple[list[TraceJob], list[str], Path]
             raise AnalyzeInputError(f"path {str(path)!r}: not a *.json or *.json.gz trace file")
         jobs, default_out = [TraceJob(path, path.name)], Path.cwd()
     out = out if out is not None else default_out
-    # a file; another command's part of a run folder, or analyze's own of another run than PATH
-    problem = run_folder.out_problem(out, "analyze", path)
+    # a file; another command's part of a run folder, or analyze's own of another run than PATH; a user's
+    problem = run_folder.out_problem(out, "analyze", path, FILES)
     if problem:
         raise AnalyzeInputError(problem)
     return jobs, missing, out
@@ -137,18 +138,22 @@ def run(path: Path | str, out: Path | str | None = None, workers: int | None = N
     t0 = time.perf_counter()
     workers = default_workers(len(jobs)) if workers is None else min(workers, len(jobs))
     tables, errors = analyse_tables(jobs, workers, progress)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, frame in tables.items():
-        frame.to_csv(out / name, index=False)
     analysis = Analysis(tables=tables, out=out, files=len(jobs), errors=missing + errors)
-    if is_run_folder(path):
-        # the report reads this file and never recomputes it
-        try:
-            results = run_folder.load_run(path).results
-        except run_folder.RunError as exc:  # rows without the timers' columns: no witness to compare
-            analysis.witnesses_note = str(exc)
-        else:
-            analysis.witnesses = witness_tables.witnesses(tables[SUMMARY_FILE], results)
-            analysis.witnesses.to_csv(out / run_folder.WITNESSES, index=False)
+    with run_folder.writing(out, "analyze", path, FILES) as stage:  # only analyze's own files replaced
+        for name, frame in tables.items():
+            frame.to_csv(stage / name, index=False)
+        if is_run_folder(path):
+            # the report reads this file and never recomputes it
+            try:
+                results = run_folder.load_run(path).results
+            except run_folder.RunError as exc:  # rows without the timers' columns: no witness to compare
+                analysis.witnesses_note = str(exc)
+            else:
+                analysis.witnesses = witness_tables.witnesses(tables[SUMMARY_FILE], results)
+                analysis.witnesses.to_csv(stage / run_folder.WITNESSES, index=False)
     analysis.seconds = time.perf_counter() - t0
     return analysis
+
+
+# what `bench analyze` writes into its folder: its tables and the witnesses
+FILES = (*TABLES, run_folder.WITNESSES)
