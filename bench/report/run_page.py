@@ -20,7 +20,7 @@ from bench.report.projection_section import projection_section
 from bench.report.render import Section, page_folder, write_csv, write_page
 from bench.report.why_section import why_section
 from bench.run_folder import Run, load_run
-from bench.schema import DEFAULT_BUCKET_MB
+from bench.schema import DEFAULT_BUCKET_MB, partial_race_row
 
 
 def default_out_dir(run_dir: Path) -> Path:
@@ -147,6 +147,13 @@ def raced_out_section(df: pd.DataFrame, out_dir: Path) -> Section:
         "Their step-time columns hold those rounds; no phase, compute-only, probe or memory pass ran, and "
         "bench advise ranks the survivors only. Cells not launched at a world size (their configuration "
         "raced out at a smaller one) carry that comparison.")
+    launches = tables.run_launches(df)
+    if partial_race_row("raced_out", launches):
+        sec.para(f"The run timed its cells in {launches} launches: a raced-out cell's own rounds are those "
+                 "of "
+                 "the launch that eliminated it, not a figure over every launch like the others', so its "
+                 "step time is left out here and in results.csv (cells.jsonl keeps each launch's rows); "
+                 "race_slowdown compares it within that launch.", "note")
     return sec.table(table, _csv(table, out_dir, "raced_out"))
 
 
