@@ -30,6 +30,11 @@ class AnalyzeInputError(Exception):
     """PATH or results.csv cannot be used: one line naming the key and the value."""
 
 
+class NoTraces(AnalyzeInputError):
+    """A run folder none of whose cells has a trace file: nothing to analyse (profiling was off, or no
+    profiled cell got to its profiled pass)."""
+
+
 @dataclass
 class Analysis:
     """The tables of one `bench analyze` (file name → rows), where they went, and what could not be read."""
@@ -105,8 +110,7 @@ def plan(path: Path, out: Path | None) -> tuple[list[TraceJob], list[str], Path]
     if is_run_folder(path):
         (jobs, missing), default_out = run_jobs(path), path
         if not jobs:
-            raise AnalyzeInputError(f"{path / run_folder.RESULTS}: no cell has trace files under its "
-                                    "trace_dir")
+            raise NoTraces(f"{path / run_folder.RESULTS}: no cell has trace files under its trace_dir")
     elif path.is_dir():
         jobs = [TraceJob(p, str(p.relative_to(path))) for p in find_trace_files(path)]
         default_out = Path.cwd()
@@ -139,6 +143,10 @@ def run(path: Path | str, out: Path | str | None = None, workers: int | None = N
     workers = default_workers(len(jobs)) if workers is None else min(workers, len(jobs))
     tables, errors = analyse_tables(jobs, workers, progress)
     analysis = Analysis(tables=tables, out=out, files=len(jobs), errors=missing + errors)
+    if not analysis.analysed:  # tables of headers only would read as an analysis that found nothing
+        more = " …" if len(errors) > 3 else ""
+        raise AnalyzeInputError(f"none of the {len(jobs)} trace file(s) of path {str(path)!r} could be read "
+                                f"(nothing written): {'; '.join(errors[:3])}{more}")
     with run_folder.writing(out, "analyze", path, FILES) as stage:  # only analyze's own files replaced
         for name, frame in tables.items():
             frame.to_csv(stage / name, index=False)
