@@ -325,16 +325,17 @@ def writing(out: Path | str, command: str, source: Path | str | None = None, nam
     made for it removed when empty."""
     out = check_out(out, command, source, names, page)
     made = [f for f in (out, *out.parents) if not os.path.lexists(f)]
-    out.mkdir(parents=True, exist_ok=True)
-    _remove_stale_stages(out)
-    stage = Path(tempfile.mkdtemp(prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=out))
-    done = False
+    stage, done = None, False
     try:
+        out.mkdir(parents=True, exist_ok=True)
+        _remove_stale_stages(out)
+        stage = Path(tempfile.mkdtemp(prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=out))
         yield stage
         _publish(stage, out, command, own_part(out, command, source), page)
         done = True
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
         for folder in made if not done else ():
             try:
                 folder.rmdir()

@@ -354,3 +354,22 @@ def test_a_launch_log_keeps_its_head_and_tail_and_says_what_it_left_out(tmp_path
     assert f"[bench: {dropped} bytes of this output left out here" in text
     assert text.startswith("0" * 99 + "\n") and text.endswith("ValueError: the cause\n")
     assert launch.tail(tmp_path / "launch-0.out").splitlines()[0] == "ValueError: the cause"
+
+
+@pytest.mark.parametrize("command", ["project", "advise", "analyze", "report"])
+def test_a_folder_that_takes_no_writes_is_one_line_and_left_as_it_was(run_dir, tmp_path, capsys, monkeypatch,
+                                                                      command):
+    # A read-only or full disk under --out: the stage cannot be made, or a file in it not written. Exit 2,
+    # one line; the folders made for --out are gone, a user's folder is as it was (issue 45).
+    import errno
+    import tempfile
+
+    def refused_by_the_disk(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refused_by_the_disk)
+    out = tmp_path / "new" / "out"
+    rc, text = call([command, str(run_dir), "--out", str(out)], capsys)
+    assert rc == 2 and "Read-only file system" in text and "Traceback" not in text, text
+    said = [line for line in text.splitlines() if "Read-only" in line]  # (analyze's progress line besides)
+    assert len(said) == 1 and str(out) in said[0] and not (tmp_path / "new").exists()

@@ -5,6 +5,7 @@ it left running stopped. Its file names are bench/run_folder.py's.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -160,10 +161,15 @@ def lock_run_dir(run_dir: Path) -> IO:
         handle.close()
         raise ConfigError(f"--out={str(run_dir)!r} is in use by another bench run (pid {holder}); "
                           "wait for it to finish or stop it, then --resume") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+    except OSError:  # a full disk: the pid could not be written; the caller says so
+        with contextlib.suppress(OSError):
+            handle.close()
+        raise
     return handle
 
 
@@ -191,7 +197,27 @@ def open_run(plan: Plan, out: Path | None = None, resume: bool = False,
     status in `retry` count as not done. ConfigError (nothing created) when the folder cannot be used."""
     check_retry(set(retry), resume)
     run_dir = prepare(out, plan.config, resume) if out is not None else new_default_run_dir(plan)
+    try:
+        return _ready(run_dir, plan, resume, retry)
+    except OSError as e:  # the disk filled (or went read-only) while the folder was set up
+        if not resume:  # made by this process a moment ago: not left half-made
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise ConfigError(f"--out={str(run_dir)!r}: cannot {'open' if resume else 'create'} the run folder "
+                          f"({e.strerror or e})") from None
+
+
+def _ready(run_dir: Path, plan: Plan, resume: bool, retry: set[str]) -> RunFolder:
+    """open_run's folder locked, an earlier launch's leftovers stopped, env.json and skipped cells
+    written (OSError, the lock released, when the folder stops taking writes)."""
     lock = lock_run_dir(run_dir)
+    try:
+        return _recorded(run_dir, plan, resume, retry, lock)
+    except OSError:
+        lock.close()
+        raise
+
+
+def _recorded(run_dir: Path, plan: Plan, resume: bool, retry: set[str], lock: IO) -> RunFolder:
     if resume:  # an earlier launch's processes must not run beside this one
         from bench.lifetime import leftovers, stop
 
