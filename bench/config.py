@@ -480,7 +480,12 @@ def _convert(key: str, hint, value, from_cli: bool):
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is tuple:  # a matrix axis: a list (CLI: comma-separated)
         if from_cli:
-            value = [v for v in value.strip().strip("[]").split(",") if v.strip()]
+            text = value.strip()
+            if text.startswith("["):  # [a, b]; without the opening one a bracket is the value's (a glob's)
+                if len(text) < 2 or not text.endswith("]"):
+                    fail(key, value, "must be a list: a,b or [a, b] (its '[' is not closed)")
+                text = text[1:-1]
+            value = [v for v in text.split(",") if v.strip()]
         elif not isinstance(value, list):
             value = [value]
         return tuple(_convert(key, args[0], v, from_cli) for v in value)
@@ -660,21 +665,28 @@ def config_from_dict(data: dict) -> BenchConfig:
 
 # ---- writing the resolved config --------------------------------------------------------------------
 
-def _toml_value(value) -> str:
+# TOML's basic string: these characters escaped, every other control character as \uXXXX
+TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def toml_value(value) -> str:
+    """`value` (bool, number, string or a list of them) as TOML: every string, whatever it holds (a
+    newline, a quote, a control character), a valid basic string that reads back as itself."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
+        return '"' + "".join(TOML_ESCAPES.get(c) or (f"\\u{ord(c):04x}" if c < " " or c == "\x7f" else c)
+                             for c in value) + '"'
     return repr(value)
 
 
 def to_toml(config: BenchConfig) -> str:
     """The resolved config as TOML (None values are left out: absent means the default, None)."""
     data = config.to_dict()
-    lines = [f"description = {_toml_value(data.pop('description'))}"]
+    lines = [f"description = {toml_value(data.pop('description'))}"]
     for section, values in data.items():
         lines += ["", f"[{section}]"]
-        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]
+        lines += [f"{k} = {toml_value(v)}" for k, v in values.items() if v is not None]
     return "\n".join(lines) + "\n"

@@ -232,6 +232,25 @@ EXTRA_COLUMNS = (
 RESULT_COLUMNS = CONTRACT_COLUMNS + EXTRA_COLUMNS
 # the comparison that eliminated a raced_out row (bench/race.py Elimination.columns)
 RACE_COLUMNS = tuple(c for c in EXTRA_COLUMNS if c.startswith("race_"))
+# The figures of a cell's timed rounds, which a cell timed in several launches has over all of them
+# (bench/run/merge.py). A raced_out row has them from the launch that eliminated it only: in a run of
+# several launches (run.launches > 1) they would stand, one launch's, beside the other rows' figures over
+# every launch (a launch that ran faster for every cell made an eliminated cell look the fastest), so
+# such a row leaves them empty (`partial_race_row`); its race_* columns, a comparison within that launch,
+# say what it measured, and cells.jsonl keeps each launch's row (`launch_rows`).
+ROUND_FIGURES = (
+    "n_timed_steps", "step_time_ms_p50", "step_time_ms_p90", "samples_per_s", "tokens_per_s",
+    "step_time_ms_mean", "step_time_ms_min", "step_time_ms_std", "step_time_ms_ci95_low",
+    "step_time_ms_ci95_high", "step_time_half_width_pct", "stopped_by", "between_launch_cv_pct",
+    "warmup_steps_detected", "outlier_steps", "speed_vs_torch", "speed_vs_torch_ci95_low",
+    "speed_vs_torch_ci95_high", "speed_vs_torch_half_width_pct", "speed_vs_torch_p", "verdict_vs_torch",
+    "rank_skew_ms_p50", "slowest_rank", "model_tflops_per_s", "mfu",
+)
+
+
+def partial_race_row(status: str, launches: int) -> bool:
+    """Whether a row of `status` in a run of `launches` launches leaves ROUND_FIGURES out (see above)."""
+    return status == "raced_out" and launches > 1
 
 # allreduce_sweep.csv in the run folder: the probe's size sweep, one line per (cell, message size), from
 # the `allreduce_sweep` list of each cells.jsonl record. dtype: what the wire carried (float32, bfloat16,

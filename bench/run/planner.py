@@ -7,6 +7,7 @@ nothing.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import math
 import os
 import sys
@@ -82,10 +83,31 @@ def plan(config: str, overrides: list[str] = (), *, plan_only: bool = False, nno
     for warning in timing_warnings(dict(os.environ)):  # recorded in env.json and the report too
         print(f"warning: {warning}", file=sys.stderr)
     cells = expand(resolved, bf16_supported=bf16_ok, gpu_count=None if plan_only else gpu_count)
+    check_patterns(resolved, cells, bf16_ok)
     device_bytes = checks.device_memory_bytes(resolved) if resolved.run.search != "grid" else None
     if memory_gb is not None or device_bytes is not None:
         cells = prune_memory(cells, resolved, memory_gb, device_bytes)
     return Plan(config=resolved, cells=tuple(cells), preset=resolve_path(config).stem)
+
+
+def check_patterns(config: BenchConfig, cells: list[Cell], bf16_ok: bool) -> None:
+    """The keys that name cells by pattern each match one (ConfigError naming the key and the pattern
+    otherwise: a typo would run nothing, or inject no fault, silently): matrix.cells over the matrix's
+    cells before it filters them, debug.fault's substring over the cells it keeps. (profile.cells may miss:
+    a preset's patterns name its own matrix's cells, and --set narrows the matrix.)"""
+    every = [c.cell_id for c in expand(dataclasses.replace(config, matrix=dataclasses.replace(
+        config.matrix, cells=("*",))), bf16_supported=bf16_ok)]
+    kept = [c.cell_id for c in cells]
+    checks_ = [("matrix.cells", config.matrix.cells, every, fnmatch.fnmatchcase, "a glob")]
+    if config.debug.fault:
+        pattern = config.debug.fault.partition("@")[2]
+        checks_.append(("debug.fault", (pattern,), kept, lambda cell_id, p: p in cell_id, "a substring"))
+    for key, patterns, ids, matches, kind in checks_:
+        for pattern in patterns:
+            if ids and not any(matches(cell_id, pattern) for cell_id in ids):
+                shown = config.debug.fault if key == "debug.fault" else pattern
+                raise ConfigError(f"{key}={shown!r}: {pattern!r} ({kind} over cell ids) matches none of the "
+                                  f"{len(ids)} cells, e.g. {ids[0]!r}")
 
 
 def prune_memory(cells: list[Cell], config: BenchConfig, memory_gb: float | None,

@@ -50,9 +50,9 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
         stats = runner.run(todo)
     except OSError as e:  # the run folder stopped taking writes (disk full, read-only): keep what finished
         progress.close()
-        print(f"error: cannot write to {run_dir} ({e.strerror or e}); the cells finished before it are in "
-              f"{run_dir / run_folder.CELLS}. Free space, then continue with --resume --out {run_dir} "
-              f"(--retry failed,timeout also re-runs those)", file=sys.stderr)
+        print(f"error: cannot write to {e.filename or run_dir} ({e.strerror or e}); the cells finished "
+              f"before it are in {run_dir / run_folder.CELLS}. Free space, then continue with --resume --out "
+              f"{run_dir} (--retry failed,timeout also re-runs those)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         progress.close()
