@@ -300,6 +300,11 @@ def test_a_band_is_in_units_of_the_models_predicted_loss():
     assert interval.scale_of(interval.OTHER_RECIPE, 0.90) == pytest.approx(0.10)
     assert interval.scale_of("", 0.995) == 0.01   # the floor
     assert interval.scale_of(interval.ANCHORED, 0.90) == 1.0
+    # beyond the predicted losses the corpora hold (SCALE_CAP), the scale is held at that edge: a 60 %
+    # across nodes is scaled as 95.4 % (0.046), not 0.40 (a band of −11.7 s would reach 1 % of 60 %)
+    assert interval.scale_of("", 0.60, "inter-node") == interval.SCALE_CAP["inter-node"] == 0.046
+    assert interval.scale_of("", 0.97, "inter-node") == pytest.approx(0.03)  # inside: its own
+    assert interval.scale_of("", 0.60) == pytest.approx(0.40)  # no regime named: no edge
     with pytest.raises(ValueError, match="basis='sideways'"):
         interval.scale_of("sideways", 0.9)
     # three sources' rows: predicted 98 % (s 0.02) published 2 % slower, r = ln(0.98) ≈ −0.0202 → −1.01 s;

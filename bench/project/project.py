@@ -301,10 +301,12 @@ def interval_of(config: Configuration, compute: Compute, net: Network | None, n:
         slow = scaled_network(net, max(0.05, 1 - interval.HALF_90 * net.bandwidth_rel_error))
         delta_bw = math.log(step_of(config, compute, slow, n, algorithm, physics).step_ms / step.step_ms)
     basis = interval.ANCHORED if anchored else ""
-    name = interval.band_name(interval.regime_of_network(config.sharded is not None, net, n), basis)
+    regime_name = interval.regime_of_network(config.sharded is not None, net, n)
+    name = interval.band_name(regime_name, basis)
     band = band_table[name]
-    # the band's unit: the model's own predicted loss at n (1 − efficiency), 1 anchored
-    scale = interval.scale_of(basis, efficiency_pct / 100)
+    # the band's unit: the model's own predicted loss at n (1 − efficiency), held at the regime's
+    # calibrated edge beyond it (SCALE_CAP); 1 anchored
+    scale = interval.scale_of(basis, efficiency_pct / 100, regime_name)
     # the physical limit: 100 % efficiency, and for samples/s the linear bound N × T1's rate (T1 at the
     # fast end of its own interval)
     linear = samples / (efficiency_pct / 100) * math.exp(t1_rel)

@@ -511,9 +511,10 @@ def bases_of(p: Prediction) -> list[tuple[str, float, float, float]]:
     first = p.from_base_eff or p.predicted_eff
     basis = OTHER_RECIPE if p.other_recipe else ""
     out = [(band_name(p.regime, basis), math.log(p.published_eff / first), cap_of(first),
-            scale_of(basis, first))]
+            scale_of(basis, first, p.regime))]
     if p.anchor_gpus is not None:
-        out.append((p.band, residual(p), cap_of(p.predicted_eff), scale_of(p.basis, p.predicted_eff)))
+        out.append((p.band, residual(p), cap_of(p.predicted_eff), scale_of(p.basis, p.predicted_eff,
+                                                                            p.regime)))
     return out
 
 
@@ -537,7 +538,7 @@ def assumed(p: Prediction) -> tuple[str, ...]:
 
 def scale(p: Prediction) -> float:
     """The unit of the prediction's residual on its basis (interval.scale_of)."""
-    return scale_of(p.basis, p.predicted_eff)
+    return scale_of(p.basis, p.predicted_eff, p.regime)
 
 
 def interval_pct(p: Prediction, band: Band) -> tuple[float, float]:
