@@ -72,7 +72,7 @@ def cuda_or_reason() -> tuple[int, str | None]:
 
 
 def sweep_sets(gpus: int) -> list[str]:
-    """The gpu-check preset at world size 1 and at every GPU (weak scaling: 12 samples a rank at each)."""
+    """The gpu-check preset at world size 1 and at every GPU (weak scaling: 32 samples a rank at each)."""
     return [f"matrix.world_size=1,{gpus}" if gpus > 1 else "matrix.world_size=1"]
 
 
@@ -224,7 +224,7 @@ def busy_claims(run_dir: Path) -> list[Claim]:
     table = host_bound_cells(pd.read_csv(path, dtype={"cell_id": str}))
     return [Claim(f"gpu busy: {r.cell_id}", "PASS" if r.gpu_busy_pct >= GPU_BUSY_PCT else "FAIL",
                   f"GPU busy {r.gpu_busy_pct:.1f} % of the profiled step (≥ {GPU_BUSY_PCT:.0f} %)",
-                  "gpu-node's sizing (smollm2-360m, seq 512, 12 samples a rank) keeps torch DDP's step "
+                  "gpu-node's sizing (smollm2-360m, seq 512, 32 samples a rank) keeps torch DDP's step "
                   "GPU-bound: its comparisons measure the GPU, not Python") for r in table.itertuples()]
 
 

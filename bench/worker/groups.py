@@ -21,6 +21,7 @@ rest left to the activations, unestimated.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -178,12 +179,9 @@ def capacity(cells: list[Cell], config: BenchConfig, free: int | None, device_ty
         return 1
     cell = max(cells, key=lambda c: c.micro_batch)
     options = config.workload.options()
-    try:
-        with torch.device("meta"):
-            model = get_workload(cell.model, cell.model_size, options).build_model()
-    except Exception:  # noqa: BLE001 - any failure: no estimate; the cells' own builds say why
+    n_params = parameter_count(cell.model, cell.model_size, options)
+    if n_params is None:
         return 1
-    n_params = sum(p.numel() for p in model.parameters())
     per_sample = memory.activation_bytes_per_sample(cell.model, cell.model_size, options, cell.precision)
     if per_sample is None:  # the older rule: resident state within a share, the activations unestimated
         n = 1
@@ -196,6 +194,18 @@ def capacity(cells: list[Cell], config: BenchConfig, free: int | None, device_ty
     while memory.device_bytes(stepping, [waiting] * n, device_type, cell.world_size) <= FIT_SHARE * free:
         n += 1
     return n
+
+
+@lru_cache(maxsize=32)
+def parameter_count(model: str, size: str, options) -> int | None:
+    """The model's parameters, built on the meta device (nothing allocated; a meta build of smollm2-360m
+    still takes seconds, so once per process); None when it cannot be built there."""
+    try:
+        with torch.device("meta"):
+            built = get_workload(model, size, options).build_model()
+    except Exception:  # noqa: BLE001 - any failure: no estimate; the cells' own builds say why
+        return None
+    return sum(p.numel() for p in built.parameters())
 
 
 def race_groups(cells: list[Cell], most: int) -> list[list[Cell]]:
