@@ -13,11 +13,39 @@ from dataclasses import dataclass
 # raced_out: measured only until a racing search (run.search, bench/race.py) found it slower than another
 # configuration of its recipe; its row holds its rounds so far and the comparison that eliminated it
 STATUSES = ("ok", "failed", "timeout", "oom", "diverged", "skipped", "raced_out")
-# run.search: how a sweep spends its time. grid: every cell measured fully; race: a recipe's configurations
-# raced side by side and the slower ones eliminated (bench/race.py), world sizes smallest first, a
-# configuration raced out at a world size >= 2 not launched at larger ones; race-all-sizes: the same race at
-# every world size, nothing carried over between sizes
-SEARCHES = ("grid", "race", "race-all-sizes")
+
+
+@dataclass(frozen=True)
+class Search:
+    """How a sweep spends its time (run.search), the one table every stage reads instead of the name: `races`
+    — a recipe's configurations stepped side by side and the significantly slower ones eliminated
+    (bench/race.py, bench/worker/racing.py); `carries_over` — world sizes smallest first, each one's
+    launches in a row, and a configuration raced out in every recipe of a world size ≥ 2 not launched at the
+    larger ones."""
+
+    name: str
+    races: bool
+    carries_over: bool
+    summary: str
+
+
+SEARCH_TABLE = (
+    Search("grid", False, False, "every cell measured fully"),
+    Search("race", True, True, "each recipe's configurations raced, the slower eliminated; world sizes "
+                               "smallest first, eliminations carried over to the larger ones"),
+    Search("race-all-sizes", True, False, "the same race at every world size, nothing carried over"),
+)
+SEARCHES = tuple(s.name for s in SEARCH_TABLE)   # run.search's vocabulary
+# The passes a launch runs over its cells (its plan's `passes`, bench/worker/cell.py run_group): a world
+# size's first launch all of them; a repeat launch of run.launches only what a merged row takes from every
+# launch (bench/run/merge.py): its timed rounds, the parity check and the compute-only rounds.
+PASSES = ("timed", "parity", "compute_only", "phase", "probe", "memory", "profile")
+REPEAT_PASSES = ("timed", "parity", "compute_only")
+
+
+def search(name: str) -> Search:
+    """run.search's row of SEARCH_TABLE (the config has checked the name)."""
+    return next(s for s in SEARCH_TABLE if s.name == name)
 # (engines: bench/engines/ is their registry, `bench.engines.names()` their vocabulary)
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 SCALINGS = ("strong", "weak")

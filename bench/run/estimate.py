@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from bench import race, stats
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell, by_launch, engines_per_group, group_budget_s
+from bench.schema import search
 
 
 @dataclass(frozen=True)
@@ -284,7 +285,7 @@ def _race_scenario(config: BenchConfig, rates: Rates, runnable: list[Cell], flop
     r, total = config.run, 0.0
     survived: dict[tuple, bool] = {}  # (world size, its carried choices) → survived some recipe there
     for ws, launch in by_launch(runnable).items():
-        if r.search == "race":
+        if search(r.search).carries_over:
             launch = [c for c in launch if not _carried_out(c, survived)]
         recipes: dict[tuple, list[Cell]] = {}
         for cell in launch:

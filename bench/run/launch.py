@@ -34,7 +34,15 @@ from bench.matrix import Cell, by_launch
 from bench.run import nccl_log, results
 from bench.run.merge import MEASURED, LaunchRecords
 from bench.run.progress import Progress
-from bench.schema import ERROR_TAIL_LINES, RACE_COLUMNS, TRACE_GLOB, error_text
+from bench.schema import (
+    ERROR_TAIL_LINES,
+    PASSES,
+    RACE_COLUMNS,
+    REPEAT_PASSES,
+    TRACE_GLOB,
+    error_text,
+    search,
+)
 from bench.worker.events import EventReader
 
 POLL_S = 0.05          # events-file poll period
@@ -205,7 +213,7 @@ class Sweep:
     def run(self, cells: list[Cell]) -> SweepStats:
         r = self.config.run
         by_ws = by_launch(cells)
-        in_order = r.search == "race"  # smaller world sizes' eliminations carry over to the larger ones
+        in_order = search(r.search).carries_over  # smaller world sizes' eliminations carry over
         for ws, j in launch_schedule(list(by_ws), r.launches, r.seed, in_order):
             if in_order and j == 0:
                 by_ws[ws] = self.carry_over(by_ws[ws])
@@ -288,7 +296,8 @@ class Launch:
     def command(self) -> list[str]:
         plan_path = self.logs / run_folder.launch_file(self.k, run_folder.PLAN)
         write_plan(plan_path, self.config, self.sweep.run_dir, self.pending, launcher_pid=os.getpid(),
-                   profile=self.to_profile, timing_only=not self.full, carried_s=self.sweep.carried_s)
+                   profile=self.to_profile, passes=PASSES if self.full else REPEAT_PASSES,
+                   carried_s=self.sweep.carried_s)
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                 str(self.ws), "-m", "bench.worker", "--plan", str(plan_path.resolve()),
                 "--events", str(self.reader.path.resolve())]
@@ -473,14 +482,14 @@ class Launch:
 
 
 def write_plan(path: Path, config: BenchConfig, run_dir: Path, cells: list[Cell], launcher_pid: int | None,
-               profile: list[Cell], timing_only: bool = False, carried_s: float = 0.0) -> None:
+               profile: list[Cell], passes: tuple[str, ...] = PASSES, carried_s: float = 0.0) -> None:
     """The worker's input: resolved config, the cells to time, the cells to profile after them, the
-    launcher to watch for (None: the user's own torchrun/srun), whether the launch times the steps only
-    (a repeat launch of run.launches), and the timed-rounds budget earlier launches left unspent
-    (worker.cell.Budget)."""
+    launcher to watch for (None: the user's own torchrun/srun), the passes the launch runs (bench.schema
+    PASSES; a repeat launch of run.launches REPEAT_PASSES), and the timed-rounds budget earlier launches
+    left unspent (worker.cell.Budget)."""
     plan = {"run_dir": str(run_dir.resolve()), "config": config.to_dict(),
             "cells": [c.to_dict() for c in cells], "profile": [c.to_dict() for c in profile],
-            "launcher_pid": launcher_pid, "timing_only": timing_only, "carried_s": carried_s}
+            "launcher_pid": launcher_pid, "passes": list(passes), "carried_s": carried_s}
     path.write_text(json.dumps(plan, indent=1))
 
 

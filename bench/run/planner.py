@@ -13,6 +13,7 @@ import os
 import sys
 from dataclasses import dataclass
 
+from bench import schema
 from bench.config import BenchConfig, ConfigError, load_config, resolve_path
 from bench.matrix import Cell, by_launch, expand
 from bench.run import checks
@@ -84,7 +85,7 @@ def plan(config: str, overrides: list[str] = (), *, plan_only: bool = False, nno
         print(f"warning: {warning}", file=sys.stderr)
     cells = expand(resolved, bf16_supported=bf16_ok, gpu_count=None if plan_only else gpu_count)
     check_patterns(resolved, cells, bf16_ok)
-    device_bytes = checks.device_memory_bytes(resolved) if resolved.run.search != "grid" else None
+    device_bytes = checks.device_memory_bytes(resolved) if schema.search(resolved.run.search).races else None
     if memory_gb is not None or device_bytes is not None:
         cells = prune_memory(cells, resolved, memory_gb, device_bytes)
     return Plan(config=resolved, cells=tuple(cells), preset=resolve_path(config).stem)
@@ -146,7 +147,7 @@ def describe(plan: Plan) -> list[str]:
              + (f"  ({cell.skip_reason})" if cell.skip_reason else "")
              + ("  [profiled]" if cell.cell_id in profiled else "") for cell in cells]
     r = config.run
-    grid = " as a grid" if r.search != "grid" else ""
+    grid = " as a grid" if schema.search(r.search).races else ""
     noise_measured = RATES[r.device].half_width_sqrt_n_pct is not None
     if r.adaptive and not noise_measured:
         low, high = estimate_range(config, cells)
@@ -162,7 +163,7 @@ def describe(plan: Plan) -> list[str]:
     lines.append(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} "
                  f"skipped, {len(by_launch(runnable)) * r.launches} launches; {wall} (bench.run.estimate."
                  f"RATES: calibrated on a 2-core CPU and one H100; GPU all-reduce speed assumed)")
-    if r.search != "grid" and runnable:
+    if schema.search(r.search).races and runnable:
         lines.append(race_line(config, cells))
     if r.adaptive and runnable and noise_measured:
         rounds = sorted(expected_rounds(config, cells))
@@ -187,7 +188,7 @@ def race_line(config, cells: list[Cell]) -> str:
     at = f"round {firsts[0]}" + (f"-{firsts[-1]}" if len(firsts) > 1 and firsts[-1] != firsts[0] else "") \
         if firsts else "no round (too few candidates or rounds to eliminate any)"
     carry = ("; a configuration raced out in every recipe of a world size not launched at larger ones (from "
-             "one rank: its precision and accumulation only)" if r.search == "race" else "")
+             "one rank: its precision and accumulation only)" if schema.search(r.search).carries_over else "")
     return (f"racing (run.search = {r.search}): ~{low / 60:.1f}-{high / 60:.1f} min: every candidate "
             f"stepped to its recipe's first look ({at}, by its number of candidates), then from one "
             f"survivor per recipe (low) to every configuration the rates cannot tell from its recipe's "

@@ -31,7 +31,7 @@ from bench import engines
 from bench.config import BenchConfig
 from bench.matrix import Cell
 from bench.race import recipe
-from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB, LOSSY_COMM_HOOKS
+from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB, LOSSY_COMM_HOOKS, search
 from bench.workloads import get_workload, memory
 
 # Bytes a trainer keeps resident per fp32 parameter: the parameter, its gradient, AdamW's two moments and
@@ -240,7 +240,7 @@ def plan_groups(cells: list[Cell], config: BenchConfig, device: torch.device) ->
     (race_groups), as many candidates side by side as fit."""
     if not config.run.interleave:
         return [[c] for c in cells]
-    if config.run.search != "grid":
+    if search(config.run.search).races:
         if len(cells) < 2:
             return [cells] if cells else []
         return race_groups(cells, capacity(cells, config, agreed_free_memory(device), device.type))
