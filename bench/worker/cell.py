@@ -190,8 +190,8 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
         out = {"identical": measure.params_identical(params, device)}
         if parity.needs_reference(trainer.cell):
             with clock:
-                ddp, twin = references.reference(trainer), references.twin(trainer)
-                out |= parity.gate(trainer, ddp, twin, (skipped_steps(trainer), skipped_steps(ddp)))
+                ddp, twin, skipped = references.compared(trainer)  # fp16's overflows aligned
+                out |= parity.gate(trainer, ddp, twin, skipped)
         return out
 
     trainers, gated = guard.each(trainers, gates)
