@@ -5,6 +5,7 @@ measured (tests/data/gpu_evidence/h200-2026-11-28)."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from pathlib import Path
 
@@ -96,7 +97,8 @@ def test_capacity_is_the_most_trainers_the_model_fits():
     n_params = sum(p.numel() for p in get_workload("mlp", "tiny").build_model().parameters())
     per = memory.activation_bytes_per_sample("mlp", "tiny", config.workload.options(), "fp32")
     stepping, waiting = 20 * n_params + math.ceil(per * 4), 20 * n_params
-    for k in (1, 3, 7):
+    assert len(cells) + groups.gate_trainers(cells) >= 3  # capacity stops at what the cells could ask for
+    for k in (1, 2, 3):
         free = math.ceil((stepping + (k - 1) * waiting) / groups.FIT_SHARE) + 1
         assert groups.capacity(cells, config, free, "cpu") == k
     assert groups.capacity(cells, config, None, "cpu") == 1
@@ -130,9 +132,21 @@ def test_every_gpu_preset_cell_fits_an_80_gb_gpu_beside_its_group_and_is_gpu_bou
         stepping, _ = memory.trainer_bytes(state, n_params, cell.precision, per_sample, cell.micro_batch)
         alone = memory.device_bytes(stepping, [], "cuda", cell.world_size)
         assert alone <= groups.FIT_SHARE * H100_BYTES, (cell.cell_id, alone / 1e9)
-        assert capacity([cell], config, H100_BYTES, "cuda") >= 2, cell.cell_id
+        twin = dataclasses.replace(cell, engine="torch")
+        assert capacity([cell, twin], config, H100_BYTES, "cuda") >= 2, cell.cell_id
         if cell.precision == "bf16":
             busy = gpu_busy_fraction(RATES["cuda"], cell, flops, n_params, n_tensors)
             assert busy >= 0.7, (cell.cell_id, busy)
     configurations = [c.configuration() for c in runnable]
     assert len(set(configurations)) == len(configurations)
+
+
+@pytest.mark.timeout(60)
+def test_capacity_stops_at_the_trainers_the_cells_could_ask_for():
+    """A tiny model in a large memory: the count stops at the cells and their gates' trainers (the sum
+    grew with the count, so an unbounded one took hours: CI's run of 2026-11-28 hung here)."""
+    config = load_config("cpu-smoke", ["matrix.scaling=strong", "matrix.world_size=2", "matrix.grad_accum=1"])
+    cells = expand(config)
+    enough = len(cells) + groups.gate_trainers(cells)
+    assert groups.capacity(cells, config, 10**13, "cpu") == enough
+    assert groups.capacity(cells[:1], config, 10**13, "cpu") == 1 + groups.gate_trainers(cells[:1])

@@ -174,9 +174,11 @@ def capacity(cells: list[Cell], config: BenchConfig, free: int | None, device_ty
     """The most trainers of these cells' model that fit side by side in FIT_SHARE of `free` bytes, one of
     them stepping the largest micro-batch among the cells (module docstring) — at least 1: a cell alone is
     never refused here, and 1 too when the model cannot be built on the meta device, so that its cells run
-    one at a time, each under its own guard."""
+    one at a time, each under its own guard. At most the trainers these cells could ask for (the cells and
+    their gates' trainers): a small model in a large memory would otherwise count trainers for ever."""
     if free is None or not cells:
         return 1
+    enough = len(cells) + gate_trainers(cells)
     cell = max(cells, key=lambda c: c.micro_batch)
     options = config.workload.options()
     n_params = parameter_count(cell.model, cell.model_size, options)
@@ -185,13 +187,15 @@ def capacity(cells: list[Cell], config: BenchConfig, free: int | None, device_ty
     per_sample = memory.activation_bytes_per_sample(cell.model, cell.model_size, options, cell.precision)
     if per_sample is None:  # the older rule: resident state within a share, the activations unestimated
         n = 1
-        while side_by_side_need_bytes(n + 1, n_params, device_type) <= SIDE_BY_SIDE_SHARE * free:
+        while (n < enough
+               and side_by_side_need_bytes(n + 1, n_params, device_type) <= SIDE_BY_SIDE_SHARE * free):
             n += 1
         return n
     state = engines.reference().state_bytes_per_rank(4 * n_params, cell.world_size, cell)
     stepping, waiting = memory.trainer_bytes(state, n_params, cell.precision, per_sample, cell.micro_batch)
     n = 1
-    while memory.device_bytes(stepping, [waiting] * n, device_type, cell.world_size) <= FIT_SHARE * free:
+    while n < enough and (memory.device_bytes(stepping, [waiting] * n, device_type, cell.world_size)
+                          <= FIT_SHARE * free):
         n += 1
     return n
 
