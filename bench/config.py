@@ -188,7 +188,8 @@ MatrixConfig.__doc__ = ("The sweep's axes (bench.matrix): every engine's, the en
 @dataclass(frozen=True)
 class WorkloadConfig:
     """The model and its batch. Batch rule: strong scaling splits `global_batch` (samples per micro-step,
-    summed over ranks) evenly over the ranks; weak scaling gives every rank `per_rank_batch` samples."""
+    summed over ranks) evenly over the ranks; weak scaling gives every rank `per_rank_batch` samples. Memory
+    rule: a rank's micro-step above `micro_batch` samples runs as equal smaller forwards, accumulated."""
 
     model: str = "mlp"
     model_size: str = "tiny"
@@ -199,10 +200,15 @@ class WorkloadConfig:
     image_size: int | None = None
     global_batch: int = 16
     per_rank_batch: int = 8
+    # the memory rule: the most samples a rank runs through one forward; a per-rank micro-step above it is
+    # run as equal smaller ones, their gradients accumulated (bench.matrix.micro_splits). None: no limit
+    micro_batch: int | None = None
 
     def __post_init__(self):
         _check_min("workload.global_batch", [self.global_batch], 1, maximum=MAX_BATCH)
         _check_min("workload.per_rank_batch", [self.per_rank_batch], 1, maximum=MAX_BATCH)
+        if self.micro_batch is not None:
+            _check_min("workload.micro_batch", [self.micro_batch], 1, maximum=MAX_BATCH)
         if self.seq_len is not None:
             _check_min("workload.seq_len", [self.seq_len], 1, maximum=MAX_BATCH)
         if self.image_size is not None:
@@ -481,7 +487,12 @@ def _convert(key: str, hint, value, from_cli: bool):
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is tuple:  # a matrix axis: a list (CLI: comma-separated)
         if from_cli:
-            value = [v for v in value.strip().strip("[]").split(",") if v.strip()]
+            text = value.strip()
+            if text.startswith("["):  # [a, b]; without the opening one a bracket is the value's (a glob's)
+                if len(text) < 2 or not text.endswith("]"):
+                    fail(key, value, "must be a list: a,b or [a, b] (its '[' is not closed)")
+                text = text[1:-1]
+            value = [v for v in text.split(",") if v.strip()]
         elif not isinstance(value, list):
             value = [value]
         return tuple(_convert(key, args[0], v, from_cli) for v in value)
@@ -663,21 +674,28 @@ def config_from_dict(data: dict) -> BenchConfig:
 
 # ---- writing the resolved config --------------------------------------------------------------------
 
-def _toml_value(value) -> str:
+# TOML's basic string: these characters escaped, every other control character as \uXXXX
+TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def toml_value(value) -> str:
+    """`value` (bool, number, string or a list of them) as TOML: every string, whatever it holds (a
+    newline, a quote, a control character), a valid basic string that reads back as itself."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
+        return '"' + "".join(TOML_ESCAPES.get(c) or (f"\\u{ord(c):04x}" if c < " " or c == "\x7f" else c)
+                             for c in value) + '"'
     return repr(value)
 
 
 def to_toml(config: BenchConfig) -> str:
     """The resolved config as TOML (None values are left out: absent means the default, None)."""
     data = config.to_dict()
-    lines = [f"description = {_toml_value(data.pop('description'))}"]
+    lines = [f"description = {toml_value(data.pop('description'))}"]
     for section, values in data.items():
         lines += ["", f"[{section}]"]
-        lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]
+        lines += [f"{k} = {toml_value(v)}" for k, v in values.items() if v is not None]
     return "\n".join(lines) + "\n"

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import itertools
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -53,6 +54,9 @@ class _CellAxes:
     per_rank_batch: int            # samples per rank per micro-step
     global_batch: int              # samples per optimizer step: per_rank_batch × world_size × grad_accum
     skip_reason: str = ""
+    # each micro-step's per-rank batch run as this many equal forwards, their gradients accumulated: the
+    # memory rule (workload.micro_batch, `micro_splits`); 1: as the batch rule gives it
+    micro_splits: int = 1
 
     @property
     def cell_id(self) -> str:
@@ -65,12 +69,30 @@ class _CellAxes:
 
     @property
     def base_id(self) -> str:
-        """The id without the option words (what matrix.options_cells patterns match)."""
+        """The id without the option words (what matrix.options_cells patterns match); `-mb<samples>` when
+        the memory rule split its micro-steps (micro_splits > 1)."""
         bucket = "na" if self.bucket_cap_mb is None else f"{self.bucket_cap_mb:g}"
         model = model_label(self.model)
         text = (f"{self.engine}-{model}.{self.model_size}-ws{self.world_size}-b{bucket}-{self.precision}"
-                f"-c{self.comm_dtype}-ga{self.grad_accum}-{self.scaling}-gb{self.global_batch}")
+                f"-c{self.comm_dtype}-ga{self.grad_accum}-{self.scaling}-gb{self.global_batch}"
+                + (f"-mb{self.micro_batch}" if self.micro_splits > 1 else ""))
         return re.sub(r"[^A-Za-z0-9._-]", "_", text)
+
+    @property
+    def micro_batch(self) -> int:
+        """Samples per rank in one forward: the per-rank batch, or its share when the memory rule split it."""
+        return self.per_rank_batch // self.micro_splits
+
+    @property
+    def micro_steps(self) -> int:
+        """Forwards (and backwards) per optimizer step: grad_accum × micro_splits."""
+        return self.grad_accum * self.micro_splits
+
+    def configuration(self) -> tuple:
+        """What the trainers run, whatever the batch rule that led to it: two cells with the same are one
+        measurement under two ids (strong and weak scaling can meet at a world size)."""
+        return (self.engine, self.model, self.model_size, self.world_size, self.bucket_cap_mb, self.precision,
+                self.comm_dtype, self.micro_batch, self.micro_steps, self.engine_options)
 
     @property
     def options(self) -> dict:
@@ -134,6 +156,17 @@ def per_rank_batch(scaling: str, world_size: int, global_batch: int, per_rank: i
     return per_rank
 
 
+def micro_splits(per_rank: int, most: int | None) -> int:
+    """The memory rule: how many equal forwards a per-rank micro-step of `per_rank` samples is run as, so
+    that none holds more than `most` (workload.micro_batch; None: no limit) — the fewest that divide it,
+    the way a batch that does not fit a GPU is trained (a smaller micro-batch, its gradients accumulated).
+    Strong scaling's largest per-rank batches, at the smallest world sizes, are the ones it splits: 384
+    samples at one rank with `most` 32 → 12 forwards of 32; 48 at eight ranks → 2 of 24."""
+    if most is None or per_rank <= most:
+        return 1
+    return next(k for k in range(math.ceil(per_rank / most), per_rank + 1) if per_rank % k == 0)
+
+
 def expand(config: BenchConfig, bf16_supported: bool = True, gpu_count: int | None = None) -> list[Cell]:
     """Every cell of the matrix in sweep order (world size first: one launch per world size), deduplicated."""
     m, w = config.matrix, config.workload
@@ -144,6 +177,7 @@ def expand(config: BenchConfig, bf16_supported: bool = True, gpu_count: int | No
     ):
         bucket = float(bucket) if engines.get(engine).has_buckets else None
         prb = per_rank_batch(scaling, ws, w.global_batch, w.per_rank_batch)
+        splits = micro_splits(prb, w.micro_batch)
         for options in engine_options(m, engine):
             peer = not engines.get(engine).in_default_sweep or options != option_defaults(engine)
             comm, options, reason = resolve_hook(comm_dtype, options, ws)
@@ -151,13 +185,29 @@ def expand(config: BenchConfig, bf16_supported: bool = True, gpu_count: int | No
             cell = Cell(engine=engine, model=w.model, model_size=w.model_size, world_size=ws,
                         bucket_cap_mb=bucket, precision=precision, comm_dtype=comm, grad_accum=accum,
                         scaling=scaling, per_rank_batch=prb, global_batch=prb * ws * accum,
-                        skip_reason=reason, **options)
+                        skip_reason=reason, micro_splits=splits, **options)
             if peer and not any(fnmatch.fnmatchcase(cell.base_id, p) for p in m.options_cells):
                 continue
             if not any(fnmatch.fnmatchcase(cell.cell_id, p) for p in m.cells):
                 continue
             cells.setdefault(cell.cell_id, cell)
-    return list(cells.values())
+    return same_configuration_skipped(list(cells.values()))
+
+
+def same_configuration_skipped(cells: list[Cell]) -> list[Cell]:
+    """A runnable cell whose configuration (Cell.configuration) an earlier runnable one already has is the
+    same measurement under another id (strong and weak scaling meeting at a world size): it is `skipped`
+    with the id it would repeat, not measured twice."""
+    first: dict[tuple, str] = {}
+    out = []
+    for cell in cells:
+        if not cell.skip_reason:
+            twin = first.setdefault(cell.configuration(), cell.cell_id)
+            if twin != cell.cell_id:
+                cell = dataclasses.replace(cell, skip_reason=f"the same configuration as {twin} (measured "
+                                                             "there: strong and weak scaling meet here)")
+        out.append(cell)
+    return out
 
 
 def skip_reason(config: BenchConfig, engine: str, ws: int, precision: str, comm: str, bf16_supported: bool,

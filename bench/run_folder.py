@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -113,13 +117,31 @@ OWNED = {PROJECTION_DIR: "project", ADVICE_DIR: "advise",
               **{name: "run" for name in (CONFIG, ENV, CELLS, RESULTS, SWEEP, LOCK, LOGS, EVENTS, PLAN,
                                           SBATCH, TRACES)},
               **{name: "analyze" for name in (TRACE_SUMMARY, BUCKET_TIMELINE, IDLE_BREAKDOWN, LAUNCH_STATS,
-                                              STRAGGLERS, KERNEL_CLASSES, WITNESSES)}}
+                                              STRAGGLERS, KERNEL_CLASSES, WITNESSES, COLLECTIVE_WAIT,
+                                              RANK_TIMELINE)}}
 TOP_LEVEL_WRITERS = ("run", "analyze")
 OWN_DIR = {"project": PROJECTION_DIR, "advise": ADVICE_DIR}  # a command's default folder in a run
 
 
 class OutError(ValueError):
     """An --out a command must not write into; the message names --out and its value (exit 2)."""
+
+
+# ---- every command that writes: one rule (docs/design.md "Where a command writes") ----------------------
+# A folder outside a run's own parts is a command's only where it wrote it: MARKER, which every command
+# that writes there keeps, lists per command the files it wrote ({command: [relative paths]}). A command
+# overwrites (or, for a page, deletes) only the files MARKER lists under its own name, never a file because
+# it has the name the command would write; inside the run it reads, its own part (OWNED) is its by the run
+# folder's contract. Everything is written into a STAGE folder inside --out first and moved into place
+# only when every file is there and none would replace a file the command does not own: a command that
+# fails (a full disk, a refusal) leaves --out as it was.
+MARKER = ".ddpbench-written"
+STAGE_PREFIX = ".ddpbench-stage-"   # + pid: a command's files while it writes them
+# Folders no command writes into or under (a system's own), and folders that are only a parent of others'
+SYSTEM_FOLDERS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sbin",
+                  "/sys", "/usr")
+SYSTEM_PARENTS = ("/", "/home", "/media", "/mnt", "/opt", "/run", "/srv", "/var", "/var/lib", "/var/log")
+NEW_RUN = "run"  # `bench run` and `bench slurm`: --out is a new run folder (bench/run/folder.py creates it)
 
 
 def enclosing_run(path: Path) -> Path | None:
@@ -132,30 +154,68 @@ def enclosing_run(path: Path) -> Path | None:
     return None
 
 
-def out_problem(out: Path | str, command: str, source: Path | str | None = None) -> str | None:
-    """Why `bench <command>` must not write into the folder `out` (None when it may): a file, or under
-    one; not writable; or a part of a run folder that another command owns (OWNED, TOP_LEVEL_WRITERS), or
-    that this command owns for another run than `source`, the run it reads (None: no run, a what-if).
-    Nothing is created."""
-    out = Path(out)
-    shown = f"--out={str(out)!r}"
-    for folder in (out, *out.parents):
-        if folder.exists() and not folder.is_dir():
-            return f"{shown}: {str(folder)!r} is a file, not a folder"
-    existing = next(f for f in (out, *out.parents, Path(".")) if f.exists())
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{shown}: {str(existing)!r} is not writable"
-    absolute = Path(os.path.abspath(out))
+def written_by(out: Path) -> dict[str, list[str]]:
+    """MARKER's lists in `out`: command → the files it wrote there ({} without a readable one)."""
+    marker = Path(out) / MARKER
+    if marker.is_symlink() or not marker.is_file():
+        return {}
+    try:
+        data = json.loads(marker.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return {k: [str(f) for f in v] for k, v in data.items() if isinstance(v, list)} \
+        if isinstance(data, dict) else {}
+
+
+def _name_problem(out: Path, shown: str) -> str | None:
+    """A part of `out` longer than the filesystem allows (ENAMETOOLONG), said before anything is made."""
+    existing = next(f for f in (out, *out.parents, Path(".")) if os.path.lexists(f))
+    try:
+        name_max = os.pathconf(existing if existing.is_dir() else existing.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    longest = max(out.parts, key=lambda p: len(os.fsencode(p)))
+    if len(os.fsencode(longest)) > name_max:
+        return f"{shown[:80]}…: a name of {len(os.fsencode(longest))} bytes; this filesystem allows " \
+            f"{name_max}"
+    if len(os.fsencode(os.path.abspath(out))) + 64 > 4096:  # + a stage folder and a file name
+        return f"{shown[:80]}…: a path of {len(os.fsencode(os.path.abspath(out)))} bytes is too long"
+    return None
+
+
+def _system_problem(out: Path, shown: str) -> str | None:
+    """A system folder, or a folder that only holds other folders (/, /home, /var), named or reached
+    through a link."""
+    for path in {os.path.abspath(out), os.path.realpath(out)}:
+        if any(path == f or path.startswith(f + "/") for f in SYSTEM_FOLDERS) or path in SYSTEM_PARENTS:
+            return (f"{shown}: {path!r} is a system folder; no command writes there: choose a folder of "
+                    "your own")
+    return None
+
+
+def _symlink_problem(out: Path, shown: str, names: tuple[str, ...]) -> str | None:
+    """--out, or an entry in it the command writes, is a symbolic link: writing would go where it points."""
+    for path in (out, *(out / n for n in names)):
+        if path.is_symlink():
+            return (f"{shown}: {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); no command "
+                    "writes through one: give the folder it points to, or a new one")
+    return None
+
+
+def _run_problem(absolute: Path, command: str, source: Path | str | None, shown: str) -> str | None:
+    """A part of a run folder another command owns, or this command's own part of another run."""
     run = enclosing_run(absolute)
     if run is None:
         return None
     inside = absolute.relative_to(run).parts
+    if command == NEW_RUN:
+        return (f"{shown}: is inside the run folder {str(run)!r}; a run folder is never made inside another "
+                "(the later commands would read them as one): choose a folder outside it")
     owner = OWNED.get(inside[0]) if inside else TOP_LEVEL_WRITERS[0]
     if owner is None:  # a new folder of the user's inside the run
         return None
     mine = command in TOP_LEVEL_WRITERS if not inside else owner == command
-    same_run = source is not None and Path(os.path.abspath(source)) == run
-    if mine and same_run:
+    if mine and _same_run(run, source):
         return None
     where = f"the run folder {str(run)!r} itself" if not inside else f"{str(run / inside[0])!r}"
     whose = (" and ".join(f"`bench {c}`" for c in TOP_LEVEL_WRITERS) + " write" if not inside
@@ -170,13 +230,176 @@ def out_problem(out: Path | str, command: str, source: Path | str | None = None)
     return f"{shown}: is {where}, which {whose}; `bench {command}` does not rewrite {what}: {instead}"
 
 
-def check_out(out: Path | str, command: str, source: Path | str | None = None) -> Path:
+def _same_run(run: Path, source: Path | str | None) -> bool:
+    return source is not None and Path(os.path.abspath(source)) == run
+
+
+def own_part(out: Path | str, command: str, source: Path | str | None) -> bool:
+    """Whether `out` is this command's own part of the run it reads (OWNED): its by the run's contract."""
+    absolute = Path(os.path.abspath(out))
+    run = enclosing_run(absolute)
+    if run is None or not _same_run(run, source):
+        return False
+    inside = absolute.relative_to(run).parts
+    return command in TOP_LEVEL_WRITERS if not inside else OWNED.get(inside[0]) == command
+
+
+def _files_under(folder: Path) -> list[str]:
+    """Every file and link under `folder`, relative, leaving out MARKER and stage folders."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(STAGE_PREFIX)]
+        rel = Path(root).relative_to(folder)
+        found += [(rel / f).as_posix() for f in files if (rel / f).as_posix() != MARKER]
+        found += [(rel / d).as_posix() + "/" for d in dirs if (Path(root) / d).is_symlink()]
+    return sorted(found)
+
+
+def _theirs(out: Path, command: str, names: tuple[str, ...], page: bool) -> list[str]:
+    """The files in `out` this command would overwrite (a page: the files beside it) without having
+    written them (MARKER)."""
+    if not out.is_dir():
+        return []
+    mine = set(written_by(out).get(command, []))
+    files = _files_under(out)
+    if not page:
+        files = [f for f in files if f.split("/", 1)[0].rstrip("/") in names]
+    return [f for f in files if f not in mine]
+
+
+def out_problem(out: Path | str, command: str, source: Path | str | None = None, names: tuple[str, ...] = (),
+                page: bool = False) -> str | None:
+    """Why `bench <command>` must not write into the folder `out` (None when it may; nothing is created):
+    a name too long; a file, or under one; a symbolic link (--out or one of `names`, the entries it writes
+    there); a system folder; not writable; a part of a run folder another command owns, or this command's
+    own part of another run than `source` (None: no run, a what-if), or for a new run (NEW_RUN) any folder
+    inside a run; or, outside the command's own part of `source`, a folder holding files of those `names`
+    the command did not write there (MARKER) — with `page`, any file it did not write (a page is a folder
+    of its own)."""
+    out = Path(out)
+    shown = f"--out={str(out)!r}"
+    problem = _name_problem(out, shown)
+    if problem:
+        return problem
+    for folder in (out, *out.parents):
+        if os.path.lexists(folder) and folder.exists() and not folder.is_dir():
+            return f"{shown}: {str(folder)!r} is a file, not a folder"
+    problem = _symlink_problem(out, shown, names) or _system_problem(out, shown)
+    if problem:
+        return problem
+    existing = next(f for f in (out, *out.parents, Path(".")) if f.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{shown}: {str(existing)!r} is not writable"
+    problem = _run_problem(Path(os.path.abspath(out)), command, source, shown)
+    if problem or command == NEW_RUN or own_part(out, command, source):
+        return problem
+    theirs = _theirs(out, command, names, page)
+    return _refusal(shown, command, theirs) if theirs else None
+
+
+def _refusal(shown: str, command: str, theirs: list[str]) -> str:
+    more = " …" if len(theirs) > 3 else ""
+    return (f"{shown} holds {len(theirs)} file(s) `bench {command}` did not write there "
+            f"({sorted(theirs)[:3]}{more}; its {MARKER} lists what it wrote): it neither overwrites nor "
+            "deletes them; choose a new or empty folder")
+
+
+def check_out(out: Path | str, command: str, source: Path | str | None = None, names: tuple[str, ...] = (),
+              page: bool = False) -> Path:
     """`out` as a Path when `bench <command>` reading `source` may write into it, else OutError
     (out_problem's reason)."""
-    problem = out_problem(out, command, source)
+    problem = out_problem(out, command, source, names, page)
     if problem:
         raise OutError(problem)
     return Path(out)
+
+
+@contextmanager
+def writing(out: Path | str, command: str, source: Path | str | None = None, names: tuple[str, ...] = (),
+            page: bool = False) -> Iterator[Path]:
+    """Write a command's files into `out` by the rule above: checked (OutError), then a stage folder
+    inside `out` to write into, whose files replace the command's earlier ones in `out` when the block
+    ends (a page's earlier files it no longer writes are deleted; anything else stays) and MARKER says
+    what it wrote. A refusal found then (a file of its names the command does not own, a link on the way)
+    is OutError and an error inside the block propagates: either way `out` is left as it was, the folders
+    made for it removed when empty."""
+    out = check_out(out, command, source, names, page)
+    made = [f for f in (out, *out.parents) if not os.path.lexists(f)]
+    stage, done = None, False
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _remove_stale_stages(out)
+        stage = Path(tempfile.mkdtemp(prefix=f"{STAGE_PREFIX}{os.getpid()}-", dir=out))
+        yield stage
+        _publish(stage, out, command, own_part(out, command, source), page)
+        done = True
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+        for folder in made if not done else ():
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+
+def _remove_stale_stages(out: Path) -> None:
+    """Stage folders in `out` of commands that died while writing (their pid gone)."""
+    for stage in out.glob(f"{STAGE_PREFIX}*"):
+        pid = stage.name[len(STAGE_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not stage.is_symlink() and stage.is_dir() and not _alive(int(pid)):
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _publish(stage: Path, out: Path, command: str, owned: bool, page: bool) -> None:
+    """The stage's files moved into `out` (module comment above); OutError, nothing moved, on a file the
+    command does not own or a link or file on a new file's way."""
+    shown = f"--out={str(out)!r}"
+    new = [f for f in _files_under(stage) if not f.endswith("/")]
+    markers = written_by(out)
+    mine = set(markers.get(command, []))
+    theirs = []
+    for rel in new:
+        target = out / rel
+        for folder in [out / p for p in Path(rel).parents if str(p) != "."][::-1]:
+            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+                what = "a symbolic link" if folder.is_symlink() else "a file"
+                raise OutError(f"{shown}: {str(folder)!r} is {what}, where `bench {command}` writes the "
+                               f"folder of {rel!r}: nothing was written")
+        if os.path.lexists(target) and (target.is_symlink() or not target.is_file() or
+                                        not (owned or rel in mine)):
+            theirs.append(rel)
+    if page and not owned:
+        theirs += [f for f in _files_under(out) if f not in mine and f not in theirs]
+    if theirs:
+        raise OutError(_refusal(shown, command, theirs))
+    for rel in sorted(mine - set(new)) if page else ():  # an earlier page's files this one does not write
+        old = out / rel
+        if old.is_file() and not old.is_symlink():
+            old.unlink()
+            for folder in [out / p for p in Path(rel).parents if str(p) != "."]:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+    for rel in new:
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(stage / rel, out / rel)
+    if not owned:
+        markers[command] = sorted(set(new) | (set() if page else mine))
+        tmp = stage / MARKER
+        tmp.write_text(json.dumps(markers, indent=1) + "\n")
+        os.replace(tmp, out / MARKER)
 
 
 @dataclass

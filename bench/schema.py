@@ -13,11 +13,39 @@ from dataclasses import dataclass
 # raced_out: measured only until a racing search (run.search, bench/race.py) found it slower than another
 # configuration of its recipe; its row holds its rounds so far and the comparison that eliminated it
 STATUSES = ("ok", "failed", "timeout", "oom", "diverged", "skipped", "raced_out")
-# run.search: how a sweep spends its time. grid: every cell measured fully; race: a recipe's configurations
-# raced side by side and the slower ones eliminated (bench/race.py), world sizes smallest first, a
-# configuration raced out at a world size >= 2 not launched at larger ones; race-all-sizes: the same race at
-# every world size, nothing carried over between sizes
-SEARCHES = ("grid", "race", "race-all-sizes")
+
+
+@dataclass(frozen=True)
+class Search:
+    """How a sweep spends its time (run.search), the one table every stage reads instead of the name: `races`
+    — a recipe's configurations stepped side by side and the significantly slower ones eliminated
+    (bench/race.py, bench/worker/racing.py); `carries_over` — world sizes smallest first, each one's
+    launches in a row, and a configuration raced out in every recipe of a world size ≥ 2 not launched at the
+    larger ones."""
+
+    name: str
+    races: bool
+    carries_over: bool
+    summary: str
+
+
+SEARCH_TABLE = (
+    Search("grid", False, False, "every cell measured fully"),
+    Search("race", True, True, "each recipe's configurations raced, the slower eliminated; world sizes "
+                               "smallest first, eliminations carried over to the larger ones"),
+    Search("race-all-sizes", True, False, "the same race at every world size, nothing carried over"),
+)
+SEARCHES = tuple(s.name for s in SEARCH_TABLE)   # run.search's vocabulary
+# The passes a launch runs over its cells (its plan's `passes`, bench/worker/cell.py run_group): a world
+# size's first launch all of them; a repeat launch of run.launches only what a merged row takes from every
+# launch (bench/run/merge.py): its timed rounds, the parity check and the compute-only rounds.
+PASSES = ("timed", "parity", "compute_only", "phase", "probe", "memory", "profile")
+REPEAT_PASSES = ("timed", "parity", "compute_only")
+
+
+def search(name: str) -> Search:
+    """run.search's row of SEARCH_TABLE (the config has checked the name)."""
+    return next(s for s in SEARCH_TABLE if s.name == name)
 # (engines: bench/engines/ is their registry, `bench.engines.names()` their vocabulary)
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 SCALINGS = ("strong", "weak")
@@ -143,6 +171,10 @@ CONTRACT_COLUMNS = (
 # Extra columns the runner adds (the contract allows more). Units are in the names.
 EXTRA_COLUMNS = (
     "model_size",            # workload preset within the model family (e.g. "tiny", "360m")
+    # samples per rank in one forward: per_rank_batch, or its share when the memory rule
+    # (workload.micro_batch) ran each micro-step as micro_splits smaller ones, accumulated (bench/matrix.py)
+    "micro_batch",
+    "micro_splits",
     "engine_options",        # the engine options set away from their defaults, as the cell id's words
                              # (bench.matrix.Cell.option_tags joined by " "; empty: every option at default)
     "seq_len",               # tokens per sample for sequence models; empty otherwise
@@ -228,6 +260,25 @@ EXTRA_COLUMNS = (
 RESULT_COLUMNS = CONTRACT_COLUMNS + EXTRA_COLUMNS
 # the comparison that eliminated a raced_out row (bench/race.py Elimination.columns)
 RACE_COLUMNS = tuple(c for c in EXTRA_COLUMNS if c.startswith("race_"))
+# The figures of a cell's timed rounds, which a cell timed in several launches has over all of them
+# (bench/run/merge.py). A raced_out row has them from the launch that eliminated it only: in a run of
+# several launches (run.launches > 1) they would stand, one launch's, beside the other rows' figures over
+# every launch (a launch that ran faster for every cell made an eliminated cell look the fastest), so
+# such a row leaves them empty (`partial_race_row`); its race_* columns, a comparison within that launch,
+# say what it measured, and cells.jsonl keeps each launch's row (`launch_rows`).
+ROUND_FIGURES = (
+    "n_timed_steps", "step_time_ms_p50", "step_time_ms_p90", "samples_per_s", "tokens_per_s",
+    "step_time_ms_mean", "step_time_ms_min", "step_time_ms_std", "step_time_ms_ci95_low",
+    "step_time_ms_ci95_high", "step_time_half_width_pct", "stopped_by", "between_launch_cv_pct",
+    "warmup_steps_detected", "outlier_steps", "speed_vs_torch", "speed_vs_torch_ci95_low",
+    "speed_vs_torch_ci95_high", "speed_vs_torch_half_width_pct", "speed_vs_torch_p", "verdict_vs_torch",
+    "rank_skew_ms_p50", "slowest_rank", "model_tflops_per_s", "mfu",
+)
+
+
+def partial_race_row(status: str, launches: int) -> bool:
+    """Whether a row of `status` in a run of `launches` launches leaves ROUND_FIGURES out (see above)."""
+    return status == "raced_out" and launches > 1
 
 # allreduce_sweep.csv in the run folder: the probe's size sweep, one line per (cell, message size), from
 # the `allreduce_sweep` list of each cells.jsonl record. dtype: what the wire carried (float32, bfloat16,

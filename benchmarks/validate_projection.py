@@ -86,8 +86,8 @@ def training_residuals(paths, physics: Physics, done: dict | None = None) -> lis
     for path in paths:
         known = (done or {}).get(Path(path).resolve())
         preds = known if known is not None else validate(read_corpus(path), physics, anchor=True)[0]
-        out += [Residual(str(p.row["source_id"]), band, r, family_of(str(p.row["model"])), cap)
-                for p in preds if not p.held_out for band, r, cap in bases_of(p)]
+        out += [Residual(str(p.row["source_id"]), band, r, family_of(str(p.row["model"])), cap, unit)
+                for p in preds if not p.held_out for band, r, cap, unit in bases_of(p)]
     return out
 
 

@@ -1,8 +1,9 @@
 """`make gpu-check`: the acceptance run for a GPU machine, in one command, with one evidence folder.
 
-    python scripts/gpu_check.py [--out gpu-check] [--dry-run]
+    python scripts/gpu_check.py [--out gpu-check] [--dry-run [--gpus G]]
 
-On a machine without a usable CUDA device it says why and exits 2, creating nothing. Otherwise it prints
+On a machine without a usable CUDA device it says why and exits 2, creating nothing (`--dry-run` prints
+the plan for G GPUs there too). Otherwise it prints
 its time estimate, then runs, each stage under its own time limit, a stage that fails or overruns costing
 only its own claims:
 
@@ -71,7 +72,7 @@ def cuda_or_reason() -> tuple[int, str | None]:
 
 
 def sweep_sets(gpus: int) -> list[str]:
-    """The gpu-check preset at world size 1 and at every GPU (weak scaling: 12 samples a rank at each)."""
+    """The gpu-check preset at world size 1 and at every GPU (weak scaling: 32 samples a rank at each)."""
     return [f"matrix.world_size=1,{gpus}" if gpus > 1 else "matrix.world_size=1"]
 
 
@@ -223,7 +224,7 @@ def busy_claims(run_dir: Path) -> list[Claim]:
     table = host_bound_cells(pd.read_csv(path, dtype={"cell_id": str}))
     return [Claim(f"gpu busy: {r.cell_id}", "PASS" if r.gpu_busy_pct >= GPU_BUSY_PCT else "FAIL",
                   f"GPU busy {r.gpu_busy_pct:.1f} % of the profiled step (≥ {GPU_BUSY_PCT:.0f} %)",
-                  "gpu-node's sizing (smollm2-360m, seq 512, 12 samples a rank) keeps torch DDP's step "
+                  "gpu-node's sizing (smollm2-360m, seq 512, 32 samples a rank) keeps torch DDP's step "
                   "GPU-bound: its comparisons measure the GPU, not Python") for r in table.itertuples()]
 
 
@@ -297,19 +298,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=None,
                         help="wall-time budget: each stage is stopped early enough for the later ones and "
                              "the summary (default: 540 s on one GPU, else the estimate's upper end + 25 %%)")
+    parser.add_argument("--gpus", type=int, default=None, metavar="G",
+                        help="with --dry-run: the GPUs to plan for (default: this machine's; 1 without CUDA)")
     args = parser.parse_args(argv)
+    if args.gpus is not None and not (args.dry_run and 1 <= args.gpus <= 64):
+        parser.error(f"--gpus={args.gpus}: only with --dry-run, and 1 to 64")
     gpus, why = cuda_or_reason()
-    if not gpus:
+    if not gpus and not args.dry_run:
         print(f"gpu-check: needs a CUDA device: {why}. Nothing was run or written.", file=sys.stderr)
         return EXIT_NO_CUDA
     import torch
+
+    if args.gpus is not None or not gpus:  # a plan for a GPU machine, made here (a laptop, a login node)
+        gpus, name = args.gpus or 1, f"GPU (planned{'' if why is None else '; here: ' + why})"
+    else:
+        name = torch.cuda.get_device_name(0)
 
     sets = sweep_sets(gpus)
     sweep_est, compiled_est = plan_estimate(sets, gpus), plan_estimate(COMPILED_SETS, gpus)
     pytest_s = PYTEST_S[max(k for k in PYTEST_S if k <= gpus)]
     low = pytest_s + sweep_est[0] + compiled_est[0] + ANALYZE_S
     high = pytest_s + sweep_est[1] + compiled_est[1] + ANALYZE_S
-    name = torch.cuda.get_device_name(0)
     print(f"gpu-check on {gpus} × {name}: estimated {low / 60:.1f}-{high / 60:.1f} min "
           f"(pytest -m gpu ~{pytest_s / 60:.0f} min assumed; sweep {sweep_est[0] / 60:.1f}-"
           f"{sweep_est[1] / 60:.1f} min; compiled cell {compiled_est[0] / 60:.1f}-{compiled_est[1] / 60:.1f}"

@@ -58,7 +58,7 @@ def gate_cases(rank: int, world_size: int, model: str, model_size: str, precisio
 
     from bench.config import load_config
     from bench.matrix import expand
-    from bench.worker import measure, parity
+    from bench.worker import parity
     from bench.worker.trainer import Trainer
 
     def cell_for(engine: str, compile_: bool):
@@ -72,20 +72,10 @@ def gate_cases(rank: int, world_size: int, model: str, model_size: str, precisio
         (cell,) = expand(config)
         return cell, config
 
-    def skipped(trainer) -> int | None:
-        local = trainer.precision.skipped_steps()
-        return None if local is None else int(measure.max_over_ranks(local, trainer.device))
-
     device = torch.device("cpu")
     fsdp2, config = cell_for("fsdp2", False)
     baseline = parity.baseline_cell(fsdp2)
     reference = Trainer(baseline, config, device, rank, world_size, steps)
-    twins = []
-    for seed in range(seeds):
-        twin = Trainer(baseline, config, device, rank, world_size, steps)
-        twin.rerounding = parity.Rerounding(twin.model, parity.ULP[precision],
-                                            config.run.seed + parity.SEED_OFFSET + 1000 * seed + rank, device)
-        twins.append(twin)
     trainers = {}
     for name in engines:
         if name == "torch+inductor":
@@ -96,8 +86,7 @@ def gate_cases(rank: int, world_size: int, model: str, model_size: str, precisio
             mutate(trainers[name], name.split(" ", 1)[1], rank, world_size)
     raised: dict[str, str] = {}  # an engine whose step raised (a fp16 no-sync: its GradScaler finds no
     for _ in range(steps):      # gradient to check): a failed cell in a run, never a passed one
-        for trainer in [reference, *twins]:
-            trainer.step()
+        reference.step()
         for name, trainer in trainers.items():
             if name not in raised:
                 try:
@@ -106,11 +95,33 @@ def gate_cases(rank: int, world_size: int, model: str, model_size: str, precisio
                     raised[name] = f"{type(e).__name__}: {e}"
     rows = [{"engine": name, "seed": seed, "parity_gate": f"failed: {error}", "ratio": math.inf}
             for name, error in raised.items() for seed in range(seeds)]
+    # the reference and twins each engine is judged against, replayed as the gate's References builds them
+    # (seed 0 is the gate's own); an fp16 engine's extra skips forced on both (References.compared)
+    built: dict[tuple, Trainer] = {}
+
+    def replay(seed: int | None, skips: frozenset) -> Trainer:
+        if (seed, skips) not in built:
+            twin = Trainer(baseline, config, device, rank, world_size, steps)
+            twin.forced_skips = set(skips)
+            if seed is not None:
+                twin.rerounding = parity.Rerounding(
+                    twin.model, parity.ULP[precision],
+                    config.run.seed + parity.SEED_OFFSET + 1000 * seed + rank, device)
+            for _ in range(steps):
+                twin.step()
+            built[seed, skips] = twin
+        return built[seed, skips]
+
+    ref_skips = parity.skipped_at(reference)
     for name, trainer in trainers.items():
         if name in raised:
             continue
-        for seed, twin in enumerate(twins):
-            row = parity.gate(trainer, reference, twin, (skipped(trainer), skipped(reference)))
+        skips = parity.skipped_at(trainer)
+        extra = frozenset(skips - ref_skips)
+        judge = replay(None, extra) if extra else reference
+        judged = (skips, parity.skipped_at(judge))
+        for seed in range(seeds):
+            row = parity.gate(trainer, judge, replay(seed, extra), judged)
             checks = [(row["param_update_distance"], row["parity_update_bound"]),
                       (row["param_update_distance_max"], row["parity_tensor_bound"]),
                       (row["loss_rel_distance"], row["parity_loss_bound"])]

@@ -69,8 +69,8 @@ def test_bad_folders_are_refused(tmp_path, capsys):
     (tmp_path / "afile").write_text("")
     for argv, expected in [
         (["--config", str(tmp_path)], "is a directory"),
-        (["--config", "cpu-smoke", "--out", str(tmp_path / "afile" / "run")], "cannot create the run folder"),
-        (["--config", "cpu-smoke", "--out", "/proc/ddpbench-run"], "cannot create the run folder"),
+        (["--config", "cpu-smoke", "--out", str(tmp_path / "afile" / "run")], "is a file, not a folder"),
+        (["--config", "cpu-smoke", "--out", "/proc/ddpbench-run"], "is a system folder"),
         (["--collect", str(tmp_path)], "no config.toml or plan.json"),
     ]:
         rc, text = run(argv, capsys)
@@ -221,3 +221,19 @@ def test_cpu_world_sizes_far_above_the_cores_are_refused_unless_allowed(tmp_path
     assert rc == 0 and "4 busy threads on 2 CPU cores" in text  # a warning with the numbers
     rc, _ = run([*base, "--set", "matrix.world_size=64", "--set", "run.allow_oversubscribe=true"], capsys)
     assert rc == 0
+
+
+@pytest.mark.parametrize("fails", ["write_env", "lock_run_dir"])
+def test_a_disk_that_fills_while_the_run_folder_is_made_is_one_line(tmp_path, capsys, monkeypatch, fails):
+    # Issue 45: a disk full after config.toml (the lock's pid, env.json) was a traceback, the folder left
+    # half-made. Now: exit 2, one line, nothing left.
+    from bench.run import folder
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(folder, fails, full)
+    out = tmp_path / "run"
+    rc, text = run(["--config", "cpu-smoke", "--out", str(out), "--set", "matrix.world_size=1"], capsys)
+    assert rc == 2 and "cannot create the run folder (No space left on device)" in text, text
+    assert "Traceback" not in text and len(text.strip().splitlines()) == 1 and not out.exists()

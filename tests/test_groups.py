@@ -136,28 +136,30 @@ def plan_and_run_with_own_free_memory(rank, world_size, free_per_rank):
 
 @pytest.mark.timeout(180)
 def test_ranks_plan_the_same_groups_from_the_smallest_free_memory():
-    # Rank 0 has room for the four engines side by side, rank 1 only just not: each deciding alone, rank 0
-    # would build four trainers while rank 1 builds one, and their collectives would pair up wrongly.
+    # Rank 0 has room for the four engines side by side, rank 1 only for three: each deciding alone, rank 0
+    # would build four trainers while rank 1 builds three, and their collectives would pair up wrongly.
     config = _straddle_config()
     cells = expand(config)
-    n_params = sum(p.numel() for p in get_workload("mlp", "tiny").build_model().parameters())
-    threshold = side_by_side_need_bytes(len(cells), n_params, "cpu") / SIDE_BY_SIDE_SHARE
-    (ids0, run0), (ids1, run1) = run_distributed(plan_and_run_with_own_free_memory, 2,
-                                                 [int(threshold * 10), int(threshold) - 1], timeout_s=150)
+    three = next(free for free in range(10**6, 10**9, 10**4)
+                 if groups.capacity(cells, config, free, "cpu") == 3)
+    (ids0, run0), (ids1, run1) = run_distributed(plan_and_run_with_own_free_memory, 2, [three * 10, three],
+                                                 timeout_s=150)
     # the smaller free memory decides: room for 3, so chunks of at most 3 that keep torch in each
     assert ids0 == ids1 and [len(g) for g in ids0] == [3, 2], (ids0, ids1)
     assert all(g[0].startswith("torch-") for g in ids0)
     assert run0 == run1 == ["ok"] * 3
 
 
-def test_the_estimate_counts_every_trainer_and_nccl_buffers_on_cuda():
-    # all n trainers (the free memory is read before any is built), and NCCL's buffers once on CUDA
+def test_a_model_the_probe_cannot_run_falls_back_to_the_resident_share(monkeypatch):
+    # the older rule: n trainers' resident state (20 B a parameter) and NCCL's buffers on CUDA within half
+    # the free memory
     assert side_by_side_need_bytes(4, 1000, "cpu") == 4000 * RESIDENT_BYTES_PER_PARAM
     assert side_by_side_need_bytes(4, 1000, "cuda") == 4000 * RESIDENT_BYTES_PER_PARAM + NCCL_RESERVE_BYTES
     config = load_config("cpu-smoke", ["matrix.scaling=strong", "matrix.world_size=2", "matrix.grad_accum=1"])
     group = expand(config)
+    monkeypatch.setattr(groups.memory, "activation_bytes_per_sample", lambda *args: None)
     n_params = sum(p.numel() for p in get_workload("mlp", "tiny").build_model().parameters())
     free = int(side_by_side_need_bytes(len(group), n_params, "cpu") / SIDE_BY_SIDE_SHARE)
-    assert groups.fit_side_by_side(group, config, free, "cpu")
-    assert not groups.fit_side_by_side(group, config, free, "cuda")  # NCCL's buffers do not fit as well
-    assert not groups.fit_side_by_side(group, config, free - 1, "cpu")
+    assert groups.capacity(group, config, free, "cpu") == len(group)
+    assert groups.capacity(group, config, free, "cuda") < len(group)  # NCCL's buffers do not fit as well
+    assert groups.capacity(group, config, free - 1, "cpu") == len(group) - 1

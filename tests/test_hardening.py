@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import engines
+from bench import engines, run_folder
 from bench.__main__ import main as bench_main
 
 TESTS = Path(__file__).parent
@@ -100,18 +100,30 @@ def test_an_out_that_is_a_file_or_under_one_is_one_line(run_dir, tmp_path, capsy
     assert (tmp_path / "afile").read_text() == "mine"
 
 
-def test_compare_into_an_earlier_page_replaces_it_and_refuses_other_files(run_dir, tmp_path, capsys):
+def test_compare_replaces_only_a_page_it_wrote_and_never_deletes_a_users_file(run_dir, tmp_path, capsys):
+    lookalike = tmp_path / "site"  # a page's names, but the user's (issue 45: mine.csv was deleted)
+    for name in ("index.html", "report.md", "summary.md", "plots/a.png", "tables/mine.csv"):
+        (lookalike / name).parent.mkdir(parents=True, exist_ok=True)
+        (lookalike / name).write_text("the user's")
+    before = snapshot(lookalike)
+    for command in (["compare", str(run_dir), str(CPU_RUN)], ["report", str(run_dir)]):
+        refused([*command, "--out", str(lookalike)], capsys, f"did not write there ({sorted(before)[:3]}")
+    assert snapshot(lookalike) == before and not (lookalike / run_folder.MARKER).exists()
+
     out = tmp_path / "page"
-    for name in ("index.html", "report.md", "summary.md", "plots/from-an-older-run.png", "tables/old.csv"):
-        (out / name).parent.mkdir(parents=True, exist_ok=True)
-        (out / name).write_text("an earlier page's")
+    assert call(["compare", str(run_dir), str(CPU_RUN), "--out", str(out)], capsys)[0] == 0
+    written = run_folder.written_by(out)["compare"]
+    assert "index.html" in written and "tables/cells.csv" in written
+    # a file of an earlier page of compare's that this one no longer draws goes; the new page is whole
+    (out / "plots" / "from-an-older-run.png").write_text("an earlier page's")
+    (out / run_folder.MARKER).write_text(json.dumps({"compare": [*written, "plots/from-an-older-run.png"]}))
+    (out / "index.html").write_text("an earlier page's")
     assert call(["compare", str(run_dir), str(CPU_RUN), "--out", str(out)], capsys)[0] == 0
     assert not (out / "plots" / "from-an-older-run.png").exists()
-    assert not (out / "tables" / "old.csv").exists()
-    assert "an earlier page" not in (out / "index.html").read_text()  # no mix of old and new
-    (out / "notes.txt").write_text("the user's")
+    assert "an earlier page" not in (out / "index.html").read_text()
+    (out / "tables" / "notes.txt").write_text("the user's")
     before = snapshot(out)
-    refused(["compare", str(run_dir), str(CPU_RUN), "--out", str(out)], capsys, "holds ['notes.txt']")
+    refused(["compare", str(run_dir), str(CPU_RUN), "--out", str(out)], capsys, "['tables/notes.txt']")
     assert snapshot(out) == before
 
 
@@ -141,8 +153,7 @@ def test_what_if_values_out_of_range(tmp_path, capsys, argv, expected):
     (b"spec = 5\n", "spec=5 is not a table"),
     (b"params = true\nstep_ms = 10\nper_gpu_batch = 4\n", "params=True: must be an integer"),
     (b"params = 100\nstep_ms = 10\nper_gpu_batch = true\n", "per_gpu_batch=True"),
-    (b'network = ["h100-nvlink"]\nparams = 100\nstep_ms = 10\nper_gpu_batch = 4\n',
-     "network=['h100-nvlink']: must be a string"),
+    (b"network = [5]\nparams = 100\nstep_ms = 10\nper_gpu_batch = 4\n", "network=5: must be a string"),
     (b"params = 100\nstep_ms = 10\nper_gpu_batch = 4\nworld_sizes = 8\n", "world_sizes=8: must be a list"),
     (b"bucket_sizes = [true]\nstep_ms = 10\nper_gpu_batch = 4\n", "bucket_sizes=(True,)"),
     (b"params = 100\nstep_ms = 10\nper_gpu_batch = 4\nprecision = 16\n", "precision=16: must be a string"),
@@ -343,3 +354,22 @@ def test_a_launch_log_keeps_its_head_and_tail_and_says_what_it_left_out(tmp_path
     assert f"[bench: {dropped} bytes of this output left out here" in text
     assert text.startswith("0" * 99 + "\n") and text.endswith("ValueError: the cause\n")
     assert launch.tail(tmp_path / "launch-0.out").splitlines()[0] == "ValueError: the cause"
+
+
+@pytest.mark.parametrize("command", ["project", "advise", "analyze", "report"])
+def test_a_folder_that_takes_no_writes_is_one_line_and_left_as_it_was(run_dir, tmp_path, capsys, monkeypatch,
+                                                                      command):
+    # A read-only or full disk under --out: the stage cannot be made, or a file in it not written. Exit 2,
+    # one line; the folders made for --out are gone, a user's folder is as it was (issue 45).
+    import errno
+    import tempfile
+
+    def refused_by_the_disk(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refused_by_the_disk)
+    out = tmp_path / "new" / "out"
+    rc, text = call([command, str(run_dir), "--out", str(out)], capsys)
+    assert rc == 2 and "Read-only file system" in text and "Traceback" not in text, text
+    said = [line for line in text.splitlines() if "Read-only" in line]  # (analyze's progress line besides)
+    assert len(said) == 1 and str(out) in said[0] and not (tmp_path / "new").exists()

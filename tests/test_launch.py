@@ -70,3 +70,65 @@ def test_tail_and_summary_line(tmp_path):
     assert "sync overhead (1 rank) 5.53 ms" in summary_line(one) and "exposed comm" not in summary_line(one)
     failed = ok | {"status": "failed", "error": "Traceback...\nRuntimeError: boom"}
     assert summary_line(failed).endswith("(RuntimeError: boom)")
+
+
+def _launch_with_a_profile_error(tmp_path, error: str):
+    """A launch whose events say rank 1's profiled pass of its cell failed with `error`, a trace file of
+    that cell already cut short on disk (what a full disk leaves)."""
+    import os
+
+    from bench.config import load_config
+    from bench.matrix import expand
+    from bench.run.launch import Launch, Sweep
+    from bench.run.progress import Progress
+
+    config = load_config("cpu-smoke", ["matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1",
+                                       "matrix.scaling=strong", "run.launches=1"])
+    (cell,) = expand(config)
+    sweep = Sweep(config, tmp_path, Progress(total=1, stream=open(os.devnull, "w")))
+    launch = Launch(sweep, 2, [cell], [], 0)
+    cut = tmp_path / "traces" / cell.cell_id / "rank1.1.pt.trace.json.gz"
+    cut.parent.mkdir(parents=True)
+    cut.write_bytes(b"\x1f\x8b\x08")
+    event = {"event": "error", "cell_ids": [cell.cell_id], "rank": 1, "status": "failed", "phase": "profile",
+             "error": f"{error}\n…\n  File \"profiler.py\", line 1, in save", "t": time.time()}
+    launch.reader.path.write_text(json.dumps(event) + "\n")
+    return launch, cell, cut
+
+
+def test_a_full_disk_in_a_profiled_pass_stops_the_sweep_and_leaves_no_cut_trace(tmp_path):
+    # Issue 45: on a full tmpfs `bench run` said "done ... 8 ok" after a 60 s hang, a corrupt .gz left behind
+    import errno
+
+    import pytest
+
+    launch, cell, cut = _launch_with_a_profile_error(tmp_path, "OSError: [Errno 28] No space left on device")
+    with pytest.raises(OSError) as raised:
+        launch.follow_events()
+    assert raised.value.errno == errno.ENOSPC and cell.cell_id in raised.value.filename
+    assert not cut.exists()
+
+
+def test_another_profiled_pass_failure_keeps_the_row_and_says_so(tmp_path):
+    launch, cell, cut = _launch_with_a_profile_error(tmp_path, "RuntimeError: the profiler broke")
+    launch.follow_events()  # not a reason to stop the sweep: the cell's row is measured and kept
+    assert launch.profile_errors == {cell.cell_id: "RuntimeError: the profiler broke"} and not cut.exists()
+
+
+def test_a_launch_log_on_a_full_disk_drains_its_pipe_without_a_thread_traceback(tmp_path, monkeypatch):
+    # Issue 45: the log thread's open() failed (ENOSPC) and printed a thread traceback before the
+    # launcher's one-line error. A folder that does not exist fails open() the same way.
+    import os
+    import threading
+
+    from bench.run.launch import CappedLog
+
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    read, write = os.pipe()
+    with open(read, "rb") as pipe:
+        log = CappedLog(pipe, tmp_path / "missing" / "launch-0.err")
+        os.write(write, b"x" * 1000)
+        os.close(write)
+        log.join(timeout=30)
+    assert not log.is_alive() and raised == []

@@ -20,6 +20,7 @@ from bench.run import between, merge, results
 from bench.run.folder import launches_complete
 from bench.run.launch import launch_schedule
 from bench.run_folder import launch_file, read_records
+from bench.schema import PASSES, REPEAT_PASSES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -116,8 +117,9 @@ def test_a_failed_launch_ends_the_cell_and_says_which():
 
 def test_a_race_elimination_ends_the_cell_and_keeps_its_rounds(tmp_path):
     # run.search race with three launches: a cell raced out in its second launch is not measured in the
-    # third, and its record keeps the rounds it was compared on (the eliminating launch's row) and the
-    # comparison that eliminated it, where a failure keeps no row.
+    # third, and its record keeps the rounds it was compared on (the eliminating launch's row, in
+    # launch_rows) and the comparison that eliminated it, where a failure keeps no row. Its own figures are
+    # one launch's of three: the row leaves them out (bench/schema.py partial_race_row).
     config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.grad_accum=1", "matrix.scaling=strong",
                                        "matrix.engine=torch", "run.launches=3", "run.search=race"])
     (cell,) = expand(config)
@@ -127,7 +129,8 @@ def test_a_race_elimination_ends_the_cell_and_keeps_its_rounds(tmp_path):
     record = records.outcome(cell, 1, False, "raced_out", "raced out after 6 rounds", raced)
     assert not records.needs(cell, 2)
     assert (record["status"], record["error"]) == ("raced_out", "launch 2 of 3: raced out after 6 rounds")
-    assert record["race_against"] == "overlap-x" and record["step_time_ms_p50"] == 14.3
+    assert record["race_against"] == "overlap-x" and record["step_time_ms_p50"] is None
+    assert record["launch_rows"][1]["row"]["step_time_ms_p50"] == 14.3
     assert len(record["launch_rows"]) == 2 and len(record["step_times_ms"]) == 12
 
 
@@ -206,7 +209,7 @@ def test_the_straggler_fault_slows_every_step_of_the_cells_it_names(one_rank_gro
     assert [Trainer(c, config, torch.device("cpu"), 0, 1, 2).straggle_s for c in cells] == [0.0, 0.02]
     assert Trainer(cells[1], config, torch.device("cpu"), 0, 2, 2).straggle_s == 0.0
     rows = {c.engine: row for c, (_, _, row) in zip(cells, run_group(cells, config, torch.device("cpu"), 0, 1,
-                                                                     timing_only=True))}
+                                                                     passes=frozenset(REPEAT_PASSES)))}
     # every overlap step, warm-up and timed, sleeps 20 ms
     assert rows["overlap"]["step_time_ms_min"] >= 20.0 and min(rows["overlap"]["warmup_times_ms"]) >= 20.0
     # a timing-only launch (run.launches' repeats) runs its compute-only rounds (merged with the step over
@@ -228,7 +231,8 @@ def test_rounds_still_warming_up_are_found_and_run_again(one_rank_group):
 
     config = load_config("cpu-smoke", ["run.timed_steps=12", "run.target_ci_pct=0"])
     warm = [[20.0, 20.0]]  # the warm-up's two steps, as slow
-    per_rank, stopped_by = adaptive_rounds([step], config, torch.device("cpu"), None, warmup=warm)
+    rounds = adaptive_rounds([step], config, torch.device("cpu"), None, warmup=warm)
+    per_rank, stopped_by = rounds.per_rank, rounds.stopped_by
     found, first = warmup_found(warm, per_rank)
     assert stopped_by is None and found == [8] and first == 6  # 2 warm-up steps + 6 timed rounds
     assert len(per_rank[0][0]) > 12  # rounds found warming up at 12 are run again, once
@@ -248,13 +252,15 @@ def test_a_run_of_two_launches_end_to_end(tmp_path):
                           env=os.environ | {"OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     plans = [json.loads((out / "logs" / launch_file(k, "plan.json")).read_text()) for k in range(2)]
-    assert sorted(p["timing_only"] for p in plans) == [False, True]
+    repeat = [sorted(p["passes"]) != sorted(PASSES) for p in plans]
+    assert sorted(repeat) == [False, True] and all(
+        sorted(p["passes"]) == sorted(REPEAT_PASSES) for p, r in zip(plans, repeat) if r)
     assert [p["carried_s"] for p in plans] == [0.0, 0.0]  # fixed rounds (cpu-smoke) leave no budget
-    assert [len(p["profile"]) for p in plans if p["timing_only"]] == [0]  # profiled once, in the full one
+    assert [len(p["profile"]) for p, r in zip(plans, repeat) if r] == [0]  # profiled once, in the full one
     rows = {r["engine"]: r for r in read_records(out)}
     for r in rows.values():
         assert r["status"] == "ok" and r["launches"] == 2 and r["between_launch_cv_pct"] is not None
-        assert [e["full"] for e in r["launch_rows"]] == [not p["timing_only"] for p in plans]
+        assert [e["full"] for e in r["launch_rows"]] == [not x for x in repeat]
         assert r["step_time_ms_ci95_low"] < r["step_time_ms_p50"] < r["step_time_ms_ci95_high"]
         assert r["peak_mem_mb"] > 0 and r["compute_only_ms_p50"] > 0  # peak memory from the full launch
         assert all(e["row"]["compute_only_ms_per_rank"] for e in r["launch_rows"])  # compute-only in each

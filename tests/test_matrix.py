@@ -50,7 +50,8 @@ def test_torch_bf16_comm_hook_skipped_on_cpu():
 
 
 def test_bf16_unsupported_gpu_and_world_size_above_gpus_are_skipped():
-    config = load_config("default", ["matrix.world_size=1,2,4"], cuda_available=True)
+    config = load_config("default", ["matrix.world_size=1,2,4", "matrix.precision=fp32,bf16"],
+                         cuda_available=True)
     cells = expand(config, bf16_supported=False, gpu_count=2)
     reasons = {c.cell_id: c.skip_reason for c in cells if c.skip_reason}
     assert any("bf16" in r for r in reasons.values())

@@ -106,3 +106,30 @@ def test_honest_engines_pass_and_gradient_dropping_ones_diverge_on_a_shallow_and
         honest = max(r["ratio"] for r in rows if " " not in r["engine"])
         broken = min(r["ratio"] for r in rows if " " in r["engine"])
         assert honest <= 1.0 < broken, (key, honest, broken)
+
+
+def test_fp16_skips_are_read_by_step_and_can_be_forced(one_rank_group):
+    """GradScaler halves its scale at every overflowed step: the scale kept after each step says which
+    steps were skipped. A forced skip (Trainer.forced_skips: the gate's reference and twin skipping where
+    the judged cell did) is one: that step leaves the parameters as they were and is read back as skipped."""
+    from bench.config import load_config
+    from bench.matrix import expand
+    from bench.worker.trainer import Trainer
+
+    config = load_config("cpu-smoke", ["matrix.engine=torch", "matrix.world_size=1", "matrix.grad_accum=1",
+                                       "matrix.precision=fp16", "matrix.scaling=strong"])
+    (cell,) = expand(config)
+    trainer = Trainer(cell, config, torch.device("cpu"), 0, 1, 6)
+    for _ in range(3):
+        trainer.step()
+    natural = trainer.precision.skipped_at()
+    forced = Trainer(cell, config, torch.device("cpu"), 0, 1, 6)
+    forced.forced_skips = {1}
+    for k in range(3):
+        if k == 1:
+            before = [p.detach().clone() for p in forced.model.parameters()]
+        forced.step()
+        if k == 1:
+            assert all(torch.equal(a, p) for a, p in zip(before, forced.model.parameters()))
+    assert forced.precision.skipped_at() == natural | {1}
+    assert forced.precision.skipped_steps() == len(natural | {1})

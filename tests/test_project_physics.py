@@ -203,10 +203,11 @@ def test_validation_on_the_published_corpus():
     """The whole in-project corpus through the script. The last line predicts every row from its base alone
     (the issue's definition); the line before it, anchored to the largest published row below (what a run
     that measured those sizes knows). Thresholds: coverage (≥ 90 % of the rows with a base that are not held
-    out) and ≥ 90 % inside the held-out interval on both; the issue's mean ≤ 6 % and p90 ≤ 15 % hold anchored
-    only; from the base alone the figures as measured (docs/projection.md: mean 8.4 %, p90 21.3 %, median
-    width 47 points — the goals are NOT met there; anchored 27 points, NOT met either). No printed interval
-    reaches past 100 % efficiency (issue 44)."""
+    out) and 85–95 % inside the held-out interval on both (the goal's range; the bands are calibrated to 87 %
+    held out: interval.HELD_OUT); the issue's mean ≤ 6 % and p90 ≤ 15 % hold anchored only; from the base
+    alone the figures as measured (docs/projection.md: mean 8.4 %, p90 21.3 %, median width 30.7 points —
+    the goals are NOT met there; anchored 15.2 points). No printed interval reaches past 100 % efficiency
+    (issue 44)."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validate_projection.py"), "--corpus",
                           str(CORPUS)], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     lines = out.strip().splitlines()
@@ -218,11 +219,11 @@ def test_validation_on_the_published_corpus():
     predicted, eligible = (int(w) for w in coverage.split()[1:4:2])
     assert rows == predicted and predicted >= 0.9 * eligible
     assert median <= 5.0 and mean <= 9.0 and p90 <= 22.0 and worst <= 95.0
-    assert inside >= 90.0 and width <= 50.0
+    assert 85.0 <= inside <= 95.0 and width <= 32.0
     anchored = LAST_LINE.match(lines[-2].removeprefix("anchored (--anchored): "))
     assert anchored and int(anchored[1]) == rows, lines[-2]
-    assert float(anchored[2]) <= 6.0 and float(anchored[4]) <= 15.0 and float(anchored[6]) >= 90.0
-    assert float(anchored[7]) <= 30.0
+    assert float(anchored[2]) <= 6.0 and float(anchored[4]) <= 15.0 and 85.0 <= float(anchored[6]) <= 95.0
+    assert float(anchored[7]) <= 17.0
     assert any(line.startswith("held out by model family") for line in lines)
     highs = [float(m[1]) for line in lines if (m := re.search(r"\d+\.\d–(\d+\.\d) %", line))]
     assert len(highs) >= rows and max(highs) <= 100.0

@@ -47,10 +47,14 @@ def test_a_race_on_cpu_smoke_eliminates_the_slow_candidate(tmp_path, monkeypatch
     assert not (out / run_folder.TRACES).exists() or not any((out / run_folder.TRACES).iterdir())
     for r in slow:
         assert r["race_against"] in {row["cell_id"] for row in rows if row["world_size"] == r["world_size"]}
-        assert r["race_round"] == "8" and r["n_timed_steps"] == "8" and r["race_paired"] == "true"
+        assert r["race_round"] == "8" and r["race_paired"] == "true"
         assert float(r["race_slowdown_low"]) > 1 and float(r["race_p"]) == pytest.approx(2 ** -8)
         assert float(r["race_p"]) <= float(r["race_level"])
-        assert r["step_time_ms_p50"] and not r["compute_only_ms_p50"] and not r["peak_mem_mb"]
+        if launches == 1:
+            assert r["n_timed_steps"] == "8" and r["step_time_ms_p50"]
+        else:  # one launch's rounds beside the survivors' over two: left out (bench/schema.py ROUND_FIGURES)
+            assert not r["n_timed_steps"] and not r["step_time_ms_p50"] and not r["samples_per_s"]
+        assert not r["compute_only_ms_p50"] and not r["peak_mem_mb"]
         # with two launches the first eliminates it ("launch 1 of 2: raced out ..."): the second does not
         # measure it again
         said = "raced out after 8 rounds"

@@ -8,8 +8,11 @@ import pytest
 
 from bench.config import load_config
 from bench.matrix import expand
+from bench.report import tables
+from bench.run.merge import LaunchRecords
 from bench.run.results import SWEEP_FILE, append_record, make_record, record_from_event
-from bench.schema import RESULT_COLUMNS, SWEEP_COLUMNS
+from bench.run_folder import load_run, read_records
+from bench.schema import RESULT_COLUMNS, ROUND_FIGURES, SWEEP_COLUMNS
 
 
 def test_record_of_a_diverged_cell_keeps_its_numbers():
@@ -58,3 +61,38 @@ def test_allreduce_sweep_csv_is_written_with_results_csv(tmp_path):
                                 (one.cell_id, "2", "gloo", "float32", "8192", "64.0")]
     assert lines[1]["busbw_gbps"] == "" and (tmp_path / "results.csv").is_file()
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_raced_out_row_of_several_launches_leaves_out_one_launchs_figures(tmp_path):
+    # Issue 45: with run.launches=2 a cell measured in launch 1 and eliminated in launch 2 read launch 2's
+    # p50 (a faster launch for every cell) beside the survivors' figures over both: it looked the fastest.
+    config = load_config("cpu-smoke", ["matrix.scaling=strong", "matrix.engine=torch,overlap",
+                                       "matrix.world_size=1", "matrix.grad_accum=1", "run.launches=2"])
+    torch_cell, overlap = expand(config)
+    records = LaunchRecords(tmp_path, config)
+
+    def row(p50):
+        return {"step_time_ms_p50": p50, "samples_per_s": 8 / p50 * 1000, "n_timed_steps": 3,
+                "step_times_ms": [p50] * 3}
+
+    race = {"race_against": torch_cell.cell_id, "race_slowdown": 1.1, "race_round": 3}
+    for cell, second in ((torch_cell, ("ok", None, row(0.9))),
+                         (overlap, ("raced_out", "raced out after 3 rounds", row(0.8) | race))):
+        records.outcome(cell, 0, True, "ok", None, row(2.0))
+        records.outcome(cell, 1, False, *second)
+    rows = {r["cell_id"]: r for r in csv.DictReader((tmp_path / "results.csv").open())}
+    survivor, out = rows[torch_cell.cell_id], rows[overlap.cell_id]
+    assert float(survivor["step_time_ms_p50"]) > 0.9 and survivor["launches"] == "2"
+    assert out["status"] == "raced_out" and out["race_slowdown"] == "1.1" and out["race_round"] == "3"
+    assert all(out[c] == "" for c in ROUND_FIGURES)  # not 0.8 ms, 10,000 samples/s
+    record = read_records(tmp_path)[-1]
+    assert [e["row"]["step_time_ms_p50"] for e in record["launch_rows"]] == [2.0, 0.8]  # each launch's kept
+    # the report's table says the same, for a folder written before rows left them out too
+    run = load_run(tmp_path)
+    assert tables.raced_out(run.results)["step_time_ms_p50"].isna().all()
+    old = run.results.assign(step_time_ms_p50=0.8)
+    assert tables.raced_out(old)["step_time_ms_p50"].isna().all()
+    # one launch: the row's rounds are the cell's only launch, kept as before
+    one = load_config("cpu-smoke", ["matrix.scaling=strong", "matrix.engine=overlap", "matrix.world_size=1",
+                                    "matrix.grad_accum=1", "run.launches=1"])
+    assert make_record(overlap, one, "raced_out", "why", row(0.8) | race)["step_time_ms_p50"] == 0.8

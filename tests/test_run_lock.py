@@ -39,3 +39,23 @@ def test_resume_while_the_folder_is_in_use_exits_2_and_writes_nothing(tmp_path):
     assert resume.returncode == 2
     assert "in use by another bench run" in resume.stderr and str(out) in resume.stderr
     assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_of_two_runs_making_one_out_the_loser_leaves_the_winners_folder(tmp_path, monkeypatch):
+    # Issue 45: both saw --out missing; the second's mkdir failed and it deleted the folder the first had
+    # just made (nothing but config.toml in it yet). Here the other run makes it between the look and mkdir.
+    from bench.config import load_config
+    from bench.run import folder
+
+    out, real_mkdir = tmp_path / "run", Path.mkdir
+
+    def other_run_first(self, *args, **kwargs):
+        if self == out and not out.exists():
+            real_mkdir(out)
+            (out / "config.toml").write_text("# the other run's\n")
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", other_run_first)
+    with pytest.raises(ConfigError, match="already exists"):
+        folder.prepare(out, load_config("cpu-smoke"), resume=False)
+    assert (out / "config.toml").read_text() == "# the other run's\n"

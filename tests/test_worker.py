@@ -478,9 +478,8 @@ def _adaptive_on_each_rank(rank, world_size, overrides, spread):
     from bench.worker.cell import adaptive_rounds
 
     config = smoke_config(overrides)
-    per_rank, stopped_by = adaptive_rounds(_sleep_steps(rank, spread), config, torch.device("cpu"),
-                                           reference=0)
-    return [len(times) for ranks in per_rank for times in ranks], stopped_by
+    rounds = adaptive_rounds(_sleep_steps(rank, spread), config, torch.device("cpu"), reference=0)
+    return [len(times) for ranks in rounds.per_rank for times in ranks], rounds.stopped_by
 
 
 @pytest.mark.parametrize(("overrides", "spread", "rounds", "why"), [
@@ -506,7 +505,8 @@ def test_adaptive_rounds_off_run_the_fixed_count(one_rank_group):
     from bench.worker.cell import adaptive_rounds
 
     config = smoke_config(["run.timed_steps=3", "run.repeats=2", "run.target_ci_pct=0"])
-    per_rank, stopped_by = adaptive_rounds(_sleep_steps(0, True), config, torch.device("cpu"), reference=0)
+    rounds = adaptive_rounds(_sleep_steps(0, True), config, torch.device("cpu"), reference=0)
+    per_rank, stopped_by = rounds.per_rank, rounds.stopped_by
     assert stopped_by is None and [len(t) for ranks in per_rank for t in ranks] == [6, 6]
 
 
@@ -556,7 +556,8 @@ def test_a_budget_stop_runs_the_rounds_that_still_fit(one_rank_group, monkeypatc
     monkeypatch.setattr(cell, "time", types.SimpleNamespace(perf_counter=lambda: next(readings)))
     config = smoke_config(["run.timed_steps=5", "run.repeats=2", "run.target_ci_pct=1",
                            "run.max_timed_steps=640", "run.max_group_s=3"])
-    per_rank, stopped_by = cell.adaptive_rounds(_sleep_steps(0, True), config, torch.device("cpu"), 0)
+    rounds = cell.adaptive_rounds(_sleep_steps(0, True), config, torch.device("cpu"), 0)
+    per_rank, stopped_by = rounds.per_rank, rounds.stopped_by
     assert stopped_by == "budget" and [len(t) for ranks in per_rank for t in ranks] == [30, 30]
 
 

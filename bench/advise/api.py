@@ -9,6 +9,7 @@ the run has none.
 from __future__ import annotations
 
 import html
+import math
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,14 +155,14 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET, memory_gb: 
     run_dir = Path(run_dir)
     if target is not None:
         check_target(target)
-    if memory_gb is not None and not memory_gb > 0:
-        raise UsageError(f"--memory-gb={memory_gb:g}: must be > 0")
+    if memory_gb is not None and not (memory_gb > 0 and math.isfinite(memory_gb)):
+        raise UsageError(f"--memory-gb={memory_gb:g}: must be a finite number of GiB > 0")
     spec = parse_baseline(baseline)
     if precision is not None and precision not in PRECISIONS:
         raise UsageError(f"--precision={precision!r}: not one of {list(PRECISIONS)}")
-    if write:  # another command's folder (RUN itself: RUN/projection is bench project's), or a file
+    if write:  # another command's folder (RUN itself: RUN/projection is bench project's), a file, a user's
         run_folder.check_out(Path(out) if out is not None else run_dir / run_folder.ADVICE_DIR, "advise",
-                             run_dir)
+                             run_dir, FILES)
     try:
         loaded = load_run(run_dir)
     except RunError as exc:
@@ -180,17 +181,17 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET, memory_gb: 
     chosen, measured = answer_precision(table, precision, spec)
     out = Path(out) if out is not None else run_dir / run_folder.ADVICE_DIR
     notes: list[str] = []
+    made = None  # the projection to the target, written into out/projection
     if target is None:
         target = Target(why_not=f"`python -m bench advise {run_dir}` projects it to a target cluster")
         table = table.assign(**{c: float("nan") for c in PROJECTED if c != "projection_note"},
                              projection_note="")
     else:
         ranked = list(table.loc[table["rank"].notna(), "cell_id"])
-        projection, notes, why_not = project_at(run_dir, target, ranked, out / run_folder.PROJECTION_DIR,
-                                                write)
-        if projection is None:
+        made, notes, why_not = project_at(run_dir, target, ranked)
+        if made is None:
             target = Target(why_not=f"bench project failed: {why_not}")
-        table = with_projection(table, projection)
+        table = with_projection(table, None if made is None else made.projection)
     table["answer_role"] = answer_roles(table, chosen)
     keys = choice_keys(results)
     table = table[[*FIRST, *keys, *MEASURED, *[c for c in SPEEDUP if c not in FIRST],
@@ -201,9 +202,17 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET, memory_gb: 
                   remeasure_command(run_dir, table, results, loaded), chosen, measured, spec)
     advice = Advice(answer=said, caveats=caveats, table=table, keys=keys, target=target, recipe=recipe,
                     other_recipes=other_recipes, notes=notes, precision=chosen, run_dir=run_dir)
-    if write:
-        write_files(advice, results, loaded.config, run_dir, out)
+    if write:  # by the rule of every command that writes: only advise's own files replaced
+        with run_folder.writing(out, "advise", run_dir, FILES) as stage:
+            write_files(advice, results, loaded.config, run_dir, stage, shown=out)
+            if made is not None:
+                made.write(stage / run_folder.PROJECTION_DIR)
     return advice
+
+
+# what `bench advise` writes into its folder (its projection to the target in PROJECTION_DIR)
+FILES = (run_folder.ADVICE_MD, run_folder.ADVICE_CSV, run_folder.BEST_TOML, run_folder.DDP_MD,
+         run_folder.PROJECTION_DIR)
 
 
 # advice.csv's columns: FIRST, the choice keys, MEASURED, SPEEDUP, PROJECTED, LAST
@@ -216,18 +225,16 @@ def bucket_order(config: dict) -> list[float]:
     return [float(b) for b in config.get("matrix", {}).get("bucket_cap_mb", [])]
 
 
-def project_at(run_dir: Path, target: Target, cells: list[str], out: Path,
-               write: bool) -> tuple[pd.DataFrame | None, list[str], str]:
-    """The ranked cells projected to the target, each from its own batch (bench.project.run with `cells`,
-    into `out`): (projection rows, the projection's notes, why none)."""
+def project_at(run_dir: Path, target: Target, cells: list[str]) -> tuple[project.Projection | None, list[str],
+                                                                         str]:
+    """The ranked cells projected to the target, each from its own batch (bench.project.run with `cells`):
+    (the projection, its notes, why none)."""
     try:
         projection = project.run(run_dir, [target.network], [target.gpus], gpus_per_node=target.gpus_per_node,
                                  inter_network=target.inter_network, cells=cells, write=False)
     except (project.UsageError, InputError, RunError) as exc:
         return None, [], str(exc)
-    if write:  # advise's own folder (advice/projection): written here, not by bench project's --out rule
-        projection.write(out)
-    return projection.projection, projection.notes + projection.physics, ""
+    return projection, projection.notes + projection.physics, ""
 
 
 def dominant_loss(projected: dict) -> str:
@@ -301,8 +308,10 @@ def remeasure_command(run_dir: Path, table: pd.DataFrame, results: pd.DataFrame,
     return shlex.join(["python", "-m", "bench", "run", *args, *(x for s in sets for x in ("--set", s))])
 
 
-def write_files(advice: Advice, results: pd.DataFrame, config: dict, run_dir: Path, out: Path) -> None:
-    """advice.csv, advice.md, best.toml and ddp.md into `out`."""
+def write_files(advice: Advice, results: pd.DataFrame, config: dict, run_dir: Path, out: Path,
+                shown: Path | None = None) -> None:
+    """advice.csv, advice.md, best.toml and ddp.md into `out` (their folder named `shown`, where they will
+    be, when `out` is a stage folder)."""
     out.mkdir(parents=True, exist_ok=True)
     advice.table.to_csv(out / run_folder.ADVICE_CSV, index=False)
     (out / run_folder.ADVICE_MD).write_text(advice_markdown(advice))
@@ -321,9 +330,10 @@ def write_files(advice: Advice, results: pd.DataFrame, config: dict, run_dir: Pa
     there = (f"at {target.words(named['projected_nodes'])}: per-GPU micro-batch "
              f"{int(named['projected_per_rank_batch'])}, global batch {int(named['projected_global_batch'])}"
              if pd.notna(named["projected_global_batch"]) else "not projected to a target")
-    ddp = to_run.ddp_markdown(rows[0], advice.answer.markdown(), target, str(best), there)
+    best_path = str((shown or out) / run_folder.BEST_TOML)
+    ddp = to_run.ddp_markdown(rows[0], advice.answer.markdown(), target, best_path, there)
     (out / run_folder.DDP_MD).write_text(ddp)
-    advice.out = out
+    advice.out = shown or out
 
 
 def advice_markdown(advice: Advice) -> str:

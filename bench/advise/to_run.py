@@ -20,6 +20,7 @@ import pandas as pd
 
 from bench import engines
 from bench.advise.answer import Target, engine_words
+from bench.config import toml_value
 from bench.schema import DEFAULT_BUCKET_MB, ENGINE_OPTIONS
 
 ID_BATCH = re.compile(r"-ws\d+-(.*)-(strong|weak)-gb\d+")
@@ -136,7 +137,7 @@ def _toml(value) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return toml_value(value)  # a newline or a quote in a value stays valid TOML
     if isinstance(value, float) and value == int(value) and abs(value) < 1e15:
         return repr(float(value))
     return repr(value)

@@ -17,6 +17,7 @@ from bench.analyze import tables as witness_tables
 from bench.analyze.load import find_trace_files
 from bench.analyze.summary import (
     SUMMARY_FILE,
+    TABLES,
     TIMELINE_FILE,
     WAIT_FILE,
     TraceJob,
@@ -27,6 +28,11 @@ from bench.analyze.summary import (
 
 class AnalyzeInputError(Exception):
     """PATH or results.csv cannot be used: one line naming the key and the value."""
+
+
+class NoTraces(AnalyzeInputError):
+    """A run folder none of whose cells has a trace file: nothing to analyse (profiling was off, or no
+    profiled cell got to its profiled pass)."""
 
 
 @dataclass
@@ -104,8 +110,7 @@ def plan(path: Path, out: Path | None) -> tuple[list[TraceJob], list[str], Path]
     if is_run_folder(path):
         (jobs, missing), default_out = run_jobs(path), path
         if not jobs:
-            raise AnalyzeInputError(f"{path / run_folder.RESULTS}: no cell has trace files under its "
-                                    "trace_dir")
+            raise NoTraces(f"{path / run_folder.RESULTS}: no cell has trace files under its trace_dir")
     elif path.is_dir():
         jobs = [TraceJob(p, str(p.relative_to(path))) for p in find_trace_files(path)]
         default_out = Path.cwd()
@@ -116,8 +121,8 @@ def plan(path: Path, out: Path | None) -> tuple[list[TraceJob], list[str], Path]
             raise AnalyzeInputError(f"path {str(path)!r}: not a *.json or *.json.gz trace file")
         jobs, default_out = [TraceJob(path, path.name)], Path.cwd()
     out = out if out is not None else default_out
-    # a file; another command's part of a run folder, or analyze's own of another run than PATH
-    problem = run_folder.out_problem(out, "analyze", path)
+    # a file; another command's part of a run folder, or analyze's own of another run than PATH; a user's
+    problem = run_folder.out_problem(out, "analyze", path, FILES)
     if problem:
         raise AnalyzeInputError(problem)
     return jobs, missing, out
@@ -137,18 +142,26 @@ def run(path: Path | str, out: Path | str | None = None, workers: int | None = N
     t0 = time.perf_counter()
     workers = default_workers(len(jobs)) if workers is None else min(workers, len(jobs))
     tables, errors = analyse_tables(jobs, workers, progress)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, frame in tables.items():
-        frame.to_csv(out / name, index=False)
     analysis = Analysis(tables=tables, out=out, files=len(jobs), errors=missing + errors)
-    if is_run_folder(path):
-        # the report reads this file and never recomputes it
-        try:
-            results = run_folder.load_run(path).results
-        except run_folder.RunError as exc:  # rows without the timers' columns: no witness to compare
-            analysis.witnesses_note = str(exc)
-        else:
-            analysis.witnesses = witness_tables.witnesses(tables[SUMMARY_FILE], results)
-            analysis.witnesses.to_csv(out / run_folder.WITNESSES, index=False)
+    if not analysis.analysed:  # tables of headers only would read as an analysis that found nothing
+        more = " …" if len(errors) > 3 else ""
+        raise AnalyzeInputError(f"none of the {len(jobs)} trace file(s) of path {str(path)!r} could be read "
+                                f"(nothing written): {'; '.join(errors[:3])}{more}")
+    with run_folder.writing(out, "analyze", path, FILES) as stage:  # only analyze's own files replaced
+        for name, frame in tables.items():
+            frame.to_csv(stage / name, index=False)
+        if is_run_folder(path):
+            # the report reads this file and never recomputes it
+            try:
+                results = run_folder.load_run(path).results
+            except run_folder.RunError as exc:  # rows without the timers' columns: no witness to compare
+                analysis.witnesses_note = str(exc)
+            else:
+                analysis.witnesses = witness_tables.witnesses(tables[SUMMARY_FILE], results)
+                analysis.witnesses.to_csv(stage / run_folder.WITNESSES, index=False)
     analysis.seconds = time.perf_counter() - t0
     return analysis
+
+
+# what `bench analyze` writes into its folder: its tables and the witnesses
+FILES = (*TABLES, run_folder.WITNESSES)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from bench.analyze.api import AnalyzeInputError, run
+from bench.run_folder import OutError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,8 +50,13 @@ class Progress:
 def main(args: argparse.Namespace) -> int:
     try:
         analysis = run(args.path, args.out, args.workers, Progress())
-    except AnalyzeInputError as exc:
+    except (AnalyzeInputError, OutError) as exc:
         print(f"bench analyze: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the folder cannot be written (read-only, full): nothing of it was replaced
+        out = args.out if args.out is not None else args.path
+        print(f"bench analyze: --out={str(out)!r}: cannot write ({exc.strerror or exc}); nothing was written",
+              file=sys.stderr)
         return 2
     for line in analysis.errors:
         print(f"bench analyze: {line}", file=sys.stderr)

@@ -83,6 +83,13 @@ class Trace:
 CHUNK_BYTES = 1 << 22  # bytes read (after gunzip) at a time
 AHEAD = 1 << 16        # text kept ahead of a scan (unless the file ends first): no number is cut in two
 RUN_CHARS = 1 << 22    # events text decoded at once: 4 MiB, ~15k events of the public A100 trace (284 B each)
+# The longest single value (an event, a top-level key's value) held to parse it: a profiler's events are
+# hundreds of bytes; a 300 KB gzip holding one 300 MB event took 1 GB before this bound (issue 45).
+MAX_VALUE_CHARS = 1 << 25  # 32 Mi characters
+
+
+class TooLong(ValueError):
+    """A single value of the trace longer than MAX_VALUE_CHARS."""
 
 
 _ABSENT = msgspec.Raw(b"null")  # a raw arg the event does not carry
@@ -166,16 +173,27 @@ def load_trace(path: str | Path) -> Trace:
     text = _Text(_text_chunks(path))
     try:
         meta = _stream(text, columns.add)
-    except (StopIteration, IndexError, ValueError) as exc:  # the scanner's ways of saying "not JSON here"
-        raise TraceError(f"{path}: not valid JSON ({type(exc).__name__} at {_where(exc, text)})") from exc
+    except TooLong as exc:
+        raise TraceError(f"{path}: not a profiler trace: {exc}") from exc
+    except (StopIteration, IndexError) as exc:  # no value where one must be; past the end: cut short
+        pos = exc.value if isinstance(exc, StopIteration) else None
+        if isinstance(pos, int) and pos < len(text.text):
+            what = f"no JSON value at character {text.base + pos}"
+        else:
+            empty = text.eof and text.base + len(text.text) == 0
+            what = "empty" if empty else "cut short: it ends inside a value"
+        raise TraceError(f"{path}: not valid JSON ({what})") from exc
+    except ValueError as exc:  # the scanner's ways of saying "not JSON here"
+        raise TraceError(f"{path}: not valid JSON ({_where(exc, text)})") from exc
     if meta is None:
         raise TraceError(f"{path}: not a Chrome trace: no 'traceEvents' list")
     return columns.trace(path, meta)
 
 
-def _where(exc: Exception, text: _Text) -> str:
-    value = exc.value if isinstance(exc, StopIteration) else getattr(exc, "pos", None)
-    return f"character {text.base + value}" if isinstance(value, int) else str(exc)
+def _where(exc: ValueError, text: _Text) -> str:
+    """What is wrong, and where: json's message at its character of the file, or the walk's own words."""
+    pos = getattr(exc, "pos", None)
+    return f"{exc.msg} at character {text.base + pos}" if isinstance(pos, int) else str(exc)
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -212,7 +230,10 @@ class _Text:
         return 0
 
     def more(self) -> None:
-        """Append the next chunk to what is held."""
+        """Append the next chunk to what is held (TooLong past MAX_VALUE_CHARS: one value that long)."""
+        if len(self.text) > MAX_VALUE_CHARS:
+            raise TooLong(f"one value longer than {MAX_VALUE_CHARS >> 20} Mi characters from character "
+                          f"{self.base}: no profiler writes one")
         self.text += self._next()
 
     def scan(self, pos: int):
@@ -224,7 +245,7 @@ class _Text:
             except (StopIteration, ValueError):
                 if self.eof:
                     raise
-                self.text += self._next()  # cut off by the end of what is held: read on, then retry
+                self.more()  # cut off by the end of what is held: read on, then retry
 
     def skip(self, pos: int) -> int:
         """The first non-whitespace position at or after pos (len(text) at the file's end)."""

@@ -112,6 +112,17 @@ class Projection:
         (out / run_folder.PROJECTION_NOTES).write_text("".join(f"{n}\n" for n in self.notes + self.physics))
         self.out = out
 
+    def save(self, out: Path, source: Path | None = None) -> None:
+        """write() into `out` by the rule of every command that writes (run_folder.writing): its files
+        replace only `bench project`'s own; OutError, `out` untouched, otherwise."""
+        with run_folder.writing(out, "project", source, FILES) as stage:
+            self.write(stage)
+        self.out = out
+
+
+# what `bench project` writes into its folder
+FILES = (run_folder.PROJECTION, run_folder.VALIDATION, run_folder.NETWORK_FIT, run_folder.PROJECTION_NOTES)
+
 
 def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
                  inter_network: str = DEFAULT_INTER_NETWORK, bw_gbps: float | None = None,
@@ -171,8 +182,8 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
     2-core CPU's σ, 6-8× the GPU corpus's, made the slowest rank the loss at 32 GPUs); a note says so."""
     run_dir = Path(run_dir)
     out = Path(out) if out is not None else run_dir / run_folder.PROJECTION_DIR
-    if write:  # refused before anything is read or written: another command's folder, a file
-        run_folder.check_out(out, "project", run_dir)
+    if write:  # refused before anything is read or written: another command's folder, a file, a user's
+        run_folder.check_out(out, "project", run_dir, FILES)
     if algorithm not in ALGORITHMS:
         raise UsageError(f"--algorithm={algorithm!r} is not one of {list(ALGORITHMS)}")
     world_sizes = sorted(set(world_sizes))
@@ -232,7 +243,7 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
                             validation=validation_table(configs, measured, run.env.get("cpu_cores")),
                             fits=fits_table(fits), configurations=len(configs))
     if write:
-        projection.write(out)
+        projection.save(out, run_dir)
     return projection
 
 
@@ -284,6 +295,8 @@ def what_if(keys: dict, out: Path | str | None = None, write: bool = True) -> Pr
     from bench.project.spec import LIST_KEYS, spec_grid
 
     out = Path(out) if out is not None else Path(run_folder.PROJECTION_DIR)
+    if write:
+        run_folder.check_out(out, "project", None, FILES)
     grid = spec_grid(keys)
     made = [_what_if_one(k) for k in grid]
     if len(made) == 1:
@@ -295,8 +308,7 @@ def what_if(keys: dict, out: Path | str | None = None, write: bool = True) -> Pr
                                 notes=[n for m in made for n in m.notes], configurations=len(made),
                                 what_if=True, compared=compared)
     if write:
-        run_folder.check_out(out, "project")
-        projection.write(out)
+        projection.save(out)
         for _, m in projection.compared:
             m.out = out
     return projection

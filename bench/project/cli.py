@@ -182,8 +182,9 @@ def spec_main(args: argparse.Namespace) -> int:
                 keys[_dest(flag)] = _listed(flag, value) if flag in LIST_FLAGS else value
         if args.model is not None:
             keys["model"], _, keys["size"] = args.model.partition(":")
-        if args.network is not None:
-            keys["network"] = args.network
+        if args.network is not None:  # several, comma-separated: one what-if per network
+            names = args.network.split(",")
+            keys["network"] = names if len(names) > 1 else names[0]
         if args.world_sizes != WORLD_SIZES_TEXT or "world_sizes" not in keys:
             keys["world_sizes"] = parse_world_sizes(args.world_sizes)
         if args.gpus_per_node is not None:

@@ -8,14 +8,28 @@ predicts the change from that measurement: bench/project/published.py, project.p
 their own bands because most of the model's error is already there at the first world size above the
 base (a harness's data pipeline, clocks, launcher: no input of the model shows it) and the anchor has
 measured it; what is left is the error of the change, about half as wide on the corpora
-(docs/projection.md). A band is the shortest [low, high] holding k = ⌈level·(n + 1)⌉ of its n residuals
-(the split-conformal rank: were rows exchangeable, a new row would fall inside with probability ≥ level).
-Rows are not exchangeable across sources (each table has its own harness and cluster) nor across model
-families (each has its own data pipeline and kernels), so each band's level is calibrated on held-out
-data twice: leave-one-source-out and leave-one-model-family-out (UNITS), each giving the smallest of 0.90,
-0.91, … 0.99 at which bands fitted without a unit hold at least 90 % of that band's rows of that unit, over
-all training rows; the band takes the larger of the two (calibrated_levels: the one number per band
-chosen on held-out data). A family is the model name's first word (family_of). A band with fewer than
+(docs/projection.md).
+
+Scaled (locally weighted split conformal): from the base alone (and from another recipe) a residual is
+measured in units of the row's scale s = max(LOSS_FLOOR, 1 − predicted efficiency), the share of the step
+the model itself predicts is not compute (communication, straggler, interference; scale_of). A modelled
+term that is off by some fraction moves the step by that fraction of its share, and on the corpora the
+model's misses grow with it (docs/projection.md, Issue 44); a row the model predicts near linear gets a
+narrow interval, one it predicts losing 10 % a wide one. A band's [low, high] is then in units of s: the
+row's interval on ln(published / predicted) is [low·s, high·s]. Anchored rows keep s = 1: their residual
+is the error of the change from a measured size, and scaled anchored bands were no narrower held out on
+the single-node corpus (docs/projection.md). A band is the shortest [low, high] holding
+k = ⌈level·(n + 1)⌉ of its n scaled residuals (the split-conformal rank: were rows exchangeable, a new row
+would fall inside with probability ≥ level). Rows are not exchangeable across sources (each table has its
+own harness and cluster) nor across model families (each has its own data pipeline and kernels), so each
+band's level is calibrated on held-out data twice: leave-one-source-out and leave-one-model-family-out
+(UNITS), each giving the smallest of LEVELS (0.85 … 0.99) at which bands fitted without a unit hold at
+least HELD_OUT (87 %) of that band's rows of that unit, over all training rows; the band takes the larger
+of the two (calibrated_levels: the one number per band chosen on held-out data). HELD_OUT is below the
+nominal 90 % on purpose: the goal accepts 85–95 % of held-out rows inside, the misses are one-sided (the
+model is rarely too slow), and on the corpora the last points of coverage cost the most width (88 % of
+the single-node rows held out by source at 31 points, 90 % at 39: docs/projection.md). A family is the
+model name's first word (family_of). A band with fewer than
 MIN_ROWS residuals or MIN_SOURCES sources takes the pooled band of its basis (all of that basis's
 regimes), and says so; with no anchored residuals at all, the anchored bands are the base's pooled band.
 The bands of the in-project corpora are stored in model_error.csv (`validate_projection.py
@@ -62,7 +76,14 @@ from typing import NamedTuple
 
 import pandas as pd
 
-COVERAGE = 0.90
+COVERAGE = 0.90   # the interval's nominal level (shortest's default)
+# the held-out coverage each band's level is calibrated to reach (module docstring): inside the 85–95 %
+# the goal accepts, 2 points above its floor for the corpora the project has not seen
+HELD_OUT = 0.87
+# the smallest scale: below a 1 % predicted loss the corpora hold 11 of 947 single-node rows, too few to
+# say the miss keeps shrinking with it
+LOSS_FLOOR = 0.01
+EXAMPLES = (0.97, 0.90)   # predicted efficiencies width_notes quotes a scaled band at
 REGIMES = ("nvlink", "pcie", "inter-node", "fsdp")
 POOLED = "pooled"
 ANCHORED = "anchored"
@@ -82,27 +103,53 @@ FLAT_WITHIN = ("measured", "custom")   # flat networks whose error no table meas
 HALF_95, HALF_90 = 1.959964, 1.644854
 STORED = Path(__file__).with_name("model_error.csv")
 STORED_COLUMNS = ("band", "rows", "low", "high", "pooled", "level")
-# the levels calibrated_levels tries: 0.90 … 0.99
-LEVELS = tuple(round(0.90 + 0.01 * i, 2) for i in range(10))
+# the levels calibrated_levels tries: 0.85 … 0.99
+LEVELS = tuple(round(0.85 + 0.01 * i, 2) for i in range(15))
 # what a band is held out by when its level is calibrated (Residual's fields)
 UNITS = ("source", "family")
 
 
 class Residual(NamedTuple):
     """One published row's model error: its source, band (band_name), ln(published / predicted), model
-    family (family_of; "" when unknown: then no family is held out) and cap, ln(1 / predicted efficiency):
-    the largest residual an interval clamped at the limit can hold (inf: no clamp)."""
+    family (family_of; "" when unknown: then no family is held out), cap, ln(1 / predicted efficiency):
+    the largest residual an interval clamped at the limit can hold (inf: no clamp), and scale (scale_of:
+    the unit r and cap are measured in; 1: unscaled)."""
 
     source: str
     band: str
     r: float
     family: str = ""
     cap: float = math.inf
+    scale: float = 1.0
 
 
 def cap_of(predicted_efficiency: float) -> float:
     """ln(1 / predicted efficiency): the residual of a published value at the limit (Residual.cap)."""
     return -math.log(predicted_efficiency) if predicted_efficiency > 0 else math.inf
+
+
+# The largest predicted loss (1 − efficiency) among the corpora's predictions of each regime
+# (tests/data/published_*/train.csv, from the base alone): the scaled bands are calibrated up to there and
+# not beyond. A projection further out (hundreds of GPUs across nodes) keeps the band's width at that edge
+# rather than stretching it: a band of −11.7·s would otherwise reach down to 1 % of a predicted 60 %, an
+# extrapolation of a fit whose tail comes from harness overheads, not from the predicted loss.
+SCALE_CAP = {"nvlink": 0.100, "pcie": 0.189, "inter-node": 0.046, "fsdp": 0.070}
+
+
+def scale_of(basis: str, predicted_efficiency: float, regime_name: str | None = None) -> float:
+    """The unit of a prediction's residual (module docstring): max(LOSS_FLOOR, 1 − predicted efficiency)
+    from the base alone or another recipe (the model's own efficiency, a fraction), at most the regime's
+    SCALE_CAP; 1 anchored."""
+    if not scaled(basis):
+        return 1.0
+    return min(max(LOSS_FLOOR, 1.0 - predicted_efficiency), SCALE_CAP.get(regime_name, math.inf))
+
+
+def scaled(basis: str) -> bool:
+    """Whether a basis's bands are in units of the predicted loss (scale_of): all but ANCHORED."""
+    if basis not in BASES:
+        raise ValueError(f"basis={basis!r} is not one of {BASES}")
+    return basis != ANCHORED
 
 
 def family_of(model: str) -> str:
@@ -150,8 +197,9 @@ def regime_of_network(sharded: bool, net, n: int) -> str:
 
 @dataclass(frozen=True)
 class Band:
-    """ln(published / predicted) bounds of one band (band_name); `pooled`: fitted on all regimes of its
-    basis (too few rows or sources of its own)."""
+    """ln(published / predicted) bounds of one band (band_name), in units of a row's scale (scale_of: the
+    row's bounds are low·scale, high·scale); `pooled`: fitted on all regimes of its basis (too few rows or
+    sources of its own)."""
 
     name: str
     rows: int
@@ -159,14 +207,15 @@ class Band:
     high: float
     pooled: bool = False
 
-    def contains(self, residual: float, cap: float = math.inf) -> bool:
-        """Whether a residual lies in the band clamped at the limit (`cap`: Residual.cap)."""
-        return min(self.low, cap) <= residual <= min(self.high, cap)
+    def contains(self, residual: float, cap: float = math.inf, scale: float = 1.0) -> bool:
+        """Whether a residual lies in the band clamped at the limit (`cap`: Residual.cap) at a row's
+        `scale` (scale_of)."""
+        return min(self.low * scale, cap) <= residual <= min(self.high * scale, cap)
 
-    def width_points(self, efficiency_pct: float) -> float:
-        """The band's width in points of efficiency around a predicted efficiency (%), clamped at the
-        limit."""
-        low, high = bounds(efficiency_pct, self, 0.0, LIMIT_PCT)
+    def width_points(self, efficiency_pct: float, scale: float = 1.0) -> float:
+        """The band's width in points of efficiency around a predicted efficiency (%) at a row's `scale`,
+        clamped at the limit."""
+        low, high = bounds(efficiency_pct, self, 0.0, LIMIT_PCT, scale)
         return high - low
 
 
@@ -192,7 +241,8 @@ def _level(levels: Levels | float, name: str) -> float:
     return levels if isinstance(levels, float) else levels.get(name, COVERAGE)
 
 
-# (residual, cap) pairs by band name (and each basis's pooled name), with each band's sources
+# (residual, cap) pairs in units of their scale by band name (and each basis's pooled name), with each
+# band's sources
 Grouped = tuple[dict[str, list[tuple[float, float]]], dict[str, set[str]]]
 
 
@@ -200,7 +250,7 @@ def _group(rows: list[Residual]) -> Grouped:
     by_name: dict[str, list[tuple[float, float]]] = {}
     sources: dict[str, set[str]] = {}
     for row in rows:
-        by_name.setdefault(row.band, []).append((row.r, row.cap))
+        by_name.setdefault(row.band, []).append((row.r / row.scale, row.cap / row.scale))
         sources.setdefault(row.band, set()).add(row.source)
     for basis in BASES:
         mine = [rc for name, rcs in by_name.items() if basis_of(name) == basis for rc in rcs]
@@ -281,21 +331,22 @@ def held_out_coverage(residuals: Iterable[tuple], levels: Levels | float, names:
     names = set(all_names() if names is None else names)
     mine = [row for row in rows if row.band in names]
     held = {v: _bands(groups[v], levels) for v in {getattr(row, unit) for row in mine}}
-    return (sum(held[getattr(row, unit)][row.band].contains(row.r, row.cap) for row in mine) / len(mine)
+    return (sum(held[getattr(row, unit)][row.band].contains(row.r, row.cap, row.scale) for row in mine)
+            / len(mine)
             if mine else float("nan"))
 
 
 def _first_that_holds(tried: list[tuple[float, float]]) -> tuple[float, float]:
-    """The first (level, coverage) reaching COVERAGE; when none does, the one that holds most (shortest
+    """The first (level, coverage) reaching HELD_OUT; when none does, the one that holds most (shortest
     windows need not nest, so coverage need not grow with the level)."""
-    return next(((lv, c) for lv, c in tried if c >= COVERAGE), max(tried, key=lambda t: t[1]))
+    return next(((lv, c) for lv, c in tried if c >= HELD_OUT), max(tried, key=lambda t: t[1]))
 
 
 def _calibrated(rows: list[Residual], groups: dict[str, dict[str, Grouped]], levels: Levels,
                 setting: list[str], served: list[str]) -> tuple[float, float]:
     """(level, held-out coverage) for the bands `setting`, judged on the rows of the bands `served`: per
     held-out unit with at least two values (`groups`: unit → _held_out_groups), the smallest LEVELS entry
-    whose coverage reaches COVERAGE (the best one when none does); the largest of those levels, and the
+    whose coverage reaches HELD_OUT (the best one when none does); the largest of those levels, and the
     smallest coverage at it."""
     if not groups:   # one source and one family: nothing to hold out
         return LEVELS[0], float("nan")
@@ -311,7 +362,7 @@ def _calibrated(rows: list[Residual], groups: dict[str, dict[str, Grouped]], lev
 
 def calibrated_levels(residuals: Iterable[tuple]) -> dict[str, tuple[float, float]]:
     """Per band and per basis's POOLED: (level, held-out coverage), the smallest LEVELS entry at which
-    leave-one-out coverage of the rows the band serves reaches COVERAGE, by source and by model family
+    leave-one-out coverage of the rows the band serves reaches HELD_OUT, by source and by model family
     (the larger of the two levels; the best one when none holds; module docstring), and the smaller of the
     two coverages at it. Sources and families differ more than rows of one do, so a band fitted at 90 % of
     the other units' rows holds fewer than 90 % of a new one's: the level is raised until it holds. A
@@ -360,8 +411,9 @@ def read_bands(path: Path = STORED) -> tuple[dict[str, Band], Levels]:
 
 def width_notes(interval_regimes: Iterable[str], path: Path = STORED) -> list[str]:
     """A note per band a projection's rows take (projection.csv's interval_regime): how far below the model
-    it reaches and why; for a band from the base alone, the anchored band a measured world size between
-    the base and N would give instead. Rows of one rank (`none …`) take no band."""
+    it reaches (a scaled band: at the predicted efficiencies EXAMPLES) and why; for a band from the base
+    alone, the anchored band a measured world size between the base and N would give instead. Rows of one
+    rank (`none …`) take no band."""
     bands, _ = read_bands(path)
     out = []
     for shown in dict.fromkeys(str(x) for x in interval_regimes):
@@ -370,10 +422,19 @@ def width_notes(interval_regimes: Iterable[str], path: Path = STORED) -> list[st
             continue
         band, basis = bands[name], basis_of(name)
         regime_name = name.removesuffix(f" {basis}") if basis else name
-        words = (f"{shown}: 90 % interval from ln(published / predicted) in [{band.low:+.3f}, "
-                 f"{band.high:+.3f}] (published tables of this band, held out by source and by model "
-                 f"family): down to {100 * (1 - math.exp(band.low)):.0f} % below the model's efficiency, "
-                 "at most 100 %")
+        held = (f"(published tables of this band, held out by source and by model family; calibrated to "
+                f"hold {100 * HELD_OUT:.0f} % of them)")
+        if not scaled(basis):
+            words = (f"{shown}: 90 % interval from ln(published / predicted) in [{band.low:+.3f}, "
+                     f"{band.high:+.3f}] {held}: down to {100 * (1 - math.exp(band.low)):.0f} % below the "
+                     "model's efficiency, at most 100 %")
+        else:   # in units of the row's predicted loss (scale_of): quoted at two predicted efficiencies
+            below = ", ".join(f"{100 * (1 - math.exp(band.low * scale_of(basis, e))):.0f} % at a predicted "
+                              f"{100 * e:.0f} %" for e in EXAMPLES)
+            words = (f"{shown}: 90 % interval from ln(published / predicted) in [{band.low:+.2f}·s, "
+                     f"{band.high:+.2f}·s], s the model's own predicted loss (1 − efficiency, at least "
+                     f"{100 * LOSS_FLOOR:.0f} %) {held}: down to {below} below the model's efficiency, "
+                     "at most 100 %")
         if basis != ANCHORED and regime_name in ("nvlink", "pcie"):
             # 56 of the 972 single-node rows from one GPU are ≥ 25 % below the model (docs/projection.md)
             words += ("; one node from one GPU: a harness's launcher, data pipeline and clocks on more than "
@@ -394,8 +455,10 @@ def t1_relative_90(half_width_pct_95: float | None) -> float:
     return half_width_pct_95 / 100 * HALF_90 / HALF_95
 
 
-def bounds(value: float, band: Band, delta: float, limit: float | None = None) -> tuple[float, float]:
-    """[value · e^(low − δ), value · e^(high + δ)] (module docstring), both ends at most `limit` (the
-    physical limit: LIMIT_PCT for an efficiency in %, the linear bound for samples/s; None: none)."""
-    low, high = value * math.exp(band.low - delta), value * math.exp(band.high + delta)
+def bounds(value: float, band: Band, delta: float, limit: float | None = None,
+           scale: float = 1.0) -> tuple[float, float]:
+    """[value · e^(low·s − δ), value · e^(high·s + δ)] (module docstring; s: the row's `scale`,
+    scale_of), both ends at most `limit` (the physical limit: LIMIT_PCT for an efficiency in %, the linear
+    bound for samples/s; None: none)."""
+    low, high = value * math.exp(band.low * scale - delta), value * math.exp(band.high * scale + delta)
     return (low, high) if limit is None else (min(low, limit), min(high, limit))

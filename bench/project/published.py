@@ -67,6 +67,7 @@ from bench.project.interval import (
     cap_of,
     family_of,
     regime,
+    scale_of,
 )
 from bench.project.physics import Physics
 from bench.project.sharded import Sharding, estimated_blocks, simulate_sharded, uniform_blocks
@@ -501,17 +502,19 @@ def residual(p: Prediction) -> float:
     return math.log(p.published_eff / p.predicted_eff)
 
 
-def bases_of(p: Prediction) -> list[tuple[str, float, float]]:
-    """(band, residual, cap: interval.Residual) of a prediction on every basis it has: from its base alone
-    always (its from-base efficiency when anchored; the other-recipe band when the base is of another
+def bases_of(p: Prediction) -> list[tuple[str, float, float, float]]:
+    """(band, residual, cap, scale: interval.Residual) of a prediction on every basis it has: from its base
+    alone always (its from-base efficiency when anchored; the other-recipe band when the base is of another
     recipe), and anchored when it is. Every row thus trains the from-base band of its regime, whatever its
     size: a projection from one node to 64 nodes with nothing measured between is judged by the errors of
     every such prediction, not only of the first size above a base."""
     first = p.from_base_eff or p.predicted_eff
-    out = [(band_name(p.regime, OTHER_RECIPE if p.other_recipe else ""), math.log(p.published_eff / first),
-            cap_of(first))]
+    basis = OTHER_RECIPE if p.other_recipe else ""
+    out = [(band_name(p.regime, basis), math.log(p.published_eff / first), cap_of(first),
+            scale_of(basis, first, p.regime))]
     if p.anchor_gpus is not None:
-        out.append((p.band, residual(p), cap_of(p.predicted_eff)))
+        out.append((p.band, residual(p), cap_of(p.predicted_eff), scale_of(p.basis, p.predicted_eff,
+                                                                            p.regime)))
     return out
 
 
@@ -533,9 +536,14 @@ def assumed(p: Prediction) -> tuple[str, ...]:
     return tuple(out)
 
 
+def scale(p: Prediction) -> float:
+    """The unit of the prediction's residual on its basis (interval.scale_of)."""
+    return scale_of(p.basis, p.predicted_eff, p.regime)
+
+
 def interval_pct(p: Prediction, band: Band) -> tuple[float, float]:
     """The prediction's 90 % interval on efficiency (%), clamped at the limit (interval.bounds)."""
-    return bounds(100 * p.predicted_eff, band, 0.0, LIMIT_PCT)
+    return bounds(100 * p.predicted_eff, band, 0.0, LIMIT_PCT, scale(p))
 
 
 def score(predictions: list[Prediction], bands: dict, held_out: dict, unit: str = "source") -> list[Scored]:
@@ -546,8 +554,8 @@ def score(predictions: list[Prediction], bands: dict, held_out: dict, unit: str 
     for p in predictions:
         key = _text(p.row["source_id"]) if unit == "source" else family_of(_text(p.row["model"]))
         chosen = held_out.get(key, bands)[p.band]
-        out.append(Scored(p, chosen, chosen.contains(residual(p), cap_of(p.predicted_eff)),
-                          chosen.width_points(100 * p.predicted_eff)))
+        out.append(Scored(p, chosen, chosen.contains(residual(p), cap_of(p.predicted_eff), scale(p)),
+                          chosen.width_points(100 * p.predicted_eff, scale(p))))
     return out
 
 

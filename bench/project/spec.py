@@ -199,7 +199,8 @@ def project_spec(**keys) -> pd.DataFrame:
 # a count's suffixes, as model cards write parameter counts (360M, 1.5B, 7B)
 COUNT_SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 # the keys a what-if may give several values of, compared in one call (spec_grid): the DDP settings
-LIST_KEYS = ("bucket_cap_mb", "comm_dtype", "grad_accum", "precision")
+LIST_KEYS = ("bucket_cap_mb", "comm_dtype", "grad_accum", "precision", "network")
+MAX_WHAT_IFS = 1000  # combinations in one call: ~1 ms each (120,000 ran past 2 minutes)
 
 
 def parse_count(key: str, text) -> int:
@@ -221,6 +222,11 @@ def spec_grid(keys: dict) -> list[dict]:
     """Every combination of the LIST_KEYS given as lists (a TOML list, or a comma-separated flag): one
     what-if each, in the order the values were given (the first key varies slowest)."""
     listed = [k for k in LIST_KEYS if isinstance(keys.get(k), (list, tuple))]
+    count = math.prod(len(keys[k]) for k in listed)
+    if count > MAX_WHAT_IFS:
+        lists = ", ".join(f"{k}={len(keys[k])} values" for k in listed)
+        raise SpecError(f"{lists}: {count} combinations; at most {MAX_WHAT_IFS} in one call (shorten the "
+                        "lists, or compare them in several calls)")
     grid = [dict(keys)]
     for key in listed:
         values = list(keys[key])

@@ -15,12 +15,12 @@ from pathlib import Path
 
 
 def unusable_out(out: Path | None, command: str) -> str | None:
-    """Why --out cannot be the page's folder (a file, or under one; another command's part of a run
-    folder: bench.run_folder.out_problem), or None. A folder holding other files is refused when the page
-    is written (render.page_folder), after its inputs are read."""
+    """Why --out cannot be the page's folder (bench.run_folder.out_problem: a file, or under one; another
+    command's part of a run folder; a folder holding files this command did not write there), or None;
+    checked again when the page is written (render.page_folder)."""
     from bench.run_folder import out_problem
 
-    return None if out is None else out_problem(out, command)
+    return None if out is None else out_problem(out, command, page=True)
 
 
 def report_add_arguments(parser: argparse.ArgumentParser) -> None:

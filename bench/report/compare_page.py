@@ -38,7 +38,14 @@ def write_compare_page(
     if unmatched:
         raise RunError(unmatched)
     labels = compare.run_labels(runs)
-    out_dir = page_folder(out_dir or default_out_dir(runs), "compare")
+    out = Path(out_dir or default_out_dir(runs))
+    with page_folder(out, "compare") as stage:  # written whole, then put in place
+        write_sections(runs, labels, refusal, stage)
+    return out / "index.html"
+
+
+def write_sections(runs: list[Run], labels: list[str], refusal: str | None, out_dir: Path) -> Path:
+    """The comparison's files into `out_dir`."""
     (out_dir / "tables").mkdir(parents=True, exist_ok=True)
     (out_dir / "plots").mkdir(parents=True, exist_ok=True)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench import engines, stats
+from bench import engines, schema, stats
 from bench.nvidia import topology_has_nvlink
 from bench.project.collectives import allreduce_cost
 from bench.project.network import FABRICS, preset_network
@@ -339,7 +339,7 @@ def race_summary(df: pd.DataFrame, search: str) -> list[str]:
     """A racing search (run.search): how many configurations it eliminated, at which world size and after
     how many rounds, and how many were not launched at all; nothing for a grid run."""
     out = df[df["status"] == "raced_out"]
-    if search == "grid" and not len(out):
+    if not schema.search(search).races and not len(out):
         return []
     launched = out[out["race_round"].notna() & ~out["error"].str.startswith("not launched")]
     parts = []

@@ -9,13 +9,14 @@ from __future__ import annotations
 import html
 import math
 import re
-import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from bench.run_folder import RunError, out_problem
+from bench import run_folder
+from bench.run_folder import RunError
 from bench.schema import CONFIG_KEYS, STRING_COLUMNS
 
 EMPTY = "—"
@@ -271,28 +272,27 @@ PAGE_FILES = ("index.html", "report.md", "summary.md")
 PAGE_FOLDERS = ("tables", "plots", "traces")
 
 
-def page_folder(out_dir: Path, command: str) -> Path:
-    """`out_dir` made ready for a new page: created when missing; an earlier page there (nothing but a page's
-    entries, index.html among them) removed first, so the new page never mixes with the old one's figures
-    and tables. RunError, with nothing touched, when it holds anything else (a user's files, another
-    command's output) or is another command's part of a run folder (run_folder.out_problem)."""
-    problem = out_problem(out_dir, command)
-    if problem:
-        raise RunError(problem)
-    if out_dir.is_dir() and any(out_dir.iterdir()):
-        entries = sorted(p.name for p in out_dir.iterdir())
-        foreign = [n for n in entries if n not in PAGE_FILES + PAGE_FOLDERS]
-        if foreign or PAGE_FILES[0] not in entries:
-            raise RunError(f"--out={str(out_dir)!r} holds {(foreign or entries)[:3]}, not a page `bench "
-                           f"{command}` wrote: choose a new or empty folder (the page would mix with them)")
-        for name in entries:
-            path = out_dir / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return out_dir
+def page_folder(out_dir: Path, command: str):
+    """A context giving the folder to write a new page into (run_folder.writing with `page`): `out_dir`
+    must be new, empty or a page this command wrote there (its marker says so), never a folder because
+    its entries have a page's names. When the block ends the new page replaces the earlier one's files,
+    and nothing else is touched. RunError, with nothing touched, when it holds anything else (a user's
+    files, another command's output) or is another command's part of a run folder."""
+    try:
+        run_folder.check_out(out_dir, command, names=PAGE_FILES + PAGE_FOLDERS, page=True)
+    except run_folder.OutError as exc:
+        raise RunError(str(exc)) from None
+    return _refusals_as_run_errors(run_folder.writing(out_dir, command, names=PAGE_FILES + PAGE_FOLDERS,
+                                                      page=True))
+
+
+@contextmanager
+def _refusals_as_run_errors(context):
+    try:
+        with context as stage:
+            yield stage
+    except run_folder.OutError as exc:
+        raise RunError(str(exc)) from None
 
 
 def write_page(out_dir: Path, title: str, subtitle: str, sections: list[Section],

@@ -20,7 +20,7 @@ from bench.report.projection_section import projection_section
 from bench.report.render import Section, page_folder, write_csv, write_page
 from bench.report.why_section import why_section
 from bench.run_folder import Run, load_run
-from bench.schema import DEFAULT_BUCKET_MB
+from bench.schema import DEFAULT_BUCKET_MB, partial_race_row
 
 
 def default_out_dir(run_dir: Path) -> Path:
@@ -31,7 +31,14 @@ def default_out_dir(run_dir: Path) -> Path:
 def write_run_page(run_dir: Path, out_dir: Path | None = None) -> Path:
     """Render the report of `run_dir` into `out_dir` (default reports/<run-id>); returns index.html."""
     run = load_run(run_dir)
-    out_dir = page_folder(Path(out_dir) if out_dir is not None else default_out_dir(run.path), "report")
+    out = Path(out_dir) if out_dir is not None else default_out_dir(run.path)
+    with page_folder(out, "report") as stage:  # written whole, then put in place
+        write_sections(run, stage, out)
+    return out / "index.html"
+
+
+def write_sections(run: Run, out_dir: Path, final: Path) -> Path:
+    """The page's files into `out_dir`, its links to the run's traces from `final`, where it will be."""
     (out_dir / "plots").mkdir(parents=True, exist_ok=True)
     df = run.results
     scaling_tables = {
@@ -51,8 +58,8 @@ def write_run_page(run_dir: Path, out_dir: Path | None = None) -> Path:
         memory_section(df, out_dir),
         why_section(run.path, df, out_dir),
         projection_section(run.path, out_dir, run.results),
-        cells_section(run, out_dir, files),
-        traces.viewers_section(run, out_dir, files),
+        cells_section(run, out_dir, files, final),
+        traces.viewers_section(run, final, files),
     ]
     answer = answer_section(run, out_dir)  # last: it shows the figures the sections above drew
     subtitle = (
@@ -140,6 +147,13 @@ def raced_out_section(df: pd.DataFrame, out_dir: Path) -> Section:
         "Their step-time columns hold those rounds; no phase, compute-only, probe or memory pass ran, and "
         "bench advise ranks the survivors only. Cells not launched at a world size (their configuration "
         "raced out at a smaller one) carry that comparison.")
+    launches = tables.run_launches(df)
+    if partial_race_row("raced_out", launches):
+        sec.para(f"The run timed its cells in {launches} launches: a raced-out cell's own rounds are those "
+                 "of "
+                 "the launch that eliminated it, not a figure over every launch like the others', so its "
+                 "step time is left out here and in results.csv (cells.jsonl keeps each launch's rows); "
+                 "race_slowdown compares it within that launch.", "note")
     return sec.table(table, _csv(table, out_dir, "raced_out"))
 
 
@@ -232,10 +246,10 @@ CELL_LISTING = (
 )
 
 
-def cells_section(run: Run, out_dir: Path, files: dict[str, list[Path]]) -> Section:
+def cells_section(run: Run, out_dir: Path, files: dict[str, list[Path]], final: Path) -> Section:
     """Every row of the run, each with links to its trace files."""
     cols = list(CELL_LISTING)
-    links = traces.trace_links(files, out_dir)
+    links = traces.trace_links(files, final)  # from where the page will be
     return Section("All cells and traces", "cells").table(
         run.results[cols], _csv(run.results, out_dir, "results"), links=links, md_columns=cols,
         summary="every cell with its status, times and trace files", cell_rows=True,

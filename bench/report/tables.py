@@ -11,7 +11,7 @@ import math
 import pandas as pd
 
 from bench import engines, metrics, stats
-from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB, without_comm_hook
+from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB, ROUND_FIGURES, partial_race_row, without_comm_hook
 
 
 def config_keys_except(*names: str) -> tuple[str, ...]:
@@ -436,7 +436,15 @@ RACED_OUT_COLUMNS = ("cell_id", "world_size", "global_batch", "race_round", "rac
 def raced_out(df: pd.DataFrame) -> pd.DataFrame:
     """The cells a racing search eliminated (status raced_out), by world size, recipe and the round they
     went out at, with the comparison that eliminated each; empty for a run without any."""
-    rows = df[df["status"] == "raced_out"]
+    rows = df[df["status"] == "raced_out"].copy()
+    if partial_race_row("raced_out", run_launches(df)):  # a folder written before its rows left them out
+        rows[[c for c in ROUND_FIGURES if c in RACED_OUT_COLUMNS and c in rows]] = float("nan")
     cols = [c for c in RACED_OUT_COLUMNS if c in rows]
     return rows[cols].sort_values([c for c in ("world_size", "global_batch", "race_round") if c in cols],
                                   kind="stable").reset_index(drop=True)
+
+
+def run_launches(df: pd.DataFrame) -> int:
+    """The launches the run timed its cells in: the most any row has (1 without any: a plan run's rows)."""
+    most = pd.to_numeric(df.get("launches"), errors="coerce").max() if "launches" in df else float("nan")
+    return int(most) if most == most else 1

@@ -23,6 +23,7 @@ from bench import (
     style,  # noqa: E402
 )
 from bench.analyze import tables as trace_tables  # noqa: E402
+from bench.analyze.load import find_trace_files  # noqa: E402
 from bench.report.render import Section, write_csv  # noqa: E402
 from bench.report.why_hta import add_hta_views  # noqa: E402
 from bench.report.why_waits import add_wait_views  # noqa: E402
@@ -92,6 +93,10 @@ def why_section(run_dir: Path, results: pd.DataFrame, out_dir: Path) -> Section:
     """The section; a note on how to make it when the run's traces have not been analysed."""
     sec = Section("Why: the traces' breakdown", "why")
     path = Path(run_dir) / SUMMARY
+    traced = results["trace_dir"].fillna("").astype(str) != "" if "trace_dir" in results else None
+    if not path.is_file() and traced is not None and not traced.any():
+        return sec.para("This run recorded no profiler traces (profiling off, or no profiled cell got to its "
+                        "profiled pass): there is nothing to break down.", "note")
     if not path.is_file():
         return sec.para(f"No trace analysis yet: `python -m bench analyze {run_dir}` computes it from the "
                         "run's traces (`bench run --report` does it first).", "note")
@@ -99,6 +104,9 @@ def why_section(run_dir: Path, results: pd.DataFrame, out_dir: Path) -> Section:
         summary = pd.read_csv(path)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         return sec.para(f"{path} cannot be read ({e}); rerun `python -m bench analyze {run_dir}`.", "warn")
+    caveat = unanalysed_caveat(Path(run_dir), results, summary)
+    if caveat:
+        sec.para(caveat, "warn")
     table = trace_tables.breakdown(summary, results)
     sec.para("From the profiled steps (never the timed ones): compute alone, communication not hidden behind "
              "compute (exposed), communication overlapped with compute (hidden), memory copies, and idle or "
@@ -117,3 +125,30 @@ def why_section(run_dir: Path, results: pd.DataFrame, out_dir: Path) -> Section:
         sec.para("The seeds' table (the panes the original experiment read off TensorBoard), per cell.")
         sec.table(seeds.rename(columns=trace_tables.SEEDS_HEADINGS), "tables/why_seeds_table.csv")
     return add_hta_views(sec, run_dir, results, out_dir)
+
+
+def unanalysed_caveat(run_dir: Path, results: pd.DataFrame, summary: pd.DataFrame) -> str | None:
+    """What the analysis is missing: the run's trace files (its cells' trace_dir, as `bench analyze` finds
+    them) that trace_summary.csv has no row of — a file it could not read (it exited 1 naming it) or one
+    written after it ran — by cell and rank; None when it read them all."""
+    if "trace_dir" not in results or "trace_file" not in summary:
+        return None
+    read = set(summary["trace_file"].astype(str))
+    present, missing = 0, []
+    for cell_id, trace_dir in zip(results["cell_id"], results["trace_dir"].fillna("")):
+        folder = run_dir / str(trace_dir)
+        if not trace_dir or not folder.is_dir():
+            continue
+        for path in find_trace_files(folder):
+            present += 1
+            if path.relative_to(run_dir).as_posix() not in read:
+                missing.append((cell_id, path.name.split(".")[0]))
+    if not missing:
+        return None
+    cells = sorted({c for c, _ in missing})
+    named = "; ".join(f"{c}: {', '.join(r for cc, r in missing if cc == c)}" for c in cells[:5])
+    return (f"Partial analysis: `bench analyze` read {present - len(missing)} of {present} trace files; "
+            f"not those of {len(cells)} cell(s) ({named}{'; …' if len(cells) > 5 else ''}). Those cells' "
+            "rows "
+            "below rest on the ranks it read, and their collectives, whose ranks are not all there, have no "
+            f"waits. `python -m bench analyze {run_dir}` names each file it cannot read and why.")

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from bench import race, stats
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell, by_launch, engines_per_group, group_budget_s
+from bench.schema import search
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,11 @@ RATES = {
         # fp32 (TF32 off): step p50 183 ms at batch 64, kernel-bound (hostbound.log: 178 ms of kernels);
         # bf16, fp16: 54.0 and 54.5 ms of busy kernel time per step at batch 64 (diag's trace summary).
         # smollm2-360m in a plain loop ran fp32 batch 64 at 37.6 TFLOP/s: its fp32 cells come out high.
-        flops={"fp32": 2.96e13, "bf16": 1.0e14, "fp16": 1.0e14},
+        # bf16, fp16: one H200 (2026-11-28, tests/data/gpu_evidence/h200-2026-11-28), smollm2-360m at 48 × 512
+        # tokens a rank, GPU-bound (91.6 % busy): 219 ms of busy kernel time for 48 samples of 1.063 TFLOP =
+        # 2.33e14 FLOP/s. The H100 VM's 1.0e14 above was at 64 × 128 tokens, smaller matmuls; the H200's
+        # compute is the H100's, its memory faster: the rate the GPU-bound presets run at, where it applies.
+        flops={"fp32": 2.96e13, "bf16": 2.33e14, "fp16": 2.33e14},
         # host-bound: median step p50 135.0 ms of the 14 bf16/fp16 cells without accumulation (batch 12 and
         # 64 alike; hostbound.log: 122 ms host enqueue for 26 ms of kernels, ~4,200 kernels at 18.4 us of
         # host each) / 273 tensors. The 360M model's plain-loop floor was 1.28x the 135M's (tensors: 1.07x)
@@ -97,10 +102,11 @@ RATES = {
         # events; all of it counted per launch (the split is not known)
         launch_s=14.4,
         run_s=0.0,
-        # NOT MEASURED on a GPU: --dry-run prints a range, from every group stopping at its minimum rounds
-        # (run.timed_steps × repeats) to every group running to its cap (estimate_range)
-        half_width_sqrt_n_pct=None,
-        compile_s=60.0),  # ASSUMED (not measured on a GPU): inductor on a 135M-360M model
+        # The H200's GPU-bound cells (48 × 512 bf16, 12 × 512 fp32): ±0.12-0.17 % after 20 rounds, so
+        # 0.17 × √20 = 0.76; its host-bound cells (12 × 512 bf16) needed 10-80× that (±5.4-13 % after 40):
+        # the GPU presets are sized to be GPU-bound, and the estimate is for them
+        half_width_sqrt_n_pct=0.76,
+        compile_s=49.0),  # the H200's torch + inductor cell, smollm2-360m bf16 at one rank: compile_s 49
 }
 
 
@@ -136,11 +142,12 @@ def _count(w) -> tuple[int, int]:
 
 def estimate_step_seconds(rates: Rates, cell: Cell, flops_per_sample: float, n_params: int,
                           n_tensors: int, sync: bool = True) -> float:
-    """One optimizer step of `cell` by `rates`: grad_accum × max(compute, floor) + optimizer + the
-    gradients' ring all-reduce (2(n−1)/n × 4 bytes per parameter; none at world size 1 or without sync)."""
-    compute = flops_per_sample * cell.per_rank_batch / rates.flops[cell.precision]
+    """One optimizer step of `cell` by `rates`: micro_steps × max(compute, floor) (its micro-batch's) +
+    optimizer + the gradients' ring all-reduce (2(n−1)/n × 4 bytes per parameter; none at world size 1 or
+    without sync)."""
+    compute = flops_per_sample * cell.micro_batch / rates.flops[cell.precision]
     floor = rates.host_s_per_tensor * n_tensors + rates.floor_s_per_param * n_params
-    step = cell.grad_accum * max(compute, floor) + rates.opt_s_per_param * n_params
+    step = cell.micro_steps * max(compute, floor) + rates.opt_s_per_param * n_params
     if sync and cell.world_size > 1:
         step += 2 * (cell.world_size - 1) / cell.world_size * 4 * n_params / rates.comm_bytes_per_s
     return step
@@ -152,7 +159,7 @@ def gpu_busy_fraction(rates: Rates, cell: Cell, flops_per_sample: float, n_param
     the host enqueues kernels while the device runs them, so a micro-step whose host floor exceeds its
     compute leaves the GPU idle for the difference: a host-bound cell, whose engine comparisons measure
     the host's overhead (docs/gpu-node.md "Sizing" sizes the GPU presets by this)."""
-    compute = flops_per_sample * cell.per_rank_batch / rates.flops[cell.precision]
+    compute = flops_per_sample * cell.micro_batch / rates.flops[cell.precision]
     floor = rates.host_s_per_tensor * n_tensors + rates.floor_s_per_param * n_params
     return compute / max(compute, floor) if compute > 0 else 0.0
 
@@ -278,7 +285,7 @@ def _race_scenario(config: BenchConfig, rates: Rates, runnable: list[Cell], flop
     r, total = config.run, 0.0
     survived: dict[tuple, bool] = {}  # (world size, its carried choices) → survived some recipe there
     for ws, launch in by_launch(runnable).items():
-        if r.search == "race":
+        if search(r.search).carries_over:
             launch = [c for c in launch if not _carried_out(c, survived)]
         recipes: dict[tuple, list[Cell]] = {}
         for cell in launch:

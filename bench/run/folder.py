@@ -5,6 +5,7 @@ it left running stopped. Its file names are bench/run_folder.py's.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -24,6 +25,10 @@ from bench.run.planner import Plan
 from bench.schema import STATUSES, backend_for
 
 RETRYABLE = tuple(s for s in STATUSES if s not in ("ok", "skipped"))  # what --retry may name
+
+
+class FolderTaken(ConfigError):
+    """A new run folder's name is taken (it exists, or another run made it first)."""
 
 
 @dataclass
@@ -51,6 +56,16 @@ def default_run_dir(preset: str) -> Path:
         n += 1
         out = out.with_name(f"{preset}-{socket.gethostname()}-{stamp}-{n}")
     return out
+
+
+def new_default_run_dir(plan: Plan) -> Path:
+    """default_run_dir made: a name another run takes between the look and the making is passed over."""
+    for _ in range(100):
+        try:
+            return prepare(default_run_dir(plan.preset), plan.config, resume=False)
+        except FolderTaken:
+            continue
+    raise ConfigError("results/: no new run folder could be made (100 names taken at once)")
 
 
 def _comparable(config: BenchConfig) -> dict:
@@ -102,17 +117,32 @@ def prepare(out: Path, config: BenchConfig, resume: bool) -> Path:
             except ValueError as e:
                 raise ConfigError(f"--resume: {e}; use a new --out") from None
         return out
-    if out.exists():
-        raise ConfigError(f"--out={str(out)!r} already exists; refusing to overwrite it "
+    if os.path.lexists(out):
+        raise FolderTaken(f"--out={str(out)!r} already exists; refusing to overwrite it "
                           "(--resume continues it, or choose another --out)")
+    problem = run_folder.out_problem(out, run_folder.NEW_RUN)  # a long name, a system folder, inside a run
+    if problem:
+        raise ConfigError(problem)
+    create(out)
     try:
-        out.mkdir(parents=True)
         (out / run_folder.CONFIG).write_text(to_toml(config))
-    except OSError as e:  # under a file, in /proc, read-only, full: nothing is left half-made
-        if out.is_dir() and not any(p for p in out.iterdir() if p.name != run_folder.CONFIG):
-            shutil.rmtree(out, ignore_errors=True)
+    except OSError as e:  # read-only, full: the folder this process made is not left half-made
+        shutil.rmtree(out, ignore_errors=True)
         raise ConfigError(f"--out={str(out)!r}: cannot create the run folder ({e.strerror or e})") from None
     return out
+
+
+def create(out: Path) -> None:
+    """Make the new folder `out`, atomically: of two runs starting on one --out, one makes it and the other
+    is refused (ConfigError), never deleting what the first made."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.mkdir()
+    except FileExistsError:
+        raise FolderTaken(f"--out={str(out)!r} already exists (another run made it just now); refusing to "
+                          "overwrite it (--resume continues it, or choose another --out)") from None
+    except OSError as e:  # under a file, in /proc, read-only, full
+        raise ConfigError(f"--out={str(out)!r}: cannot create the run folder ({e.strerror or e})") from None
 
 
 def lock_run_dir(run_dir: Path) -> IO:
@@ -131,10 +161,15 @@ def lock_run_dir(run_dir: Path) -> IO:
         handle.close()
         raise ConfigError(f"--out={str(run_dir)!r} is in use by another bench run (pid {holder}); "
                           "wait for it to finish or stop it, then --resume") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+    except OSError:  # a full disk: the pid could not be written; the caller says so
+        with contextlib.suppress(OSError):
+            handle.close()
+        raise
     return handle
 
 
@@ -161,8 +196,28 @@ def open_run(plan: Plan, out: Path | None = None, resume: bool = False,
     left running stopped; env.json written once; the plan's skipped cells recorded. Cells recorded with a
     status in `retry` count as not done. ConfigError (nothing created) when the folder cannot be used."""
     check_retry(set(retry), resume)
-    run_dir = prepare(out or default_run_dir(plan.preset), plan.config, resume)
+    run_dir = prepare(out, plan.config, resume) if out is not None else new_default_run_dir(plan)
+    try:
+        return _ready(run_dir, plan, resume, retry)
+    except OSError as e:  # the disk filled (or went read-only) while the folder was set up
+        if not resume:  # made by this process a moment ago: not left half-made
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise ConfigError(f"--out={str(run_dir)!r}: cannot {'open' if resume else 'create'} the run folder "
+                          f"({e.strerror or e})") from None
+
+
+def _ready(run_dir: Path, plan: Plan, resume: bool, retry: set[str]) -> RunFolder:
+    """open_run's folder locked, an earlier launch's leftovers stopped, env.json and skipped cells
+    written (OSError, the lock released, when the folder stops taking writes)."""
     lock = lock_run_dir(run_dir)
+    try:
+        return _recorded(run_dir, plan, resume, retry, lock)
+    except OSError:
+        lock.close()
+        raise
+
+
+def _recorded(run_dir: Path, plan: Plan, resume: bool, retry: set[str], lock: IO) -> RunFolder:
     if resume:  # an earlier launch's processes must not run beside this one
         from bench.lifetime import leftovers, stop
 

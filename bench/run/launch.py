@@ -14,6 +14,7 @@ The launcher alone writes cells.jsonl.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -33,7 +34,15 @@ from bench.matrix import Cell, by_launch
 from bench.run import nccl_log, results
 from bench.run.merge import MEASURED, LaunchRecords
 from bench.run.progress import Progress
-from bench.schema import ERROR_TAIL_LINES, RACE_COLUMNS, error_text
+from bench.schema import (
+    ERROR_TAIL_LINES,
+    PASSES,
+    RACE_COLUMNS,
+    REPEAT_PASSES,
+    TRACE_GLOB,
+    error_text,
+    search,
+)
 from bench.worker.events import EventReader
 
 POLL_S = 0.05          # events-file poll period
@@ -44,6 +53,7 @@ POLL_S = 0.05          # events-file poll period
 LOG_HEAD_BYTES = 4 * 2**20
 LOG_TAIL_BYTES = 2**20
 LOG_DRAIN_S = 10.0     # how long a finished launch's logs may take to receive the end of their pipes
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # a rank's write failing for these stops the sweep
 
 
 # A Python exception's line in a log: "ValueError: ...", "torch.OutOfMemoryError: ..." (torchrun's
@@ -108,7 +118,11 @@ class CappedLog(threading.Thread):
 
     def run(self) -> None:
         head, tail, dropped = 0, bytearray(), 0
-        with open(self.path, "wb") as f:
+        try:  # unbuffered: a write the disk refuses is dropped then, never again when the file closes
+            f = open(self.path, "wb", buffering=0)
+        except OSError:  # a full disk: the pipe is drained all the same (the launcher says why it stops)
+            f = open(os.devnull, "wb", buffering=0)
+        with f:
             for chunk in iter(lambda: self.pipe.read1(1 << 16), b""):
                 keep = chunk[:max(0, LOG_HEAD_BYTES - head)]
                 head += len(keep)
@@ -199,7 +213,7 @@ class Sweep:
     def run(self, cells: list[Cell]) -> SweepStats:
         r = self.config.run
         by_ws = by_launch(cells)
-        in_order = r.search == "race"  # smaller world sizes' eliminations carry over to the larger ones
+        in_order = search(r.search).carries_over  # smaller world sizes' eliminations carry over
         for ws, j in launch_schedule(list(by_ws), r.launches, r.seed, in_order):
             if in_order and j == 0:
                 by_ws[ws] = self.carry_over(by_ws[ws])
@@ -214,8 +228,13 @@ class Sweep:
                 # cells timed in a launch that was stopped early are profiled by the next one
                 carried = list(launch.untraced.values()) if pending else []
             if launch is not None and launch.untraced:
-                self.progress.note(f"no traces for {len(launch.untraced)} cell(s) of world size {ws}: "
-                                   f"their launch ended before their profiled pass (rows kept)")
+                failed = {c: why for c, why in launch.profile_errors.items() if c in launch.untraced}
+                ended = len(launch.untraced) - len(failed)
+                for cell_id, why in failed.items():
+                    self.progress.note(f"no traces for {cell_id}: its profiled pass failed ({why}; row kept)")
+                if ended:
+                    self.progress.note(f"no traces for {ended} cell(s) of world size {ws}: their launch "
+                                       "ended before their profiled pass (rows kept)")
             self.records.remerge(by_ws[ws])  # the family's prior has the launch's cells now
         return self.stats
 
@@ -265,6 +284,7 @@ class Launch:
         self.alone: dict | None = None    # a cell that failed on one rank only ended the launch (guard.Peers)
         self.current: list[str] = []      # the group in flight (cells not yet finished)
         self.profiling: str | None = None  # the cell whose profiled pass is in flight
+        self.profile_errors: dict[str, str] = {}  # cell → why its profiled pass failed (its row is kept)
         self.started_any = False
         # launch start; last finish (overhead figure); last sign of progress
         self.started_at = self.mark = self.heard = time.time()
@@ -276,7 +296,8 @@ class Launch:
     def command(self) -> list[str]:
         plan_path = self.logs / run_folder.launch_file(self.k, run_folder.PLAN)
         write_plan(plan_path, self.config, self.sweep.run_dir, self.pending, launcher_pid=os.getpid(),
-                   profile=self.to_profile, timing_only=not self.full, carried_s=self.sweep.carried_s)
+                   profile=self.to_profile, passes=PASSES if self.full else REPEAT_PASSES,
+                   carried_s=self.sweep.carried_s)
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                 str(self.ws), "-m", "bench.worker", "--plan", str(plan_path.resolve()),
                 "--events", str(self.reader.path.resolve())]
@@ -355,11 +376,28 @@ class Launch:
             elif kind == "profile":
                 self.profiling = ev["cell_id"]
                 self.sweep.progress.start(f"profiling {ev['cell_id']}")
+            elif kind == "error" and ev.get("phase") == "profile":
+                self.profile_failed(ev)
             elif kind == "error":
                 if ev.get("alone") and self.alone is None:
                     self.alone = ev
                 for cell_id in ev["cell_ids"]:
                     self.errors.setdefault(cell_id, ev)  # the first rank to fail says why
+
+    def profile_failed(self, ev: dict) -> None:
+        """A profiled pass that failed: its cell's row stays, its trace files go (a rank's may be cut short:
+        a corrupt gzip the analysis would read), and a full disk stops the sweep (OSError: `bench run` exits
+        1 saying so) rather than end as "done ... ok" with the traces missing."""
+        why = str(ev.get("error") or "").strip().splitlines()
+        for cell_id in ev["cell_ids"]:
+            self.profile_errors.setdefault(cell_id, why[0] if why else "failed")
+            folder = self.sweep.run_dir / run_folder.TRACES / cell_id
+            for path in folder.glob(TRACE_GLOB) if folder.is_dir() else ():
+                path.unlink(missing_ok=True)
+        full = next((n for n in FULL_DISK if f"[Errno {n}]" in (why[0] if why else "")), None)
+        if full is not None:
+            where = self.sweep.run_dir / run_folder.TRACES / ev["cell_ids"][0]
+            raise OSError(full, os.strerror(full), str(where))
 
     def traced(self, cell_id: str, trace_dir: str) -> None:
         """Complete a recorded cell with its traces: a new line for it in cells.jsonl supersedes the old."""
@@ -444,14 +482,14 @@ class Launch:
 
 
 def write_plan(path: Path, config: BenchConfig, run_dir: Path, cells: list[Cell], launcher_pid: int | None,
-               profile: list[Cell], timing_only: bool = False, carried_s: float = 0.0) -> None:
+               profile: list[Cell], passes: tuple[str, ...] = PASSES, carried_s: float = 0.0) -> None:
     """The worker's input: resolved config, the cells to time, the cells to profile after them, the
-    launcher to watch for (None: the user's own torchrun/srun), whether the launch times the steps only
-    (a repeat launch of run.launches), and the timed-rounds budget earlier launches left unspent
-    (worker.cell.Budget)."""
+    launcher to watch for (None: the user's own torchrun/srun), the passes the launch runs (bench.schema
+    PASSES; a repeat launch of run.launches REPEAT_PASSES), and the timed-rounds budget earlier launches
+    left unspent (worker.cell.Budget)."""
     plan = {"run_dir": str(run_dir.resolve()), "config": config.to_dict(),
             "cells": [c.to_dict() for c in cells], "profile": [c.to_dict() for c in profile],
-            "launcher_pid": launcher_pid, "timing_only": timing_only, "carried_s": carried_s}
+            "launcher_pid": launcher_pid, "passes": list(passes), "carried_s": carried_s}
     path.write_text(json.dumps(plan, indent=1))
 
 

@@ -22,9 +22,13 @@ def commands(run_dir: Path) -> str:
 
 
 def _analyze(run_dir: Path) -> list[str]:
-    from bench.analyze.api import run
+    from bench.analyze.api import NoTraces, run
 
-    analysis = run(run_dir)
+    try:
+        analysis = run(run_dir)
+    except NoTraces:  # not a failure: said once, plainly
+        return [f"bench analyze: no traces to analyse in {run_dir} (no profiled cell wrote one: "
+                "profile.enabled, profile.cells); the report goes on without the traces' breakdown"]
     for line in analysis.errors:
         print(f"bench analyze: {line}", file=sys.stderr)
     return analysis.lines()

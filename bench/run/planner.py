@@ -7,11 +7,13 @@ nothing.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import math
 import os
 import sys
 from dataclasses import dataclass
 
+from bench import schema
 from bench.config import BenchConfig, ConfigError, load_config, resolve_path
 from bench.matrix import Cell, by_launch, expand
 from bench.run import checks
@@ -86,10 +88,31 @@ def plan(config: str, overrides: list[str] = (), *, plan_only: bool = False, nno
     # run.skip_world_sizes_above_gpus)
     cells = expand(resolved, bf16_supported=bf16_ok,
                    gpu_count=gpu_count * nnodes if plan_only and gpu_count else gpu_count)
-    device_bytes = checks.device_memory_bytes(resolved) if resolved.run.search != "grid" else None
+    check_patterns(resolved, cells, bf16_ok)
+    device_bytes = checks.device_memory_bytes(resolved) if schema.search(resolved.run.search).races else None
     if memory_gb is not None or device_bytes is not None:
         cells = prune_memory(cells, resolved, memory_gb, device_bytes)
     return Plan(config=resolved, cells=tuple(cells), preset=resolve_path(config).stem)
+
+
+def check_patterns(config: BenchConfig, cells: list[Cell], bf16_ok: bool) -> None:
+    """The keys that name cells by pattern each match one (ConfigError naming the key and the pattern
+    otherwise: a typo would run nothing, or inject no fault, silently): matrix.cells over the matrix's
+    cells before it filters them, debug.fault's substring over the cells it keeps. (profile.cells may miss:
+    a preset's patterns name its own matrix's cells, and --set narrows the matrix.)"""
+    every = [c.cell_id for c in expand(dataclasses.replace(config, matrix=dataclasses.replace(
+        config.matrix, cells=("*",))), bf16_supported=bf16_ok)]
+    kept = [c.cell_id for c in cells]
+    checks_ = [("matrix.cells", config.matrix.cells, every, fnmatch.fnmatchcase, "a glob")]
+    if config.debug.fault:
+        pattern = config.debug.fault.partition("@")[2]
+        checks_.append(("debug.fault", (pattern,), kept, lambda cell_id, p: p in cell_id, "a substring"))
+    for key, patterns, ids, matches, kind in checks_:
+        for pattern in patterns:
+            if ids and not any(matches(cell_id, pattern) for cell_id in ids):
+                shown = config.debug.fault if key == "debug.fault" else pattern
+                raise ConfigError(f"{key}={shown!r}: {pattern!r} ({kind} over cell ids) matches none of the "
+                                  f"{len(ids)} cells, e.g. {ids[0]!r}")
 
 
 def prune_memory(cells: list[Cell], config: BenchConfig, memory_gb: float | None,
@@ -137,7 +160,7 @@ def describe(plan: Plan) -> list[str]:
     lines.append(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} "
                  f"skipped, {len(by_launch(runnable)) * r.launches} launches; {wall} (bench.run.estimate."
                  f"RATES: calibrated on a 2-core CPU and one H100; GPU all-reduce speed assumed)")
-    if r.search != "grid" and runnable:
+    if schema.search(r.search).races and runnable:
         lines.append(race_line(config, cells))
     if r.adaptive and runnable and noise_measured:
         rounds = sorted(expected_rounds(config, cells))
@@ -156,7 +179,7 @@ def wall_words(config, cells: list[Cell]) -> str:
     from bench.run.estimate import RATES, estimate_range, estimate_seconds
 
     r = config.run
-    grid = " as a grid" if r.search != "grid" else ""
+    grid = " as a grid" if schema.search(r.search).races else ""
     if r.adaptive and RATES[r.device].half_width_sqrt_n_pct is None:
         low, high = estimate_range(config, cells)
         return (f"estimated wall time{grid} {low / 60:.1f}-{high / 60:.1f} min (every adaptive group "
@@ -173,7 +196,7 @@ def estimate_line(plan: Plan, todo: list[Cell] | None = None) -> str:
     n = len(plan.runnable) if fresh else len(todo)
     line = (f"estimate: {n} cells on {plan.config.run.device}, {wall_words(plan.config, cells)} "
             f"(`--dry-run` lists them; bench/run/estimate.py)")
-    if plan.config.run.search != "grid" and cells:
+    if schema.search(plan.config.run.search).races and cells:
         line += f"; {race_line(plan.config, cells)}"
     return line
 
@@ -189,7 +212,7 @@ def race_line(config, cells: list[Cell]) -> str:
     at = f"round {firsts[0]}" + (f"-{firsts[-1]}" if len(firsts) > 1 and firsts[-1] != firsts[0] else "") \
         if firsts else "no round (too few candidates or rounds to eliminate any)"
     carry = ("; a configuration raced out in every recipe of a world size not launched at larger ones (from "
-             "one rank: its precision and accumulation only)" if r.search == "race" else "")
+             "one rank: its precision and accumulation only)" if schema.search(r.search).carries_over else "")
     return (f"racing (run.search = {r.search}): ~{low / 60:.1f}-{high / 60:.1f} min: every candidate "
             f"stepped to its recipe's first look ({at}, by its number of candidates), then from one "
             f"survivor per recipe (low) to every configuration the rates cannot tell from its recipe's "

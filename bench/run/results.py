@@ -16,7 +16,15 @@ from pathlib import Path
 
 from bench import run_folder
 from bench.matrix import Cell
-from bench.schema import CONFIG_KEYS, ENGINE_OPTION_NAMES, RESULT_COLUMNS, SWEEP_COLUMNS, backend_for
+from bench.schema import (
+    CONFIG_KEYS,
+    ENGINE_OPTION_NAMES,
+    RESULT_COLUMNS,
+    ROUND_FIGURES,
+    SWEEP_COLUMNS,
+    backend_for,
+    partial_race_row,
+)
 
 # The row's keys the cell, the launcher's config and the event own: a worker's row never overrides them.
 RECORD_OWNED = frozenset({"cell_id", "status", "error", "device", "backend", *CONFIG_KEYS,
@@ -38,16 +46,21 @@ def cell_config(cell: Cell, config) -> dict:
 
 
 def make_record(cell: Cell, config, status: str, error: str | None = None,
-                measured: dict | None = None) -> dict:
+                measured: dict | None = None, launches: int | None = None) -> dict:
     """One cells.jsonl record: the cell's columns, its status and error, then what the worker measured
-    (RESULT_COLUMNS first, then `step_times_ms`, `cell` and any extra measured keys)."""
+    (RESULT_COLUMNS first, then `step_times_ms`, `cell` and any extra measured keys). `launches`: those the
+    run times every cell in (None: run.launches); a raced_out row of several leaves out its ROUND_FIGURES
+    (bench/schema.py partial_race_row)."""
     measured = dict(measured or {})
     step_times = measured.pop("step_times_ms", [])
     row = {col: None for col in RESULT_COLUMNS}
-    row.update({key: getattr(cell, key) for key in (*CONFIG_KEYS, *ENGINE_OPTION_NAMES)})
+    row.update({key: getattr(cell, key) for key in (*CONFIG_KEYS, *ENGINE_OPTION_NAMES, "micro_batch",
+                                                     "micro_splits")})
     row.update({"cell_id": cell.cell_id, "status": status, "error": error,
                 "device": config.run.device, "backend": backend_for(config.run.device)})
     row.update({k: v for k, v in measured.items() if k in row and k not in RECORD_OWNED})
+    if partial_race_row(status, config.run.launches if launches is None else launches):
+        row.update({key: None for key in ROUND_FIGURES})
     for key, value in row.items():  # NaN/inf never reach the files: not measured means empty
         if isinstance(value, float) and not math.isfinite(value):
             row[key] = None
@@ -56,9 +69,11 @@ def make_record(cell: Cell, config, status: str, error: str | None = None,
 
 
 def record_from_event(cell: Cell, config, event: dict) -> dict:
-    """The record of a worker's "finish" (a measurement) or "error" (a failure) event for `cell`."""
+    """The record of a worker's "finish" (a measurement) or "error" (a failure) event for `cell`, in a run
+    by the user's own torchrun or srun (one launch of every cell)."""
     if event["event"] == "finish":
-        return make_record(cell, config, event["status"], event.get("error"), measured=event["row"])
+        return make_record(cell, config, event["status"], event.get("error"), measured=event["row"],
+                           launches=1)
     if event["event"] == "error":  # a failed group: the same status and error for each of its cells
         return make_record(cell, config, event["status"], event["error"])
     raise ValueError(f"event {event['event']!r} of {cell.cell_id} carries no outcome")

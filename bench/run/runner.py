@@ -15,7 +15,7 @@ from bench import run_folder
 from bench.run import results
 from bench.run.folder import RunFolder
 from bench.run.planner import Plan, estimate_line
-from bench.schema import TRACE_GLOB, MiB
+from bench.schema import TRACE_GLOB, MiB, search
 
 
 def _raise_interrupt(signum, frame):
@@ -67,9 +67,9 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
         stats = runner.run(todo)
     except OSError as e:  # the run folder stopped taking writes (disk full, read-only): keep what finished
         progress.close()
-        print(f"error: cannot write to {run_dir} ({e.strerror or e}); the cells finished before it are in "
-              f"{run_dir / run_folder.CELLS}. Free space, then continue with --resume --out {run_dir} "
-              f"(--retry failed,timeout also re-runs those)", file=sys.stderr)
+        print(f"error: cannot write to {e.filename or run_dir} ({e.strerror or e}); the cells finished "
+              f"before it are in {run_dir / run_folder.CELLS}. Free space, then continue with --resume --out "
+              f"{run_dir} (--retry failed,timeout also re-runs those)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         progress.close()
@@ -84,7 +84,7 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
     counts = Counter(r["status"] for r in records)
     print(f"done in {wall:.1f} s, {stats.launches} launches: "
           + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    if config.run.search != "grid" and not counts.get("raced_out"):
+    if search(config.run.search).races and not counts.get("raced_out"):
         print(nothing_raced_out(records))
     if stats.cells:
         beyond_steps, beyond_timed = stats.wall_s - stats.steps_s, stats.wall_s - stats.timed_s

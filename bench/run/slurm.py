@@ -66,7 +66,9 @@ TIME_STEP_S = 15 * 60
 # Filesystems a node has to itself: a run folder there is not seen by the job's other nodes (nor, from a
 # login node, by any compute node). /proc/mounts' type names.
 LOCAL_FILESYSTEMS = ("tmpfs", "ramfs", "devtmpfs", "overlay", "ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs")
-TIME = re.compile(r"^(?:\d+-)?\d{1,3}:[0-5]\d:[0-5]\d$")   # [D-]HH:MM:SS
+# [D-]HH:MM:SS, hours below 24 after "D-"
+TIME = re.compile(r"^(?:\d{1,3}-(?:[01]?\d|2[0-3])|\d{1,4}):[0-5]\d:[0-5]\d$")
+MAX_CPUS_PER_NODE = 8192  # Linux's most CPUs in one machine (CONFIG_NR_CPUS with MAXSMP)
 NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")                   # a partition or account: one word, no quoting
 PLAIN = re.compile(r"^[A-Za-z0-9_./%+=:,@-]+$")            # an #SBATCH value that needs no quotes
 
@@ -91,8 +93,12 @@ class Job:
                             ("--gpus-per-node", self.gpus_per_node), ("--cpus-per-node", self.cpus_per_node)):
             if value is not None and value < 1:
                 raise ConfigError(f"{flag}={value}: must be at least 1")
+        if self.cpus_per_node is not None and self.cpus_per_node > MAX_CPUS_PER_NODE:
+            raise ConfigError(f"--cpus-per-node={self.cpus_per_node}: must be at most {MAX_CPUS_PER_NODE} "
+                              "(the most CPUs a Linux node has)")
         if self.time is not None and not TIME.match(self.time):
-            raise ConfigError(f"--time={self.time!r}: must be HH:MM:SS or D-HH:MM:SS (e.g. 02:00:00)")
+            raise ConfigError(f"--time={self.time!r}: must be HH:MM:SS or D-HH:MM:SS, hours below 24 after "
+                              "'D-' (e.g. 02:00:00)")
         for flag, value in (("--partition", self.partition), ("--account", self.account)):
             if value is not None and not NAME.match(value):
                 raise ConfigError(f"--{flag.lstrip('-')}={value!r}: must be one word of letters, digits, "

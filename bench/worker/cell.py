@@ -28,10 +28,11 @@ from bench import metrics, stats
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell, group_budget_s
 from bench.race import Elimination
+from bench.schema import PASSES
 from bench.worker import measure, parity, steady
 from bench.worker.groups import torch_twin
 from bench.worker.guard import Guard, Peers, check_losses, failure
-from bench.worker.measure import Stopwatch
+from bench.worker.measure import Stopwatch, TimedRounds
 from bench.worker.racing import RaceBook, race_rounds
 from bench.worker.trainer import PhaseClock, Trainer, sync_device
 
@@ -84,7 +85,7 @@ COMPANION = "companion"  # a cell stepped beside its group for the pairing only 
 
 def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank: int, world_size: int,
               progress=lambda phase: None, book: RaceBook | None = None, budget: Budget | None = None,
-              timing_only: bool = False, companions: frozenset[str] = frozenset(),
+              passes: frozenset[str] = frozenset(PASSES), companions: frozenset[str] = frozenset(),
               peers: Peers | None = None) -> list[tuple[str, str | None, dict]]:
     """Collective. Every phase of the group's cells → per cell (status, error, measured part of the row):
     "ok" | "diverged" with its row; "raced_out" with its rounds so far and the comparison that eliminated
@@ -92,11 +93,12 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     phases after the timed rounds); or — for a cell whose trainer raised, whose loss is not finite or that
     torch refused to compile — its own status and error with nothing measured, while the other cells go on
     (bench/worker/guard.py). `progress(phase)` is called between phases (the launcher's watchdog hears it).
-    `budget`: the launch's (default: this group's share alone). `timing_only`: a repeat launch
-    (run.launches): build, warm-up, timed rounds, the parity check and the compute-only rounds, no phase,
-    probe or memory pass. `companions`: cells already measured in an earlier group of the launch, stepped
-    here in the warm-up and timed rounds only, so that the others are paired with them
-    (groups.paired_chunks); their outcome is (COMPANION, None, {}) and nothing of them is recorded.
+    `budget`: the launch's (default: this group's share alone). `passes`: the launch's
+    (bench.schema.PASSES; a repeat launch of run.launches runs REPEAT_PASSES: build, warm-up, timed rounds,
+    the parity check and the compute-only rounds, no phase, probe or memory pass). `companions`: cells
+    already measured in an earlier group of the launch, stepped here in the warm-up and timed rounds only,
+    so that the others are paired with them (groups.paired_chunks); their outcome is (COMPANION, None, {})
+    and nothing of them is recorded.
     `peers`: how the ranks learn of a failure on some of them only (guard.Peers: it then raises
     GroupBroken out of here on every rank)."""
     r = config.run
@@ -124,9 +126,8 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     with clock, timed_clock:
         if book is None:
             reference = next((i for i, t in enumerate(trainers) if t.cell.is_baseline), None)
-            per_rank, stopped_by = adaptive_rounds([guard.step(t) for t in trainers], config, device,
-                                                   reference, progress,
-                                                   [warm[t.cell.cell_id] for t in trainers], allowance)
+            rounds = adaptive_rounds([guard.step(t) for t in trainers], config, device, reference, progress,
+                                     [warm[t.cell.cell_id] for t in trainers], allowance)
         else:
             racing = [t.cell for t in trainers]
 
@@ -144,7 +145,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
 
             rounds = race_rounds([guard.step(t) for t in trainers], racing, config, device, book, eliminate,
                                  progress, failed)
-            per_rank, stopped_by = rounds.per_rank, rounds.stopped_by
+    per_rank, stopped_by = rounds.per_rank, rounds.stopped_by
     if r.adaptive:  # a fixed count spends no budget, and so leaves none
         budget.spend(allowance, timed_clock.seconds)
     side_by_side = len(per_rank)  # the trainers stepped round-robin in the timed rounds (a race's too)
@@ -172,7 +173,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     def checks(trainer: Trainer) -> dict:
         ranks, cell_id = timed[trainer.cell.cell_id], trainer.cell.cell_id
         with clock:
-            phases = [phase_pass(trainer) for _ in range(0 if timing_only else r.phase_steps)]
+            phases = [phase_pass(trainer) for _ in range(r.phase_steps if "phase" in passes else 0)]
         return (timed_values([times[first:] for times in ranks], trainer.cell.global_batch)
                 | warmup_values(warm[cell_id], ranks, first, found[cell_id]) | phase_values(phases) | {
             "final_loss": measure.mean_over_ranks(float(trainer.last_loss.float()), device),
@@ -189,8 +190,8 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
         out = {"identical": measure.params_identical(params, device)}
         if parity.needs_reference(trainer.cell):
             with clock:
-                ddp, twin = references.reference(trainer), references.twin(trainer)
-                out |= parity.gate(trainer, ddp, twin, (skipped_steps(trainer), skipped_steps(ddp)))
+                ddp, twin, skipped = references.compared(trainer)  # fp16's overflows aligned
+                out |= parity.gate(trainer, ddp, twin, skipped)
         return out
 
     trainers, gated = guard.each(trainers, gates)
@@ -210,7 +211,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
         return (gated[cell_id] | exposed_values(row["step_times_ms"], metrics.step_times_over_ranks(ranks))
                 | skew_values(ranks) | {"compute_only_ms_per_rank": ranks}
                 | work_values(trainer, row, tokens, flops)
-                | probe_values(measure.allreduce_probe(trainer, 0 if timing_only else r.probe_iters),
+                | probe_values(measure.allreduce_probe(trainer, r.probe_iters if "probe" in passes else 0),
                                world_size)
                 # the layout the engine used, as it reports it (cells.jsonl): what `bench project` reads
                 | {"bucket_sizes_bytes": trainer.engine.bucket_sizes_bytes(trainer.model,
@@ -223,7 +224,7 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     trainers = []  # the trainers go before the memory pass measures a cell alone
     release(device)
     progress("memory")
-    measured, memory = guard.each(measured, lambda c: {} if timing_only else
+    measured, memory = guard.each(measured, lambda c: {} if "memory" not in passes else
                                   solo_peak_memory(c, config, device, rank, world_size), cell_of=lambda c: c)
     rows = [rows[c.cell_id] | probed[c.cell_id] | memory[c.cell_id]
             | {"steps_wall_s": clock.seconds / side_by_side, "interleaved": side_by_side > 1,
@@ -243,8 +244,9 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
 
 def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, reference: int | None,
                     progress=lambda phase: None, warmup: list[list[float]] | None = None,
-                    budget_s: float | None = None) -> tuple[list[list[list[float]]], str | None]:
-    """Collective. The group's timed rounds → (per engine, per rank, its step times; why they stopped).
+                    budget_s: float | None = None) -> TimedRounds:
+    """Collective. The group's timed rounds (TimedRounds: per engine, per rank, its step times; why they
+    stopped).
 
     run.repeats windows of run.timed_steps rounds first; then, with run.target_ci_pct on, more rounds up to
     each pre-set checkpoint (stats.checkpoints: doubling up to run.max_timed_steps) until stats.stop_reason
@@ -270,7 +272,7 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
         run(r.timed_steps)
     if not r.adaptive:  # every rank has every rank's times: each runs the same count
         run(min(warmup_found(warmup, per_rank)[1], r.min_timed_steps))
-        return per_rank, None
+        return TimedRounds(per_rank, None)
     points = stats.checkpoints(r.min_timed_steps, r.max_timed_steps)
     for i, done in enumerate(points):
         decision = [None, 0]  # why stop (None: go on), and the rounds to fill the budget with
@@ -289,7 +291,7 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
             if decision[1]:
                 progress(f"timed ({done + decision[1]} rounds)")
                 run(decision[1])
-            return per_rank, decision[0]
+            return TimedRounds(per_rank, decision[0])
         progress(f"timed ({points[i + 1]} rounds)")
         run(points[i + 1] - done)
     raise AssertionError("unreachable: the last checkpoint is max_timed_steps, where stop_reason stops")

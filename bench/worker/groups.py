@@ -9,32 +9,30 @@ collectives pair up wrongly (a hang, or NCCL broadcasts of different sizes, whic
 the free memory the decision reads is the smallest over the ranks (`agreed_free_memory`: an all-reduce MIN,
 called once per launch by every rank), never this rank's own.
 
-The memory estimate, read before any trainer is built, of a group of n trainers (`side_by_side_need_bytes`):
-
-- resident state: n × 20 bytes per parameter (the fp32 parameter, its gradient, AdamW's two moments, the
-  engine's flat bucket copy; the mixed-precision cells keep fp32 parameters too);
-- NCCL's buffers on CUDA: NCCL_RESERVE_BYTES, once (every engine uses the default process group, so a
-  launch has one communicator however many trainers it holds; NCCL sets up its connections at the first
-  collective, after the free memory is read, so they are not yet out of it);
-- activations of the stepping trainer (one steps at a time): not estimated — the Workload interface exposes
-  nothing to estimate them from — so the two items above may take only SIDE_BY_SIDE_SHARE of the free
-  memory and the rest is left to them. That share is a guess, not a bound: on an H100 (a run of
-  2026-11-25, smollm2-135m at fp32, 64 sequences per rank, torch DDP) one trainer peaked at 13 965 MiB
-  against 2 566 MiB of resident state, so the rest (mostly activations) was about 4.4 × the resident state.
+The memory a group needs, read before any trainer is built (`capacity`), is bench/workloads/memory.py's
+model: one trainer stepping (its resident state, the precision's weight copies and the saved activations of
+the group's largest micro-batch, from a probe of the model on the CPU), every other trainer waiting with
+its resident state (a replicating engine's: the largest), the caching allocator's reserve, the CUDA
+context and, above one rank, NCCL's buffers — within FIT_SHARE of the free memory (validated on an H200
+within 3 %: docs/gpu-node.md). A model the probe cannot run falls back to the older rule: resident state
+(RESIDENT_BYTES_PER_PARAM a parameter) and NCCL's buffers within SIDE_BY_SIDE_SHARE of the free memory, the
+rest left to the activations, unestimated.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from bench import engines
 from bench.config import BenchConfig
 from bench.matrix import Cell
 from bench.race import recipe
-from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB, LOSSY_COMM_HOOKS
-from bench.workloads import get_workload
+from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB, LOSSY_COMM_HOOKS, search
+from bench.workloads import get_workload, memory
 
 # Bytes a trainer keeps resident per fp32 parameter: the parameter, its gradient, AdamW's two moments and
 # the engine's flat bucket copy (torch DDP and ddp_core without gradient_as_bucket_view) = 5 × 4 bytes.
@@ -46,8 +44,12 @@ RESIDENT_BYTES_PER_PARAM = 20
 # which this sum does not derive.
 NCCL_RESERVE_BYTES = 1024 * 1024 * 1024
 # Side by side only when the trainers' resident state and NCCL's buffers take at most this share of the
-# free memory: the activations of the trainer stepping (one at a time; not estimated) need the rest.
+# free memory (the older rule, for a model the activation probe cannot run: the rest is the activations').
 SIDE_BY_SIDE_SHARE = 0.5
+# With the memory model (activations estimated): all of it within this share of the free memory, the rest
+# a margin for what the model does not count (fragmentation beyond RESERVED_OVER_ALLOCATED, cuDNN's
+# workspaces, another process); the GPU presets are checked at the same share of an 80 GB GPU.
+FIT_SHARE = 0.9
 
 
 # what a group's cells share: a group compares engines, and an engine's options, side by side
@@ -122,25 +124,14 @@ def side_by_side_need_bytes(n_trainers: int, n_params: int, device_type: str) ->
 
 def gate_trainers(group: list[Cell]) -> int:
     """Trainers the parity gate adds while the group's own are alive (bench/worker/parity.py References):
-    per configuration gated in the group, its rerounded twin, and the eager torch DDP reference when the
-    group does not hold it."""
+    per configuration gated in the group, its rerounded twin, and an eager torch DDP reference when the
+    group does not hold it or at fp16 (one that skips the gated cell's overflowed steps too)."""
     from bench.worker import parity
 
     ids = {c.cell_id for c in group}
-    baselines = {parity.baseline_cell(c).cell_id for c in group
+    baselines = {parity.baseline_cell(c) for c in group
                  if parity.needs_reference(c) and c.comm_hook not in LOSSY_COMM_HOOKS}
-    return sum(1 + (b not in ids) for b in baselines)
-
-
-def fit_side_by_side(group: list[Cell], config: BenchConfig, free: int | None, device_type: str) -> bool:
-    """True when the group's trainers, and those its parity gates add, fit in the share of `free` bytes they
-    may take (estimated from the parameter count, built on the meta device: nothing is allocated). False
-    when the model cannot be built there (a user model that raises, or needs real tensors): its cells then
-    run one at a time, each built under its own guard, so the model's own error reaches each row
-    (bench/worker/guard.py) instead of ending the launch here, outside every cell."""
-    if len(group) < 2:
-        return True
-    return len(group) + gate_trainers(group) <= capacity(group[0], config, free, device_type)
+    return sum(1 + (b.cell_id not in ids or b.precision == "fp16") for b in baselines)
 
 
 def paired_chunks(group: list[Cell], most: int) -> list[list[Cell]]:
@@ -179,22 +170,46 @@ def paired_chunks(group: list[Cell], most: int) -> list[list[Cell]]:
     return chunks + ([chunk] if chunk else [])
 
 
-def capacity(cell: Cell, config: BenchConfig, free: int | None, device_type: str) -> int:
-    """The most trainers of `cell`'s model that fit side by side in the share of `free` bytes they may
-    take (at least 1: a cell alone is never refused here; 1 too when the model cannot be built on the meta
-    device, so that its cells run one at a time, each under its own guard)."""
-    if free is None:
+def capacity(cells: list[Cell], config: BenchConfig, free: int | None, device_type: str) -> int:
+    """The most trainers of these cells' model that fit side by side in FIT_SHARE of `free` bytes, one of
+    them stepping the largest micro-batch among the cells (module docstring) — at least 1: a cell alone is
+    never refused here, and 1 too when the model cannot be built on the meta device, so that its cells run
+    one at a time, each under its own guard. At most the trainers these cells could ask for (the cells and
+    their gates' trainers): a small model in a large memory would otherwise count trainers for ever."""
+    if free is None or not cells:
         return 1
-    try:
-        with torch.device("meta"):
-            model = get_workload(cell.model, cell.model_size, config.workload.options()).build_model()
-    except Exception:  # noqa: BLE001 - any failure: no estimate; the cells' own builds say why
+    enough = len(cells) + gate_trainers(cells)
+    cell = max(cells, key=lambda c: c.micro_batch)
+    options = config.workload.options()
+    n_params = parameter_count(cell.model, cell.model_size, options)
+    if n_params is None:
         return 1
-    n_params = sum(p.numel() for p in model.parameters())
+    per_sample = memory.activation_bytes_per_sample(cell.model, cell.model_size, options, cell.precision)
+    if per_sample is None:  # the older rule: resident state within a share, the activations unestimated
+        n = 1
+        while (n < enough
+               and side_by_side_need_bytes(n + 1, n_params, device_type) <= SIDE_BY_SIDE_SHARE * free):
+            n += 1
+        return n
+    state = engines.reference().state_bytes_per_rank(4 * n_params, cell.world_size, cell)
+    stepping, waiting = memory.trainer_bytes(state, n_params, cell.precision, per_sample, cell.micro_batch)
     n = 1
-    while side_by_side_need_bytes(n + 1, n_params, device_type) <= SIDE_BY_SIDE_SHARE * free:
+    while n < enough and (memory.device_bytes(stepping, [waiting] * n, device_type, cell.world_size)
+                          <= FIT_SHARE * free):
         n += 1
     return n
+
+
+@lru_cache(maxsize=32)
+def parameter_count(model: str, size: str, options) -> int | None:
+    """The model's parameters, built on the meta device (nothing allocated; a meta build of smollm2-360m
+    still takes seconds, so once per process); None when it cannot be built there."""
+    try:
+        with torch.device("meta"):
+            built = get_workload(model, size, options).build_model()
+    except Exception:  # noqa: BLE001 - any failure: no estimate; the cells' own builds say why
+        return None
+    return sum(p.numel() for p in built.parameters())
 
 
 def race_groups(cells: list[Cell], most: int) -> list[list[Cell]]:
@@ -229,16 +244,16 @@ def plan_groups(cells: list[Cell], config: BenchConfig, device: torch.device) ->
     (race_groups), as many candidates side by side as fit."""
     if not config.run.interleave:
         return [[c] for c in cells]
-    if config.run.search != "grid":
+    if search(config.run.search).races:
         if len(cells) < 2:
             return [cells] if cells else []
-        return race_groups(cells, capacity(cells[0], config, agreed_free_memory(device), device.type))
+        return race_groups(cells, capacity(cells, config, agreed_free_memory(device), device.type))
     groups = engine_groups(cells)
     if all(len(g) < 2 for g in groups):
         return groups
     free = agreed_free_memory(device)
     out = []
     for group in groups:
-        out += (paired_chunks(group, capacity(group[0], config, free, device.type)) if len(group) > 1
+        out += (paired_chunks(group, capacity(group, config, free, device.type)) if len(group) > 1
                 else [group])
     return out

@@ -32,6 +32,7 @@ from bench import run_folder
 from bench.config import BenchConfig, config_from_dict
 from bench.lifetime import die_with_parent, watch_launcher
 from bench.matrix import Cell
+from bench.schema import PASSES, search
 from bench.worker import plan_mode, process
 from bench.worker.cell import Budget, release, run_group
 from bench.worker.events import Events
@@ -87,12 +88,12 @@ def main(argv: list[str] | None = None) -> int:
             cells = [c for c in cells if c.cell_id not in timed]
             to_profile = [c for c in to_profile if c.cell_id not in traced]
         # a racing search's shared state: each recipe's candidates here and its earlier groups' survivors
-        book = RaceBook.of(cells) if config.run.search != "grid" else None
+        book = RaceBook.of(cells) if search(config.run.search).races else None
         raced_out: set[str] = set()  # eliminated by a race: no profiled pass
         left: set[str] = set()  # cells that failed alone (bench/worker/guard.py): none is profiled
         # the run's timed-rounds budget: what a quiet group leaves, the next may use, across launches too
         budget = Budget(plan.get("carried_s", 0.0))
-        timing_only = bool(plan.get("timing_only"))  # a repeat launch (run.launches): steps timed only
+        passes = frozenset(plan.get("passes", PASSES))  # a repeat launch (run.launches): REPEAT_PASSES
         seen: set[str] = set()  # cells an earlier group ran: a later group steps them for pairing only
         store = dist.distributed_c10d._get_default_store()
         # Collective: every rank plans from the smallest free memory over the ranks, so all build the
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     with PeerWatch(peers):
                         raced_out |= run_and_emit(group, config, device, events, facts, left, book, budget,
-                                                  timing_only, companions, peers)
+                                                  passes, companions, peers)
                 except GroupBroken as e:  # the launcher relaunches the group's other cells
                     os._exit(EXIT_FAILED_ALONE if isinstance(e, FailedAlone) else EXIT_PEER_FAILED)
             else:
@@ -165,14 +166,14 @@ class PeerWatch:
 
 def run_and_emit(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
                  facts: dict, left: set[str], book: RaceBook | None = None, budget: Budget | None = None,
-                 timing_only: bool = False, companions: frozenset[str] = frozenset(),
+                 passes: frozenset[str] = frozenset(PASSES), companions: frozenset[str] = frozenset(),
                  peers: Peers | None = None) -> set[str]:
     """Run one group of cells on this rank and write its events, adding to `left` the cells that failed
     alone; a failure of the whole group is re-raised after its "error" event. Returns the cells a race
     eliminated. `companions`: cells of the group an earlier one measured (cell.run_group): stepped for the
     pairing, not reported again."""
     t_group = time.perf_counter()
-    outcomes = measure_group(group, config, device, events, book, budget, timing_only, companions, peers)
+    outcomes = measure_group(group, config, device, events, book, budget, passes, companions, peers)
     group, outcomes = reported(group, outcomes, companions)
     emit_finish(group, outcomes, events, facts, time.perf_counter() - t_group, budget)
     left |= failed_alone(group, outcomes)
@@ -230,12 +231,13 @@ def raced(group: list[Cell], outcomes: list[tuple[str, str | None, dict]]) -> se
 
 
 def measure_group(group: list[Cell], config: BenchConfig, device: torch.device, events: Events,
-                  book: RaceBook | None = None, budget: Budget | None = None, timing_only: bool = False,
+                  book: RaceBook | None = None, budget: Budget | None = None,
+                  passes: frozenset[str] = frozenset(PASSES),
                   companions: frozenset[str] = frozenset(),
                   peers: Peers | None = None) -> list[tuple[str, str | None, dict]]:
     """Collective. Run one group of cells on this rank (rank 0 writes "start" and "progress"); a failure is
     re-raised after this rank's "error" event. With a RaceBook the group is a race; `budget` and
-    `timing_only`: see cell.run_group."""
+    `passes`: see cell.run_group."""
     rank, ws = dist.get_rank(), dist.get_world_size()
     ids = [c.cell_id for c in group]
     if rank == 0:
@@ -243,7 +245,7 @@ def measure_group(group: list[Cell], config: BenchConfig, device: torch.device, 
     try:
         progress = (lambda phase: events.emit(event="progress", cell_ids=ids, phase=phase)) if rank == 0 \
             else (lambda phase: None)
-        return run_group(group, config, device, rank, ws, progress, book, budget, timing_only, companions,
+        return run_group(group, config, device, rank, ws, progress, book, budget, passes, companions,
                          peers)
     except FailedAlone as e:  # this rank's cell, alone: its own cause; the group's others are run again
         events.emit(event="error", cell_ids=[e.cell_id], rank=rank, status=e.status, phase="cell",

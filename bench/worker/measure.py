@@ -9,7 +9,7 @@ import re
 import resource
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -69,6 +69,18 @@ def gather_times(timers: list[StepTimer]) -> list[list[list[float]]]:
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, [timer.times() for timer in timers])
     return [[per_rank[e] for per_rank in gathered] for e in range(len(timers))]
+
+
+@dataclass(frozen=True)
+class TimedRounds:
+    """A group's timed rounds, whatever decided them (the grid's fixed count, the adaptive rule, a race):
+    per trainer its step times per rank (ranks × rounds; an eliminated one's stop at its look), why they
+    stopped (stats.stop_reason's word; None for a fixed count), and the trainers a race eliminated (index →
+    bench.race.Elimination; empty outside a race)."""
+
+    per_rank: list[list[list[float]]]
+    stopped_by: str | None
+    eliminated: dict = field(default_factory=dict)
 
 
 def timed_rounds(steps: list[Callable[[], object]], n: int, device: torch.device) -> list[list[list[float]]]:
@@ -250,7 +262,7 @@ def work_per_step(trainer: Trainer, steps: list[list]) -> tuple[float | None, fl
             t = workload.tokens_in_batch(batch)
             f = workload.train_flops_per_sample(batch)
             tokens = None if t is None or tokens is None else tokens + t
-            flops = None if f is None or flops is None else flops + f * trainer.cell.per_rank_batch
+            flops = None if f is None or flops is None else flops + f * len(idx)
     out = []
     ws = dist.get_world_size()
     for value in (tokens, flops):

@@ -163,25 +163,41 @@ def step_allowance(skipped: int, lr: float, sizes: list[int],
     return overall, [skipped * lr * math.sqrt(n) / m if m > 0 else 0.0 for n, m in zip(sizes, moved)]
 
 
+def skipped_at(trainer: Trainer) -> set[int]:
+    """Collective for fp16 (every rank's trainer has the same precision): the steps whose update the trainer
+    skipped for an overflow on any rank (Precision.skipped_at: a rank's sharded gradients can overflow
+    alone); empty for other precisions. A sync."""
+    import torch.distributed as dist
+
+    mine = trainer.precision.skipped_at()
+    if not trainer.precision.scaler.is_enabled() or not dist.is_initialized():
+        return mine
+    every: list = [None] * dist.get_world_size()
+    dist.all_gather_object(every, sorted(mine))
+    return {k for steps in every for k in steps}
+
+
 def gate(trainer: Trainer, reference: Trainer, twin: Trainer | None,
-         skipped: tuple[int | None, int | None] = (None, None)) -> dict:
+         skipped: tuple[set[int], set[int]] = (set(), set())) -> dict:
     """Collective. The row's gate columns for `trainer` against `reference`, with `twin` (the rerounded
     reference: References.twin) for the bounds, all three stepped as often on the same batches from the
     same weights: lossy → loss_rel_distance only; otherwise the update distances, the loss distance,
     param_max_abs_diff, the bounds used (parity_*_bound: DRIFT_FACTOR × the twin's distances), `parity_gate`
     (passed | diverged) and, when diverged, `parity_failure` (why, with the figures).
 
-    `skipped`: fp16's skipped optimizer steps of the cell and of the reference. When they differ, the loss
-    trajectories parted at a step one of them skipped, so the loss is not compared, and the update bounds
-    widen by what the steps skipped on one side only can move (step_allowance); a trainer that moved where
-    the reference did not, or stood still where it moved, still drifts a whole update (distance ≈ 1)."""
+    `skipped`: fp16's skipped optimizer steps (skipped_at) of the cell and of the reference. The reference
+    and the twin skipped the steps the cell skipped (References.compared forces them), so those cancel and
+    every distance is judged. Steps the reference skipped and the cell did not cannot be forced away: then
+    the loss trajectories parted at such a step and the loss is not compared, and the update bounds widen
+    by what those steps can move (step_allowance); a trainer that moved where the reference did not, or
+    stood still where it moved, still drifts a whole update (distance ≈ 1)."""
     device = trainer.device
     if trainer.cell.comm_hook in LOSSY_COMM_HOOKS:
         return {"lossy": True, "loss_rel_distance": loss_rel_distance(trainer.losses, reference.losses,
                                                                       device)}
     initial = initial_parameters(reference)
     mine, drift = distances(trainer, reference, initial), distances(twin, reference, initial)
-    extra = abs((skipped[0] or 0) - (skipped[1] or 0))
+    extra = len(skipped[1] - skipped[0])   # the reference's skips the cell (and so the twin) did not make
     lr = reference.optimizer.param_groups[0]["lr"]
     widen, widen_tensors = step_allowance(extra, lr, drift.sizes, drift.moved)
     update_bound = DRIFT_FACTOR * drift.update + widen
@@ -203,7 +219,10 @@ def gate(trainer: Trainer, reference: Trainer, twin: Trainer | None,
     if loss_bound is not None:
         checks.append(("loss distance", mine.loss, loss_bound))
     over = [f"{name} {value:.3g} > {bound:.3g}" for name, value, bound in checks if not value <= bound]
-    note = f" (fp16 skipped {skipped[0]} steps, torch DDP {skipped[1]}: loss not compared)" if extra else ""
+    note = ""
+    if skipped[0] != skipped[1]:
+        note = (f" (fp16 skipped {len(skipped[0])} steps, torch DDP {len(skipped[1])}: "
+                + ("loss not compared)" if extra else "the reference and its twin skipped them too)"))
     if not over:
         return row | {"parity_gate": "passed" + note}
     return row | {"parity_gate": "diverged",
@@ -219,13 +238,15 @@ class References:
 
     def __init__(self, trainers: list[Trainer], config, rank: int, world_size: int):
         self.trainers, self.config, self.rank, self.world_size = trainers, config, rank, world_size
-        self.built: dict[tuple[str, int, bool], Trainer] = {}
+        self.built: dict[tuple, Trainer] = {}
 
-    def _replay(self, cell: Cell, steps: int, schedule_len: int, rerounded: bool) -> Trainer:
-        key = (cell.cell_id, steps, rerounded)
+    def _replay(self, cell: Cell, steps: int, schedule_len: int, rerounded: bool,
+                skips: frozenset[int] = frozenset()) -> Trainer:
+        key = (cell.cell_id, steps, rerounded, skips)
         if key not in self.built:
             device = self.trainers[0].device if self.trainers else torch.device("cpu")
             built = Trainer(cell, self.config, device, self.rank, self.world_size, schedule_len)
+            built.forced_skips = set(skips)
             if rerounded:
                 built.rerounding = Rerounding(built.model, ULP[cell.precision],
                                               self.config.run.seed + SEED_OFFSET + self.rank, device)
@@ -234,21 +255,39 @@ class References:
             self.built[key] = built
         return self.built[key]
 
-    def reference(self, trainer: Trainer) -> Trainer:
-        """The group's eager torch DDP trainer of `trainer`'s configuration, or one stepped as often."""
+    def reference(self, trainer: Trainer, skips: set[int] = frozenset()) -> Trainer:
+        """The group's eager torch DDP trainer of `trainer`'s configuration, or one stepped as often; with
+        `skips`, one that also skips those fp16 steps as if they had overflowed (aligned: `compared`)."""
         wanted = baseline_cell(trainer.cell)
         for other in self.trainers:
-            if other.cell.cell_id == wanted.cell_id and other.cursor == trainer.cursor:
+            if other.cell.cell_id == wanted.cell_id and other.cursor == trainer.cursor and not skips:
                 return other
-        return self._replay(wanted, trainer.cursor, len(trainer.schedule), rerounded=False)
+        return self._replay(wanted, trainer.cursor, len(trainer.schedule), rerounded=False,
+                            skips=frozenset(skips))
 
-    def twin(self, trainer: Trainer) -> Trainer | None:
-        """The rerounded reference of `trainer`'s configuration, stepped as often (None for a lossy hook,
-        whose gate is its loss distance alone)."""
+    def compared(self, trainer: Trainer) -> tuple[Trainer, Trainer | None, tuple[set[int], set[int]]]:
+        """Collective. The reference `trainer` is judged against, its twin, and both one's fp16 skipped steps
+        (skipped_at). An fp16 cell that skipped steps the reference did not (an overflow of FSDP2's fp16
+        parameters where autocast's fp32 ops have none: legitimate) is judged against a reference and a
+        twin that skip those steps too, so that the skips cancel and every distance still says something
+        (a one-step difference in 25 is already ~20 % of the update: against it, a dropped tensor would
+        hide)."""
+        reference = self.reference(trainer)
+        skipped = skipped_at(trainer), skipped_at(reference)
+        extra = skipped[0] - skipped[1]
+        if extra:
+            reference = self.reference(trainer, extra)
+            skipped = skipped[0], skipped_at(reference)
+        return reference, self.twin(trainer, extra), skipped
+
+    def twin(self, trainer: Trainer, skips: set[int] = frozenset()) -> Trainer | None:
+        """The rerounded reference of `trainer`'s configuration, stepped as often, skipping the fp16 steps in
+        `skips` as if they had overflowed (gate: the cell's skips the reference did not make); None for a
+        lossy hook, whose gate is its loss distance alone."""
         if trainer.cell.comm_hook in LOSSY_COMM_HOOKS:
             return None
         return self._replay(baseline_cell(trainer.cell), trainer.cursor, len(trainer.schedule),
-                            rerounded=True)
+                            rerounded=True, skips=frozenset(skips))
 
     def release(self) -> None:
         self.built.clear()

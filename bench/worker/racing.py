@@ -30,6 +30,7 @@ from bench.config import BenchConfig
 from bench.matrix import Cell, group_budget_s
 from bench.worker import measure
 from bench.worker.groups import engine_groups, torch_twin
+from bench.worker.measure import TimedRounds
 
 
 @dataclass
@@ -54,16 +55,6 @@ class RaceBook:
         self.finished.setdefault(race.recipe(cell), {})[cell.cell_id] = list(samples)
 
 
-@dataclass(frozen=True)
-class RaceRounds:
-    """The timed rounds of a race group: per trainer its step times per rank (an eliminated one's stop at
-    its look), why the survivors stopped, and who was eliminated (index → Elimination)."""
-
-    per_rank: list[list[list[float]]]
-    stopped_by: str | None
-    eliminated: dict[int, race.Elimination]
-
-
 def twins(cells: list[Cell], alive: list[int]) -> list[tuple[int, int]]:
     """(torch DDP twin, cell) index pairs among `alive` (indices into cells), both still racing: the
     paired ratios the stopping rule reads, as an engine group's speed_vs_torch (groups.torch_twin)."""
@@ -78,7 +69,7 @@ def twins(cells: list[Cell], alive: list[int]) -> list[tuple[int, int]]:
 def race_rounds(steps: list[Callable[[], object]], cells: list[Cell], config: BenchConfig,
                 device: torch.device, book: RaceBook,
                 on_eliminated: Callable[[int, list[list[float]], race.Elimination], None],
-                progress=lambda phase: None, failed: Callable[[], set[int]] | None = None) -> RaceRounds:
+                progress=lambda phase: None, failed: Callable[[], set[int]] | None = None) -> TimedRounds:
     """Collective. The race group's timed rounds: all candidates step until the race's first look (which
     may come before the minimum rounds: race.looks); at each look some are eliminated (`on_eliminated(i,
     its step times per rank, why)` on every rank, in index order, right after the decision: the caller
@@ -111,7 +102,7 @@ def race_rounds(steps: list[Callable[[], object]], cells: list[Cell], config: Be
             alive.remove(e)
             steps[e] = None
         if not alive:
-            return RaceRounds(per_rank, None, eliminated)
+            return TimedRounds(per_rank, None, eliminated)
         decision = [{}, None, 0]  # eliminated (index → Elimination's fields), why stop, rounds to fill
         if dist.get_rank() == 0:
             decision = decide(per_rank, alive, cells, config, done, shares[i],
@@ -126,10 +117,10 @@ def race_rounds(steps: list[Callable[[], object]], cells: list[Cell], config: Be
         progress(f"timed ({done} rounds, {len(alive)} of {len(steps)} racing)")
         why, fill = decision[1], decision[2]
         if not r.adaptive and done >= r.min_timed_steps:  # fixed rounds: they are done
-            return RaceRounds(per_rank, None, eliminated)
+            return TimedRounds(per_rank, None, eliminated)
         if why is not None:
             run(fill)
-            return RaceRounds(per_rank, why, eliminated)
+            return TimedRounds(per_rank, why, eliminated)
         run(points[i + 1] - done)
     raise AssertionError("unreachable: the last look is max_timed_steps, where stop_reason stops")
 

@@ -66,6 +66,7 @@ class Precision:
         # timed windows instead of counting found_inf on the host every step (a sync).
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16", init_scale=INIT_SCALE,
                                            growth_interval=max(GROWTH_INTERVAL, n_steps + 1))
+        self.scales: list[torch.Tensor] = []  # fp16: the scale after each step (record_scale)
 
     def apply(self) -> None:
         """Set this precision's process-wide TF32 flags (every step does, before its first kernel); nothing
@@ -84,6 +85,21 @@ class Precision:
         """Optimizer steps skipped so far for inf/NaN gradients (fp16 only, else None). A sync."""
         scale = self.loss_scale()
         return None if scale is None else round(math.log2(INIT_SCALE / scale))
+
+    def record_scale(self) -> None:
+        """fp16: keep the scale after this step's update, on the device (a one-element copy, no sync), so
+        that which steps were skipped can be read afterwards (`skipped_at`: the parity gate's)."""
+        if self.scaler.is_enabled():
+            self.scales.append(self.scaler._scale.detach().clone())
+
+    def skipped_at(self) -> set[int]:
+        """fp16: the steps (0-based, in the order the trainer took them) whose update GradScaler skipped for
+        an overflow: where the kept scale halved. Empty otherwise. A sync."""
+        if not self.scales:
+            return set()
+        scales = torch.stack(self.scales).float().cpu().tolist()
+        before = [INIT_SCALE, *scales[:-1]]
+        return {k for k, (a, b) in enumerate(zip(before, scales)) if b < a}
 
 
 class Instrument:
@@ -153,7 +169,7 @@ class Trainer:
         self.model = self.engine.wrap_cell(module, cell, self.workload, device)
         self.optimizer = make_optimizer(self.model.parameters(), device)
         self.precision = Precision(cell.precision, device, n_steps)
-        per_step = cell.per_rank_batch * cell.grad_accum
+        per_step = cell.per_rank_batch * cell.grad_accum  # = micro_batch × micro_steps
         # The dataset the workload stands for (MRPC: 3,668 pairs, so padded lengths vary as they would),
         # else enough distinct samples for a few steps; later steps cycle through new sampler epochs.
         n_samples = max(self.workload.default_num_samples() or per_step * world_size * min(n_steps, 4),
@@ -166,7 +182,7 @@ class Trainer:
         # dataset that does not derive from SyntheticDataset gets the base class's staging (to the device).
         stage = getattr(self.dataset, "stage", partial(SyntheticDataset.stage, self.dataset))
         self.schedule = [[stage(idx, device) for idx in micro] for micro in index_schedule(
-            sampler, n_steps, cell.grad_accum, cell.per_rank_batch)]
+            sampler, n_steps, cell.micro_steps, cell.micro_batch)]
         self.cursor = 0
         # debug.fault "slow:<ms>@…": the last rank straggles by that much in every step of this cell
         self.straggle_s = config.debug.slow_ms_for(cell.cell_id, rank, world_size) / 1e3
@@ -175,6 +191,9 @@ class Trainer:
         fault = config.debug.fault_for(cell.cell_id)
         self.fault = fault if fault in STEP_FAULTS and rank == world_size - 1 else None
         self.fault_step, self.rank = config.run.warmup_steps, rank
+        # fp16: steps (0-based) whose update this trainer skips as if its gradients had overflowed (the
+        # parity gate's twin skipping where the judged engine did: bench/worker/parity.py); empty otherwise
+        self.forced_skips: set[int] = set()
         self.last_loss: torch.Tensor | None = None  # the last step's loss, on the device (no sync to keep it)
         self.losses: list[torch.Tensor] = []  # every step's last_loss, on the device (the lossy-hook gate)
 
@@ -185,8 +204,9 @@ class Trainer:
         return micro
 
     def step(self, instrument: Instrument = QUIET) -> torch.Tensor:
-        """One optimizer step; returns the last micro-step's loss (not divided by grad_accum)."""
-        model, inst, k = self.model, instrument, self.cell.grad_accum
+        """One optimizer step; returns the last micro-step's loss (not divided by the micro-steps): the cell's
+        micro_steps forwards (grad_accum × the memory rule's splits), all but the last under no_sync."""
+        model, inst, k = self.model, instrument, self.cell.micro_steps
         self.precision.apply()  # process-wide flags: this trainer's, whatever stepped before it
         if self.fault and self.cursor == self.fault_step:
             inject_fault(self.fault, self.cell.cell_id, self.rank)
@@ -203,8 +223,11 @@ class Trainer:
         with inst.phase("sync_grads"):
             inst.wait_for_gradients()
         with inst.phase("opt_step"):
+            if self.cursor - 1 in self.forced_skips:
+                poison_gradients(self.model)
             self.precision.scaler.step(self.optimizer)
             self.precision.scaler.update()
+            self.precision.record_scale()
             self.optimizer.zero_grad(set_to_none=True)
         self.last_loss = loss.detach()
         self.losses.append(self.last_loss)
@@ -272,6 +295,15 @@ def inject_fault(fault: str, cell_id: str, rank: int) -> None:
         raise torch.OutOfMemoryError(where.format("out of memory"))
     while True:
         time.sleep(1)
+
+
+def poison_gradients(model: torch.nn.Module) -> None:
+    """Make the first gradient infinite, on every rank alike: GradScaler then skips the step and halves its
+    scale, as it does for an overflow (Trainer.forced_skips)."""
+    for p in model.parameters():
+        if p.grad is not None:
+            (p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad).fill_(float("inf"))
+            return
 
 
 def straggle(seconds: float) -> None:

@@ -13,7 +13,7 @@ usable; pads only affect the pad positions, which the pooling and the LM loss bo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +24,7 @@ from .mrpc import MRPC_TRAIN_PAIRS, check_data, mrpc_file_pairs, synthetic_pairs
 
 NUM_LABELS = 2
 DEFAULT_SEQ_LEN = 128   # the seeds' max_length for MRPC
+PROBE_TOKENS = 64       # the activation probe's sequence (activation_bytes_per_sample): a second on the CPU
 
 
 @dataclass(frozen=True)
@@ -167,10 +168,11 @@ def _init_weights(module: nn.Module, std: float) -> None:
 class TransformerForCausalLM(nn.Module):
     """Decoder + LM head tied to the input embedding: logits [B, T, vocab]."""
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig, init: bool = True):
         super().__init__()
         self.model = Decoder(cfg)
-        _init_weights(self, cfg.init_std)
+        if init:
+            _init_weights(self, cfg.init_std)
 
     def forward(self, input_ids, attention_mask=None):
         return F.linear(self.model(input_ids), self.model.embed_tokens.weight)
@@ -179,11 +181,12 @@ class TransformerForCausalLM(nn.Module):
 class TransformerForSequenceClassification(nn.Module):
     """Decoder + a bias-free score head read at the last non-pad token: logits [B, num_labels]."""
 
-    def __init__(self, cfg: TransformerConfig, num_labels: int = NUM_LABELS):
+    def __init__(self, cfg: TransformerConfig, num_labels: int = NUM_LABELS, init: bool = True):
         super().__init__()
         self.model = Decoder(cfg)
         self.score = nn.Linear(cfg.hidden, num_labels, bias=False)
-        _init_weights(self, cfg.init_std)
+        if init:
+            _init_weights(self, cfg.init_std)
 
     def forward(self, input_ids, attention_mask=None):
         hidden = self.model(input_ids)
@@ -225,6 +228,32 @@ class TransformerWorkload(Workload):
     def blocks(self, model):
         """The decoder layers (embeddings, final norm and head stay with the root's group)."""
         return [m for m in model.modules() if isinstance(m, Block)]
+
+    def activation_bytes_per_sample(self, precision: str) -> float:
+        """Saved activations of one sample of `seq_len` tokens (bench/workloads/memory.py), from the probe on
+        1- and 2-layer slices of this shape on the CPU, at PROBE_TOKENS tokens and 1 and 2 samples: a
+        layer's share per token is the difference the second layer makes, the rest (embeddings, final norm,
+        head, loss) what is left; both grow with the tokens (flash attention keeps no T × T matrix), so
+        they are scaled to seq_len and to every layer. Per sample, not per batch: what does not grow with
+        the batch (autocast's weight copies) is the memory model's own term. Under a second on the CPU for
+        smollm2-360m, where the whole model would take several."""
+        from bench.workloads.memory import saved_bytes
+
+        tokens = min(self.seq_len, PROBE_TOKENS)
+        sizes = {}
+        for layers in (1, 2):
+            cfg = replace(self.cfg, layers=layers)
+            # LLaMA's initialisation left out: only the saved tensors' sizes are read
+            model = TransformerForCausalLM(cfg, init=False) if self.options.task == "lm" else \
+                TransformerForSequenceClassification(cfg, init=False)
+            data = synthetic_pairs(2, cfg.vocab_size, tokens, True, torch.device("cpu"), 0)
+            for n in (1, 2):
+                batch = data.batch(torch.arange(n))
+                sizes[layers, n] = saved_bytes(model, lambda m=model, b=batch: self.loss(m, b), precision)
+        one = sizes[1, 2] - sizes[1, 1]               # a sample through the 1-layer model
+        per_layer = one - (sizes[2, 2] - sizes[2, 1])  # minus a sample through the 2-layer one: −1 layer
+        per_layer = -per_layer
+        return float((one + (self.cfg.layers - 1) * per_layer) * self.seq_len / tokens)
 
     def default_num_samples(self) -> int | None:
         return MRPC_TRAIN_PAIRS
