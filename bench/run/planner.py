@@ -159,7 +159,7 @@ def describe(plan: Plan) -> list[str]:
                  "unknown")
     lines.append(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} "
                  f"skipped, {len(by_launch(runnable)) * r.launches} launches; {wall} (bench.run.estimate."
-                 f"RATES: calibrated on a 2-core CPU and one H100; GPU all-reduce speed assumed)")
+                 f"RATES: calibrated on a 2-core CPU, one H100 and one H200; GPU all-reduce speed assumed)")
     if schema.search(r.search).races and runnable:
         lines.append(race_line(config, cells))
     if r.adaptive and runnable and noise_measured:
