@@ -1,7 +1,7 @@
 """The parity gate of sharded and compiled engines (bench/worker/parity.py): its distances, its rerounded
 twin and its bounds by hand, and on real ranks (gloo, world size 2) that honest engines pass on a shallow
-transformer at every precision and a deep one at bf16 while engines that drop or corrupt part of the gradient come out
-`diverged` (tests/parity_mutants.py)."""
+transformer at every precision and a deep one at bf16 while engines that drop or corrupt part of the
+gradient come out `diverged` (tests/parity_mutants.py)."""
 
 from __future__ import annotations
 
@@ -76,7 +76,8 @@ def test_the_bounds_come_from_the_twin():
 # precisions are benchmarks/parity_margin.py's (docs/design.md, "Parity gates": 8x the time of the shallow
 # model's); torch + inductor and the subtler mutants on mlp.tiny (compiling a transformer takes minutes).
 HONEST_AND_BROKEN = ["fsdp2", "fsdp2 no-sync", "fsdp2 drop-tensor"]
-CASES = [("transformer", "tiny", "fp32", HONEST_AND_BROKEN), ("transformer", "tiny", "bf16", HONEST_AND_BROKEN),
+CASES = [("transformer", "tiny", "fp32", HONEST_AND_BROKEN),
+         ("transformer", "tiny", "bf16", HONEST_AND_BROKEN),
          ("transformer", "tiny", "fp16", ["fsdp2", "fsdp2 drop-tensor"]),  # no-sync fails outright there
          ("transformer", "deep", "bf16", ["fsdp2", "fsdp2 drop-tensor"]),
          ("mlp", "tiny", "fp32", ["torch+inductor", "fsdp2 drop-1%", "fsdp2 noise"])]
