@@ -73,8 +73,9 @@ def test_plug_in_engines_end_to_end_and_a_failing_one_leaves_its_neighbours_rows
         code = ("import sys; from bench.__main__ import main; rc = main(sys.argv[1:]); "
                 "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)")
         # run beside the run folder: the report's default --out (reports/<run>) is relative to where it runs
+        path = os.pathsep.join([str(REPO), os.environ["PYTHONPATH"]])
         proc = subprocess.run([sys.executable, "-c", code, *command], capture_output=True, text=True,
-                              cwd=out.parent, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=240)
+                              cwd=out.parent, timeout=240, env={**os.environ, "PYTHONPATH": path})
         assert proc.returncode == 0, (command, proc.stderr[-3000:])
 
 

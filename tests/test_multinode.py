@@ -62,6 +62,19 @@ def start_agent(out: Path, node_rank: int, port: int, join_timeout_s: int = 30) 
                             start_new_session=True)
 
 
+def wait_listening(port: int, timeout_s: float = 30) -> None:
+    """Until something accepts connections on 127.0.0.1:`port` (an agent's rendezvous store)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def run_agents(out: Path, timeout: float = 120) -> list[int]:
     port = free_port()
     agents = [start_agent(out, r, port) for r in (0, 1)]
@@ -230,7 +243,13 @@ def test_an_agent_killed_mid_cell_survivor_exits_collect_and_resume(tmp_path):
     out = tmp_path / "run"
     plan(out, *QUICK_PG, "debug.fault=hang@bna")  # rank 1 hangs in naive: the moment to kill its node
     port = free_port()
-    agents = [start_agent(out, r, port) for r in (0, 1)]
+    # The agent that binds the rendezvous port first holds the c10d store: killing that one kills the store,
+    # and the survivor's own agent then ends it (RendezvousConnectionError) before it can record anything,
+    # as a real cluster would if its first node died. Agent 0 starts alone until it listens, so it holds the
+    # store and (the lower pid, sorted first) rank 0; the victim is rank 1's machine.
+    agents = [start_agent(out, 0, port)]
+    wait_listening(port)
+    agents.append(start_agent(out, 1, port))
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not any(
@@ -238,6 +257,7 @@ def test_an_agent_killed_mid_cell_survivor_exits_collect_and_resume(tmp_path):
             time.sleep(0.2)
         hello = {e["rank"]: e for e in events(out) if e["event"] == "hello"}
         victim = next(a for a in agents if a.pid == hello[1]["ppid"])
+        assert victim is agents[1], "rank 1 landed on the agent that holds the store"
         os.killpg(victim.pid, signal.SIGKILL)  # the whole "machine" of rank 1
         survivor = next(a for a in agents if a is not victim)
         assert survivor.wait(timeout=60) != 0
