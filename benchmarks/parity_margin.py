@@ -11,7 +11,10 @@ dropping one was caught, and the least ratio of the subtler corruptions. A table
 "Parity gates":
 
     PYTHONPATH=. python benchmarks/parity_margin.py [--steps 25] [--seeds 5] [--models tiny,deep]
-        [--precisions fp32,bf16,fp16] [--no-compile]
+        [--precisions fp32,bf16,fp16] [--no-compile] [--mutants no-sync,drop-tensor,... | none]
+
+`--mutants none` runs the honest engines alone: many twin roundings (--seeds 20) are that many gates of the
+same honest run, a false `diverged` among them a gate too tight.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ WORLD_SIZE = 2
 DROPPING = ("no-sync", "drop-tensor", "drop-shard")
 
 
-def margins(model_size: str, precision: str, steps: int, seeds: int, compile_: bool) -> list[dict]:
-    engines = ["fsdp2", *(["torch+inductor"] * compile_), *(f"fsdp2 {m}" for m in MUTANTS)]
+def margins(model_size: str, precision: str, steps: int, seeds: int, compile_: bool,
+            mutants: tuple[str, ...] = MUTANTS) -> list[dict]:
+    engines = ["fsdp2", *(["torch+inductor"] * compile_), *(f"fsdp2 {m}" for m in mutants)]
     return run_distributed(gate_cases, WORLD_SIZE, "transformer", model_size, precision, steps, seeds,
                            engines, timeout_s=7200)[0]
 
@@ -47,13 +51,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="tiny,deep")
     parser.add_argument("--precisions", default="fp32,bf16,fp16")
     parser.add_argument("--no-compile", action="store_true", help="leave torch + inductor out (slow on CPU)")
+    parser.add_argument("--mutants", default=",".join(MUTANTS), help="the broken engines, or 'none'")
     args = parser.parse_args(argv)
+    mutants = () if args.mutants == "none" else tuple(args.mutants.split(","))
+    unknown = [m for m in mutants if m not in MUTANTS]
+    if unknown:
+        parser.error(f"--mutants={args.mutants!r}: {unknown} not among {list(MUTANTS)}")
     torch.set_num_threads(1)
     summary = []
     for model_size in args.models.split(","):
         for precision in args.precisions.split(","):
             t0 = time.time()
-            rows = margins(model_size, precision, args.steps, args.seeds, not args.no_compile)
+            rows = margins(model_size, precision, args.steps, args.seeds, not args.no_compile, mutants)
             print(f"\n## transformer.{model_size} {precision}, {args.steps} steps, {args.seeds} twin "
                   f"roundings ({time.time() - t0:.0f} s)")
             print(f"{'engine':<22} {'update':>9} {'tensor':>9} {'loss':>9} {'bounds (update, loss)':>24} "
@@ -75,10 +84,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"{','.join(verdicts)}")
             honest = [r for r in rows if " " not in r["engine"]]
             broken = [r for r in rows if r["engine"].split(" ")[-1] in DROPPING]
-            worst, best = max(r["ratio"] for r in honest), min(r["ratio"] for r in broken)
+            worst = max(r["ratio"] for r in honest)
+            best = min((r["ratio"] for r in broken), default=float("inf"))
             ok = all(r["parity_gate"].startswith("passed") for r in honest) and all(
                 r["parity_gate"] == "diverged" or r["parity_gate"].startswith("failed") for r in broken)
-            subtle = {m: min(r["ratio"] for r in rows if r["engine"] == f"fsdp2 {m}")
+            subtle = {m: min((r["ratio"] for r in rows if r["engine"] == f"fsdp2 {m}"), default=float("nan"))
                       for m in MUTANTS if m not in DROPPING}
             summary.append((model_size, precision, worst, best, ok, subtle))
             apart = f"{best / worst:.3g}× apart" if worst > 0 else "honest engines at 0: bit-identical"
