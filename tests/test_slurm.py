@@ -5,6 +5,7 @@ needs no cluster."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -334,25 +335,23 @@ def test_the_script_runs_the_nodes_interpreter_and_clone_and_warns_about_this_ma
 
 
 def test_a_plan_run_counts_one_launch_a_cell(tmp_path, capsys):
-    """A plan run (bench slurm's steps, your own torchrun) times each cell in one launch: gpu-node asks for 2
-    (run.launches), and its job booked the time of two (13 h of 19:30:00 used). The plan, its estimate and
-    the time limit count one, and a note says so."""
-    from bench.config import load_config
+    """A plan run (bench slurm's steps, your own torchrun) times each cell in one launch: gpu-node asks
+    `bench run` for 2 (run.launches), and its job booked the time of two (13 h of 19:30:00 used). The job's
+    time limit counts one, and says so."""
     from bench.run.estimate import estimate_range
     from bench.run.planner import plan as make_plan
     from bench.run.slurm import time_limit
 
-    two = load_config("gpu-node", cuda_available=True)
-    assert two.run.launches == 2
     planned = make_plan("gpu-node", plan_only=True, nnodes=1, gpus_per_node=8)
-    assert planned.config.run.launches == 1
-    assert "note: run.launches=2: a plan run times each cell in one launch" in capsys.readouterr().err
-    once = estimate_range(planned.config, list(planned.runnable))[1]
-    twice = estimate_range(two, list(planned.runnable))[1]
-    assert once < 0.8 * twice
+    assert planned.config.run.launches == 2
+    once = dataclasses.replace(planned.config, run=dataclasses.replace(planned.config.run, launches=1))
+    one, two = (estimate_range(c, [x for x in planned.runnable if x.world_size == 8])[1]
+                for c in (once, planned.config))
+    assert one < 0.8 * two
     out = tmp_path / "run"
     assert bench_main(["slurm", "--config", "gpu-node", "--nodes", "1", "--gpus-per-node", "8",
                        "--out", str(out)]) == 0
-    limit = time_limit(once)
-    assert f"#SBATCH --time={limit}" in (out / "job.sbatch").read_text()
-    assert "launches = 1" in (out / "config.toml").read_text()
+    assert "with one launch a cell (run.launches is bench run's)" in capsys.readouterr().out
+    total = sum(estimate_range(once, [x for x in planned.runnable if x.world_size == ws])[1]
+                for ws in (1, 2, 4, 8))
+    assert f"#SBATCH --time={time_limit(total)}" in (out / "job.sbatch").read_text()

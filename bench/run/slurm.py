@@ -378,8 +378,10 @@ def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None =
     from bench.run.estimate import estimate_range
 
     # each world size's (fewest, most) seconds: the lanes are spread by the most, and the job's time is its
-    # critical path (the longest lane, then the spanning steps), not the sum
-    per_step = {ws: estimate_range(planned.config, [c for c in planned.runnable if c.world_size == ws])
+    # critical path (the longest lane, then the spanning steps), not the sum. A plan run times each cell in
+    # one launch (plan mode has no launcher to repeat it), whatever run.launches asks of `bench run`.
+    once = replace(planned.config, run=replace(planned.config.run, launches=1))
+    per_step = {ws: estimate_range(once, [c for c in planned.runnable if c.world_size == ws])
                 for ws, _, _ in steps}
     schedule = spread(steps, job.nodes, {ws: high for ws, (_, high) in per_step.items()})
     warnings = [w for w in (check_nodes(steps, schedule, job, per_node, list(overrides)),) if w]
@@ -388,8 +390,11 @@ def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None =
         low = schedule.seconds({ws: lo for ws, (lo, _) in per_step.items()})
         high = schedule.seconds({ws: hi for ws, (_, hi) in per_step.items()})
         time_limit_ = time_limit(high)
+        how = [w for w, applies in (("its lanes at the same time", len(schedule.lanes) > 1),
+                                    ("one launch a cell (run.launches is bench run's)",
+                                     planned.config.run.launches > 1)) if applies]
         time_source = (f"the plan's estimate, {low / 60:.0f}-{high / 60:.0f} min"
-                       f"{' with its lanes at the same time' * (len(schedule.lanes) > 1)}, + "
+                       f"{' with ' + ' and '.join(how) if how else ''}, + "
                        f"{TIME_MARGIN - 1:.0%} (bench.run.estimate; --time sets it)")
     folder = open_run(planned, out, resume)
     try:
