@@ -5,6 +5,7 @@ needs no cluster."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,7 +19,7 @@ from test_multinode import ENV, REPO, TINY, collect, events, free_port, plan, ro
 
 from bench.__main__ import main as bench_main
 from bench.lifetime import alive
-from bench.run.slurm import EXIT_CANCELLED, Job, launch_steps, sbatch_script
+from bench.run.slurm import EXIT_CANCELLED, Job, launch_steps, sbatch_script, spread
 
 EXPECTED = [("torch", "2", "ok"), ("naive", "2", "ok"), ("bucketed", "2", "ok")]
 SETS = [a for o in TINY for a in ("--set", o)]
@@ -148,11 +149,33 @@ def test_launch_steps_and_the_script_hand_worked(tmp_path):
     # 4 GPUs per node, 4 nodes: 1, 2 and 4 ranks fit one node; 8 = 2 nodes × 4; 16 = 4 nodes × 4
     assert launch_steps([16, 1, 8, 2, 4, 8], 4, 4) == [(1, 1, 1), (2, 1, 2), (4, 1, 4), (8, 2, 4), (16, 4, 4)]
     job = Job(nodes=4, time="02:00:00", partition="gpu", gpus_per_node=4)
-    text = sbatch_script(tmp_path / "r", [(8, 2, 4), (16, 4, 4)], job, 4, 4, ["bench", "slurm"])
+    text = sbatch_script(tmp_path / "r", spread([(8, 2, 4), (16, 4, 4)], 4, {8: 1, 16: 1}), job, 4, 4,
+                         ["bench", "slurm"])
     assert "#SBATCH --nodes=4" in text and "#SBATCH --gpus-per-node=4" in text and "--account" not in text
     assert "#SBATCH --partition=gpu" in text and "#SBATCH --exclusive" in text  # the nodes' CPUs, all
-    assert text.count("\nstep ") == 2 and "\nstep 16 4 4\n" in text
+    assert text.count("\nstep ") == 2 and "\nstep 16 4 4 0\n" in text and "LANES" not in text
     assert text.rstrip().endswith("exit $rc") and f"--collect {tmp_path / 'r'}" in text
+
+
+def test_one_node_world_sizes_run_in_lanes_on_their_own_nodes_at_the_same_time():
+    """4 nodes of 8: world sizes 1, 2, 4 and 8 each fit one node, so they run at the same time, one lane a
+    node, the longest first onto the lane that ends soonest; 16 and 32 span nodes and run after, from node 0.
+    By hand, seconds 1: 10, 2: 20, 4: 40, 8: 80, 16: 100, 32: 120 on 2 nodes: 8 alone (80), then 4 onto the
+    emptier lane (40), 2 onto it too (60), 1 onto it (70): lanes [8] and [1, 2, 4]; the job 80 + 220 = 300 s,
+    where one after another took 370. On 4 nodes a lane each: 80 + 220."""
+    seconds = {1: 10, 2: 20, 4: 40, 8: 80, 16: 100, 32: 120}
+    steps = launch_steps(list(seconds), 4, 8)
+    two = spread(steps, 2, seconds)
+    assert two.lanes == (((8, 1, 8),), ((1, 1, 1), (2, 1, 2), (4, 1, 4)))
+    assert two.spanning == ((16, 2, 8), (32, 4, 8))
+    assert two.seconds(seconds) == 300 and two.nodes_used() == 4
+    four = spread(steps, 4, seconds)
+    assert [len(lane) for lane in four.lanes] == [1, 1, 1, 1] and four.seconds(seconds) == 300
+    assert spread(steps[:4], 1, seconds).seconds(seconds) == 150
+    assert spread(steps[:4], 8, seconds).nodes_used() == 4
+    assert four.words() == ("world size 8 on node 0 | world size 4 on node 1 | world size 2 on node 2 | "
+                            "world size 1 on node 3 (at the same time); then world size 16 on 2 nodes × 8; "
+                            "then world size 32 on 4 nodes × 8")
 
 
 def slurm_fs_is_local(path: Path) -> bool:
@@ -168,8 +191,10 @@ def fake_slurm_bin(tmp_path: Path) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "srun").write_text('#!/bin/bash\nargs="$*"; cpus=${args#*--cpus-per-task }; '
-                                  'ep=${args#*--rdzv-endpoint }; echo "SRUN cpus=${cpus%% *} '
-                                  'endpoint=${ep%% *} nccl=${NCCL_DEBUG_FILE:-none}"\n')
+                                  'ep=${args#*--rdzv-endpoint }; rel=${args#*--relative }; '
+                                  '[[ "$args" == *--standalone* ]] && ep=standalone; '
+                                  'echo "SRUN cpus=${cpus%% *} endpoint=${ep%% *} relative=${rel%% *} '
+                                  'nccl=${NCCL_DEBUG_FILE:-none}"\n')
     (bin_dir / "scontrol").write_text("#!/bin/bash\necho localhost\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
@@ -191,10 +216,11 @@ def run_script(script: Path, bin_dir: Path, **env: str) -> list[str]:
 def test_the_script_gives_every_step_the_nodes_cpus_a_free_port_and_an_nccl_log(tmp_path, capsys):
     """Issue 32's SLURM findings, on the script itself (fake srun): a GPU job takes whole nodes and hands
     every step their CPUs (srun does not inherit sbatch's since SLURM 22.05: 8 ranks shared a core); each
-    step's rendezvous port is free on the first node (29500 + job id % 1000 could be taken); NCCL writes
-    its INFO log per world size, for --collect's nccl_transport, unless the user set NCCL_DEBUG."""
+    step over nodes has a rendezvous port free on the first node (29500 + job id % 1000 could be taken), a
+    one-node step its own (torchrun --standalone); NCCL writes its INFO log per world size, for --collect's
+    nccl_transport, unless the user set NCCL_DEBUG. One-node steps on two nodes run in two lanes."""
     out = tmp_path / "run"
-    assert bench_main(["slurm", "--config", "gpu-check", "--nodes", "1", "--gpus-per-node", "2",
+    assert bench_main(["slurm", "--config", "gpu-check", "--nodes", "2", "--gpus-per-node", "1",
                        "--set", "matrix.world_size=1,2", "--out", str(out)]) == 0
     printed = capsys.readouterr()
     assert "time limit 00:15:00: the plan's estimate" in printed.out  # 2-3 min + 25 %, whole quarters
@@ -205,12 +231,18 @@ def test_the_script_gives_every_step_the_nodes_cpus_a_free_port_and_an_nccl_log(
     bin_dir = fake_slurm_bin(tmp_path)
     steps = run_script(out / "job.sbatch", bin_dir)
     assert len(steps) == 2 and all("cpus=96" in s for s in steps)  # $SLURM_CPUS_ON_NODE, to every step
-    ports = [int(s.split("endpoint=localhost:")[1].split()[0]) for s in steps]
-    assert all(1024 < p < 65536 for p in ports) and ports != [29500 + 4242 % 1000] * 2
+    assert "endpoint=standalone relative=0" in steps[0] and "relative=0" in steps[1]
+    port = int(steps[1].split("endpoint=localhost:")[1].split()[0])
+    assert 1024 < port < 65536 and port != 29500 + 4242 % 1000
     assert [s.split("nccl=")[1] for s in steps] == [
         str(out.resolve() / "logs" / f"nccl-ws{ws}.%h.%p.log") for ws in (1, 2)]
     assert all(s.endswith("nccl=mine.log") for s in run_script(out / "job.sbatch", bin_dir,
                                                                 NCCL_DEBUG_FILE="mine.log"))
+    lanes = tmp_path / "lanes"
+    assert bench_main(["slurm", "--config", "gpu-check", "--nodes", "2", "--gpus-per-node", "2",
+                       "--set", "matrix.world_size=1,2", "--out", str(lanes)]) == 0
+    assert sorted(s.split()[2:4] for s in run_script(lanes / "job.sbatch", bin_dir)) == [
+        ["endpoint=standalone", "relative=0"], ["endpoint=standalone", "relative=1"]]
     cpu = tmp_path / "cpu"
     assert bench_main(["slurm", "--config", "cpu-smoke", *SETS, "--nodes", "1", "--ranks-per-node", "2",
                        "--cpus-per-node", "6", "--out", str(cpu)]) == 0
@@ -220,15 +252,18 @@ def test_the_script_gives_every_step_the_nodes_cpus_a_free_port_and_an_nccl_log(
 
 
 def test_nodes_the_plan_cannot_use_are_refused_unless_chosen(tmp_path, capsys):
-    """--nodes 4 with gpu-node-quick's world sizes (≤ 8, one node of 8 GPUs) booked 4 nodes and used 1:
-    refused, exit 2, nothing written; with world sizes the user set, a warning."""
-    args = ["slurm", "--config", "gpu-node-quick", "--nodes", "4", "--gpus-per-node", "8"]
+    """--nodes 8 with gpu-node-quick's world sizes (≤ 8, one node of 8 GPUs: four lanes) would book 8 nodes
+    and use 4: refused, exit 2, nothing written; with world sizes the user set, a warning. (--nodes 4 runs
+    the four in lanes on their own nodes at the same time: every node used.)"""
+    args = ["slurm", "--config", "gpu-node-quick", "--nodes", "8", "--gpus-per-node", "8"]
     assert bench_main([*args, "--out", str(tmp_path / "a")]) == 2
     err = capsys.readouterr().err
-    assert "--nodes=4: the world sizes 1,2,4,8 use at most 1 node(s) of 8 ranks" in err
-    assert "--set matrix.world_size=1,2,4,8,32" in err and not (tmp_path / "a").exists()
+    assert "--nodes=8: the world sizes 1,2,4,8 use at most 4 node(s) of 8 ranks" in err
+    assert "--set matrix.world_size=1,2,4,8,64" in err and not (tmp_path / "a").exists()
     assert bench_main([*args, "--set", "matrix.world_size=8", "--out", str(tmp_path / "b")]) == 0
-    assert "warning: --nodes=4: the world sizes 8 use at most 1 node(s)" in capsys.readouterr().err
+    assert "warning: --nodes=8: the world sizes 8 use at most 1 node(s)" in capsys.readouterr().err
+    assert bench_main([*args[:4], "4", *args[5:], "--out", str(tmp_path / "c")]) == 0
+    assert "(at the same time)" in capsys.readouterr().out
 
 
 def test_time_limit_and_local_filesystems_by_hand():
@@ -300,25 +335,23 @@ def test_the_script_runs_the_nodes_interpreter_and_clone_and_warns_about_this_ma
 
 
 def test_a_plan_run_counts_one_launch_a_cell(tmp_path, capsys):
-    """A plan run (bench slurm's steps, your own torchrun) times each cell in one launch: gpu-node asks for 2
-    (run.launches), and its job booked the time of two (13 h of 19:30:00 used). The plan, its estimate and
-    the time limit count one, and a note says so."""
-    from bench.config import load_config
+    """A plan run (bench slurm's steps, your own torchrun) times each cell in one launch: gpu-node asks
+    `bench run` for 2 (run.launches), and its job booked the time of two (13 h of 19:30:00 used). The job's
+    time limit counts one, and says so."""
     from bench.run.estimate import estimate_range
     from bench.run.planner import plan as make_plan
     from bench.run.slurm import time_limit
 
-    two = load_config("gpu-node", cuda_available=True)
-    assert two.run.launches == 2
     planned = make_plan("gpu-node", plan_only=True, nnodes=1, gpus_per_node=8)
-    assert planned.config.run.launches == 1
-    assert "note: run.launches=2: a plan run times each cell in one launch" in capsys.readouterr().err
-    once = estimate_range(planned.config, list(planned.runnable))[1]
-    twice = estimate_range(two, list(planned.runnable))[1]
-    assert once < 0.8 * twice
+    assert planned.config.run.launches == 2
+    once = dataclasses.replace(planned.config, run=dataclasses.replace(planned.config.run, launches=1))
+    one, two = (estimate_range(c, [x for x in planned.runnable if x.world_size == 8])[1]
+                for c in (once, planned.config))
+    assert one < 0.8 * two
     out = tmp_path / "run"
     assert bench_main(["slurm", "--config", "gpu-node", "--nodes", "1", "--gpus-per-node", "8",
                        "--out", str(out)]) == 0
-    limit = time_limit(once)
-    assert f"#SBATCH --time={limit}" in (out / "job.sbatch").read_text()
-    assert "launches = 1" in (out / "config.toml").read_text()
+    assert "with one launch a cell (run.launches is bench run's)" in capsys.readouterr().out
+    total = sum(estimate_range(once, [x for x in planned.runnable if x.world_size == ws])[1]
+                for ws in (1, 2, 4, 8))
+    assert f"#SBATCH --time={time_limit(total)}" in (out / "job.sbatch").read_text()

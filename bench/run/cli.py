@@ -151,7 +151,7 @@ def slurm_main(args: argparse.Namespace) -> int:
     except ConfigError as e:
         return _error(str(e), slurm.EXIT_BAD_INPUT)
     print(f"run folder: {written.run_dir}  ({written.cells} cells to run in {len(written.steps)} step(s): "
-          + ", ".join(f"world size {w} on {n} node(s) x {r}" for w, n, r in written.steps) + ")")
+          f"{written.schedule.words()})")
     print(f"sbatch script: {written.script}  (time limit {written.time}: {written.time_source})")
     for warning in written.warnings:
         print(warning, file=sys.stderr)

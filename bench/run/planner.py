@@ -65,13 +65,6 @@ def plan(config: str, overrides: list[str] = (), *, plan_only: bool = False, nno
     planned_gpus = gpus_per_node if plan_only else None
     resolved = load_config(config, list(overrides),
                            cuda_available=(lambda: True) if planned_gpus else checks.cuda_for_auto)
-    if plan_only and resolved.run.launches > 1:
-        # a plan run (your own torchrun or srun, bench slurm's steps) times each cell in one launch: the
-        # plan, its estimate and the job's --time say so rather than count repeats nobody will run
-        print(f"note: run.launches={resolved.run.launches}: a plan run times each cell in one launch, so "
-              "its plan, estimate and time limit count one (docs/running.md, 'Between launches')",
-              file=sys.stderr)
-        resolved = dataclasses.replace(resolved, run=dataclasses.replace(resolved.run, launches=1))
     gpu_count, bf16_ok = checks.machine(resolved)
     if planned_gpus and resolved.run.device == "cuda":
         gpu_count, bf16_ok = planned_gpus, True  # bf16 is the nodes' to check: a cell fails there

@@ -8,7 +8,8 @@ sbatch script in the run folder (`prepare`), and the job submitted, followed and
                           [--resume]
 
 The script runs one `srun torchrun` step per world size of the plan (W ranks: W / R nodes × R ranks, or one
-node × W ranks when W ≤ R), then `bench run --collect`. Its workers run in plan mode
+node × W ranks when W ≤ R; the one-node ones in lanes at the same time, one a node: Schedule), then
+`bench run --collect`. Its workers run in plan mode
 (bench/worker/plan_mode.py): a failed cell is recorded and the next runs, and a resubmitted plan (--resume)
 runs only what is left. While the job runs, --submit shows `bench run`'s progress line from the workers'
 events on the shared filesystem; when it ends, it collects the cells and prints the totals.
@@ -54,9 +55,10 @@ END_STATES = {"COMPLETED": 0, "CANCELLED": EXIT_CANCELLED, "TIMEOUT": EXIT_TIMEO
               "FAILED": EXIT_FAILED, "NODE_FAIL": EXIT_FAILED, "OUT_OF_MEMORY": EXIT_FAILED,
               "BOOT_FAIL": EXIT_FAILED, "PREEMPTED": EXIT_FAILED}
 POLL_S = 2.0              # how often the job's state and the events are read
-# The rendezvous port: one the first node's kernel hands out as free, asked for by the batch script, which
-# SLURM runs on that node (sbatch(1): "on the first node in the set of allocated nodes"); every step starts
-# there too (srun --relative defaults to node 0). A port derived from the job id could be in use.
+# The rendezvous port of a step over several nodes: one the first node's kernel hands out as free, asked for
+# by the batch script, which SLURM runs on that node (sbatch(1): "on the first node in the set of allocated
+# nodes"); such a step starts there (srun --relative 0). A port derived from the job id could be in use. A
+# one-node step (its lane on node i) makes its own there: torchrun --standalone, c10d on a free local port.
 FREE_PORT = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
 # Time limit from the plan's estimate: its upper end (every group at its cap) plus TIME_MARGIN for what
 # the estimate does not see (node start-up, a slower filesystem; the estimate is checked within 25 %),
@@ -126,6 +128,51 @@ def launch_steps(world_sizes: list[int], nodes: int, per_node: int) -> list[tupl
     return steps  # nodes no step uses: check_nodes
 
 
+Step = tuple[int, int, int]  # (world size, nodes, ranks per node): launch_steps
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When and where each step runs. The steps on one node run in `lanes`, lane i on the job's node i, the
+    lanes at the same time (eight 1-GPU and 2-GPU world sizes need not wait on one node while the others
+    idle); a lane shares nothing with another but the filesystem, each on a node of its own. The steps over
+    several nodes (`spanning`) run after every lane has ended, one after another, from node 0."""
+
+    lanes: tuple[tuple[Step, ...], ...]
+    spanning: tuple[Step, ...]
+
+    def seconds(self, per_step: dict[int, float]) -> float:
+        """The job's wall time for each world size's `per_step` seconds: the longest lane, then the rest."""
+        lane = max((sum(per_step[ws] for ws, _, _ in steps) for steps in self.lanes), default=0.0)
+        return lane + sum(per_step[ws] for ws, _, _ in self.spanning)
+
+    def nodes_used(self) -> int:
+        return max([len(self.lanes), *(n for _, n, _ in self.spanning)])
+
+    def words(self) -> str:
+        """'world sizes 1, 8 on node 0 | 2, 4 on node 1 (at the same time); then 16 on 2 nodes × 8'."""
+        parts = []
+        if self.lanes:
+            parts.append(" | ".join(f"world size{'s' * (len(steps) > 1)} "
+                                    f"{', '.join(str(w) for w, _, _ in steps)} on node {i}"
+                                    for i, steps in enumerate(self.lanes))
+                         + (" (at the same time)" if len(self.lanes) > 1 else ""))
+        parts += [f"world size {w} on {n} nodes × {r}" for w, n, r in self.spanning]
+        return "; then ".join(parts)
+
+
+def spread(steps: list[Step], nodes: int, per_step: dict[int, float]) -> Schedule:
+    """The one-node steps spread over min(nodes, their count) lanes, the longest first onto the lane that
+    ends soonest (by each world size's estimated seconds, `per_step`; a lane's steps run smallest world
+    size first), the spanning steps after them in order."""
+    single = sorted((s for s in steps if s[1] == 1), key=lambda s: (-per_step[s[0]], s[0]))
+    lanes: list[list[Step]] = [[] for _ in range(min(nodes, len(single)))]
+    for step in single:
+        min(lanes, key=lambda lane: (sum(per_step[w] for w, _, _ in lane), len(lane))).append(step)
+    return Schedule(lanes=tuple(tuple(sorted(lane)) for lane in lanes),
+                    spanning=tuple(s for s in steps if s[1] > 1))
+
+
 def directive(value: str) -> str:
     """A value as an #SBATCH line carries it: sbatch reads directives itself, not through a shell (Slurm's
     src/sbatch/opt.c get_argument: whitespace ends an argument, quotes group, a backslash escapes the next
@@ -138,9 +185,10 @@ def directive(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def sbatch_script(run_dir: Path, steps: list[tuple[int, int, int]], job: Job, gpus_per_node: int | None,
+def sbatch_script(run_dir: Path, schedule: Schedule, job: Job, gpus_per_node: int | None,
                   ranks_per_node: int, command: list[str]) -> str:
-    """README's sbatch script, filled in: one `srun torchrun` step per world size, then --collect."""
+    """README's sbatch script, filled in: one `srun torchrun` step per world size (the one-node ones in
+    their lanes at the same time, each lane on its own node: Schedule), then --collect."""
     run = run_dir.resolve()
     py, plan_file = shlex.quote(job.python or sys.executable), shlex.quote(str(run / run_folder.PLAN))
     directives = [f"--job-name={directive(f'ddpbench-{run.name}'[:64])}", f"--nodes={job.nodes}",
@@ -173,20 +221,40 @@ def sbatch_script(run_dir: Path, steps: list[tuple[int, int, int]], job: Job, gp
              'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)  # this node: the batch host',
              *nccl,
              "rc=0",
-             "step() {  # world size, nodes, ranks per node",
-             '    echo "== world size $1: $2 node(s) x $3 rank(s)"',
-             f'    PORT=$({py} -c "{FREE_PORT}")  # free on this node now',
+             "step() {  # world size, nodes, ranks per node, the first of its nodes (0: this one)",
+             '    echo "== world size $1: $2 node(s) x $3 rank(s) from node $4"',
+             '    if [ "$2" -eq 1 ]; then  # one node: a rendezvous of its own there, on a port free there',
+             "        RDZV=(--standalone)",
+             "    else  # from node 0, this one: the rendezvous here",
+             f'        PORT=$({py} -c "{FREE_PORT}")  # free on this node now',
+             '        RDZV=(--nnodes "$2" --rdzv-id "$SLURM_JOB_ID-ws$1" --rdzv-backend c10d '
+             '--rdzv-endpoint "$HEAD:$PORT")',
+             "    fi",
              *(['    [ -n "$BENCH_NCCL_LOG" ] && export NCCL_DEBUG_FILE="${BENCH_NCCL_LOG/@WS@/$1}"']
                if nccl else []),
-             f'    srun --nodes "$2" --ntasks "$2" --ntasks-per-node 1 --cpus-per-task {step_cpus} \\',
-             f'        {py} -m torch.distributed.run --nnodes "$2" --nproc-per-node "$3" \\',
-             '        --rdzv-id "$SLURM_JOB_ID-ws$1" --rdzv-backend c10d --rdzv-endpoint "$HEAD:$PORT" \\',
+             '    srun --nodes "$2" --ntasks "$2" --ntasks-per-node 1 --relative "$4" \\',
+             f"        --cpus-per-task {step_cpus} \\",
+             f'        {py} -m torch.distributed.run "${{RDZV[@]}}" --nproc-per-node "$3" \\',
              f"        -m bench.worker --plan {plan_file} || rc=$?",
              "}",
-             *(f"step {ws} {n} {r}" for ws, n, r in steps),
+             *lane_lines(schedule),
              f"{py} -m bench run --collect {shlex.quote(str(run))} || rc=$?",
              "exit $rc"]
     return "\n".join(lines) + "\n"
+
+
+def lane_lines(schedule: Schedule) -> list[str]:
+    """The script's step calls: one lane's in a row; several lanes each in a background subshell on its
+    node, waited for (a failed step's code kept) before the spanning steps."""
+    if len(schedule.lanes) <= 1:
+        lines = [f"step {ws} {n} {r} 0" for lane in schedule.lanes for ws, n, r in lane]
+    else:
+        lines = ["# one lane a node, at the same time: they share nothing but the filesystem", "LANES=()"]
+        for i, steps in enumerate(schedule.lanes):
+            lines.append(f"( {'; '.join(f'step {ws} {n} {r} {i}' for ws, n, r in steps)}; exit $rc ) & "
+                         "LANES+=($!)")
+        lines.append('for lane in "${LANES[@]}"; do wait "$lane" || rc=$?; done')
+    return lines + [f"step {ws} {n} {r} 0" for ws, n, r in schedule.spanning]
 
 
 def time_limit(seconds: float) -> str:
@@ -256,19 +324,20 @@ class Prepared:
 
     run_dir: Path
     script: Path
-    steps: list[tuple[int, int, int]]
+    steps: list[Step]
+    schedule: Schedule
     cells: int
     time: str = ""
     time_source: str = ""
     warnings: tuple[str, ...] = ()
 
 
-def check_nodes(steps: list[tuple[int, int, int]], job: Job, per_node: int,
+def check_nodes(steps: list[Step], schedule: Schedule, job: Job, per_node: int,
                 overrides: list[str]) -> str | None:
     """Nodes the job would hold idle: a ConfigError when the preset's world sizes need fewer than --nodes
-    (a 4-node job for world sizes up to 8 books 4 nodes and uses 1), a warning when the user chose those
-    world sizes (--set matrix.world_size) and may mean it."""
-    used = max(n for _, n, _ in steps)
+    (an 8-node job for world sizes up to 8 on 8 GPUs a node: 4 lanes, 4 nodes booked for nothing), a
+    warning when the user chose those world sizes (--set matrix.world_size) and may mean it."""
+    used = schedule.nodes_used()
     if used >= job.nodes:
         return None
     sizes = ",".join(str(ws) for ws, _, _ in steps)
@@ -306,14 +375,26 @@ def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None =
                           "for CPU ranks")
     per_node = job.ranks_per_node or gpus or 1
     steps = launch_steps(list(planned.config.matrix.world_size), job.nodes, per_node)
-    warnings = [w for w in (check_nodes(steps, job, per_node, list(overrides)),) if w]
+    from bench.run.estimate import estimate_range
+
+    # each world size's (fewest, most) seconds: the lanes are spread by the most, and the job's time is its
+    # critical path (the longest lane, then the spanning steps), not the sum. A plan run times each cell in
+    # one launch (plan mode has no launcher to repeat it), whatever run.launches asks of `bench run`.
+    once = replace(planned.config, run=replace(planned.config.run, launches=1))
+    per_step = {ws: estimate_range(once, [c for c in planned.runnable if c.world_size == ws])
+                for ws, _, _ in steps}
+    schedule = spread(steps, job.nodes, {ws: high for ws, (_, high) in per_step.items()})
+    warnings = [w for w in (check_nodes(steps, schedule, job, per_node, list(overrides)),) if w]
     time_limit_, time_source = job.time, "--time"
     if time_limit_ is None:
-        from bench.run.estimate import estimate_range
-
-        low, high = estimate_range(planned.config, list(planned.runnable))
+        low = schedule.seconds({ws: lo for ws, (lo, _) in per_step.items()})
+        high = schedule.seconds({ws: hi for ws, (_, hi) in per_step.items()})
         time_limit_ = time_limit(high)
-        time_source = (f"the plan's estimate, {low / 60:.0f}-{high / 60:.0f} min, + "
+        how = [w for w, applies in (("its lanes at the same time", len(schedule.lanes) > 1),
+                                    ("one launch a cell (run.launches is bench run's)",
+                                     planned.config.run.launches > 1)) if applies]
+        time_source = (f"the plan's estimate, {low / 60:.0f}-{high / 60:.0f} min"
+                       f"{' with ' + ' and '.join(how) if how else ''}, + "
                        f"{TIME_MARGIN - 1:.0%} (bench.run.estimate; --time sets it)")
     folder = open_run(planned, out, resume)
     try:
@@ -325,11 +406,11 @@ def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None =
     script = run_dir / run_folder.SBATCH
     (run_dir / run_folder.LOGS).mkdir(exist_ok=True)  # the job's --output goes there: SLURM makes no folder
     gpus = gpus if planned.config.run.device == "cuda" else None
-    script.write_text(sbatch_script(run_dir, steps, replace(job, time=time_limit_), gpus, per_node,
+    script.write_text(sbatch_script(run_dir, schedule, replace(job, time=time_limit_), gpus, per_node,
                                     command or ["python", "-m", "bench", "slurm", "..."]))
     warnings += [w for w in (shared_fs_warning(run_dir),) if w] + nodes_warnings(job, gpus)
-    return Prepared(run_dir=run_dir, script=script, steps=steps, cells=cells, time=time_limit_,
-                    time_source=time_source, warnings=tuple(warnings))
+    return Prepared(run_dir=run_dir, script=script, steps=steps, schedule=schedule, cells=cells,
+                    time=time_limit_, time_source=time_source, warnings=tuple(warnings))
 
 
 def submit_and_follow(script: Path, run_dir: Path, n_cells: int) -> int:
