@@ -93,7 +93,7 @@ def _skews(rank: int, world_size: int, straggle_s: float) -> dict:
         t.step()
         t.straggle_s = straggle_s if rank == world_size - 1 else 0.0
     steps = {t.cell.cell_id: t.schedule[:1] for t in trainers}
-    rounds = compute_only_rounds(trainers, steps, 5, Guard())
+    rounds = compute_only_rounds(trainers, steps, 9, Guard())
     for t in trainers:
         out[t.cell.engine] = skew_values(rounds[t.cell.cell_id])
     # every collective of the window was a local copy: the ranks' parameters differ now, as under no_sync
@@ -103,11 +103,12 @@ def _skews(rank: int, world_size: int, straggle_s: float) -> dict:
 
 @pytest.mark.timeout(300)
 def test_fsdp2_rank_skew_is_each_ranks_own_work():
-    """A 20 ms straggler on rank 1: each rank's compute-only time must be its own work for fsdp2 as for
+    """A 50 ms straggler on rank 1: each rank's compute-only time must be its own work for fsdp2 as for
     torch DDP. fsdp2's window used to all-gather, so every rank waited for the slowest inside it and the skew
-    read 1.4 ms where torch's read 20.6 ms."""
-    skews = run_distributed(_skews, 2, 0.020, timeout_s=280)[0]
+    read 1.4 ms with a 20 ms straggler where torch's read 20.6 ms. (A loaded machine delays the fast rank
+    too, by a few ms, not in proportion: at 20 ms it read 6.2 beside a busy process; hence 50 ms.)"""
+    skews = run_distributed(_skews, 2, 0.050, timeout_s=280)[0]
     for engine in ("torch", "fsdp2"):
-        assert skews[engine]["rank_skew_ms_p50"] > 10.0, skews  # half the straggle: load moves the rest
+        assert skews[engine]["rank_skew_ms_p50"] > 20.0, skews  # 40 % of the straggle: load moves the rest
         assert skews[engine]["slowest_rank"] == 1, skews
     assert engines.get("fsdp2").sharded
