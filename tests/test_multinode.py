@@ -246,7 +246,8 @@ def test_an_agent_killed_mid_cell_survivor_exits_collect_and_resume(tmp_path):
     # The agent that binds the rendezvous port first holds the c10d store: killing that one kills the store,
     # and the survivor's own agent then ends it (RendezvousConnectionError) before it can record anything,
     # as a real cluster would if its first node died. Agent 0 starts alone until it listens, so it holds the
-    # store and (the lower pid, sorted first) rank 0; the victim is rank 1's machine.
+    # store and rank 0 (torch's dynamic_rendezvous ranks the agents sorted by (addr, pid): the lower pid);
+    # the victim is rank 1's machine.
     agents = [start_agent(out, 0, port)]
     wait_listening(port)
     agents.append(start_agent(out, 1, port))
