@@ -238,6 +238,28 @@ def test_rounds_still_warming_up_are_found_and_run_again(one_rank_group):
     assert len(per_rank[0][0]) > 12  # rounds found warming up at 12 are run again, once
 
 
+def test_rounds_run_again_are_replaced_until_the_count_stands(one_rank_group):
+    # 2 warm-up steps and the first 6 of 12 timed rounds at 20 ms, the rest 1 ms. After 12 rounds the test
+    # finds the warm-up 5 rounds into them (its break sits in the series' first half, so one short): 5 are
+    # run again, and in the longer series it finds all 6, so one more: 18 rounds, 12 of them steady (run
+    # once, the 5 would leave 11: what made a cell's interval vanish on CI, 5 steady rounds of 6).
+    import time
+
+    from bench.worker.cell import adaptive_rounds, warmup_found
+
+    calls = {"n": 0}
+
+    def step():
+        calls["n"] += 1
+        time.sleep(0.020 if calls["n"] <= 6 else 0.001)
+
+    config = load_config("cpu-smoke", ["run.timed_steps=12", "run.repeats=1", "run.target_ci_pct=0"])
+    warm = [[20.0, 20.0]]
+    rounds = adaptive_rounds([step], config, torch.device("cpu"), None, warmup=warm)
+    _, first = warmup_found(warm, rounds.per_rank)
+    assert first == 6 and len(rounds.per_rank[0][0]) == 18  # 12 steady rounds after the 6 left out
+
+
 @pytest.mark.slow  # two real launches (~10 s): `make test` runs it, `make test-fast` leaves it
 def test_a_run_of_two_launches_end_to_end(tmp_path):
     """Two launches of world size 1 (torch and overlap side by side): the first full and profiled, the

@@ -255,7 +255,8 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
     `warmup_found` finds in `warmup` (per engine, its warm-up steps) and the rounds so far. Rank 0 decides
     (the budget reads its clock) and broadcasts, so every rank stops at the same round and the collectives
     of the rounds pair up. stopped_by is None with adaptivity off; then, when the test finds the warm-up
-    reaching into the rounds, as many rounds again are run once, so that the fixed count stays steady.
+    reaching into the rounds, as many rounds again are run (until the count stands, at most
+    config.run.most_timed_steps in all), so that the fixed count of steady rounds is what gets measured.
     """
     r = config.run
     budget_s = r.max_group_s if budget_s is None else budget_s
@@ -270,8 +271,13 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
     t0 = time.perf_counter()
     for _ in range(r.repeats):
         run(r.timed_steps)
-    if not r.adaptive:  # every rank has every rank's times: each runs the same count
-        run(min(warmup_found(warmup, per_rank)[1], r.min_timed_steps))
+    if not r.adaptive:  # every rank has every rank's times: each finds the same warm-up, runs the same count
+        # the warm-up test reads the whole series, so the rounds run to replace the ones it left out can
+        # move its end further: replace until the count stands, at most r.most_timed_steps rounds in all
+        extra, room = 0, r.most_timed_steps - r.min_timed_steps
+        while (short := min(warmup_found(warmup, per_rank)[1], room) - extra) > 0:
+            run(short)
+            extra += short
         return TimedRounds(per_rank, None)
     points = stats.checkpoints(r.min_timed_steps, r.max_timed_steps)
     for i, done in enumerate(points):
