@@ -30,6 +30,7 @@ from bench.schema import (
     DEFAULT_BUCKET_MB,
     ENGINE_OPTION_NAMES,
     ENGINE_OPTIONS,
+    PACK_CHOICES,
     PRECISIONS,
     SCALINGS,
     SEARCHES,
@@ -268,10 +269,14 @@ class RunConfig:
     # the significantly slower ones eliminated (bench/race.py); `bench run --search` sets it
     search: str = "grid"
     allow_oversubscribe: bool = False  # CPU: more ranks than run_checks.OVERSUBSCRIBE_FACTOR × the cores
+    # a world size below the node's GPUs runs in GPUs ÷ world size launches at once, each on its own GPUs and
+    # CPUs (bench/run/packing.py): auto | on | off; auto packs on CUDA only
+    pack: str = "auto"
 
     def __post_init__(self):
         _check_choices("run.device", [self.device], DEVICES)
         _check_choices("run.search", [self.search], SEARCHES)
+        _check_choices("run.pack", [self.pack], PACK_CHOICES)
         _check_min("run.warmup_steps", [self.warmup_steps], 2, maximum=MAX_STEPS)
         _check_min("run.timed_steps", [self.timed_steps], 1, maximum=MAX_STEPS)
         _check_min("run.repeats", [self.repeats], 1, maximum=MAX_STEPS)

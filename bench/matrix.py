@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from bench import engines
 from bench.config import BenchConfig, ConfigError, MatrixConfig
-from bench.schema import COMM_DTYPES, DEFAULT_BUCKET_MB, ENGINE_OPTIONS
+from bench.schema import COMM_DTYPES, DEFAULT_BUCKET_MB, ENGINE_OPTIONS, GROUP_KEYS
 from bench.workloads import model_label
 
 
@@ -263,6 +263,24 @@ def resolve_hook(comm: str, options: dict, ws: int) -> tuple[str, dict, str]:
     if hook == "powersgd" and comm != "none":
         return comm, options, f"comm_hook=powersgd with comm_dtype={comm}: PowerSGD replaces that all-reduce"
     return comm, options, ""
+
+
+def engine_groups(cells: list[Cell]) -> list[list[Cell]]:
+    """The cells grouped by everything but engine, in the order their first cell appears."""
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        if cell.bucket_cap_mb is not None:
+            groups.setdefault(tuple(getattr(cell, k) for k in GROUP_KEYS), []).append(cell)
+    for cell in cells:
+        if cell.bucket_cap_mb is None:  # an engine without buckets
+            key = {k: getattr(cell, k) for k in GROUP_KEYS}
+            same = [g for g in groups
+                    if all(v == key[k] for k, v in zip(GROUP_KEYS, g) if k != "bucket_cap_mb")]
+            default = [g for g in same if dict(zip(GROUP_KEYS, g))["bucket_cap_mb"] == DEFAULT_BUCKET_MB]
+            target = (default or same or [tuple(key.values())])[0]
+            groups.setdefault(target, []).append(cell)
+    order = {cell.cell_id: i for i, cell in enumerate(cells)}
+    return sorted(groups.values(), key=lambda g: min(order[c.cell_id] for c in g))
 
 
 def engines_per_group(config) -> int:

@@ -36,6 +36,8 @@ SEARCH_TABLE = (
     Search("race-all-sizes", True, False, "the same race at every world size, nothing carried over"),
 )
 SEARCHES = tuple(s.name for s in SEARCH_TABLE)   # run.search's vocabulary
+# run.pack's vocabulary (bench/run/packing.py): world sizes below the node's GPUs in launches at once
+PACK_CHOICES = ("auto", "on", "off")
 # The passes a launch runs over its cells (its plan's `passes`, bench/worker/cell.py run_group): a world
 # size's first launch all of them; a repeat launch of run.launches only what a merged row takes from every
 # launch (bench/run/merge.py): its timed rounds, the parity check and the compute-only rounds.
@@ -215,6 +217,8 @@ EXTRA_COLUMNS = (
     "matmul_fp32_precision",  # the cell's torch.backends.cuda.matmul.fp32_precision: ieee | tf32; CPU: empty
     "cudnn_fp32_precision",   # the cell's torch.backends.cudnn.conv.fp32_precision: ieee | tf32; CPU: empty
     "threads_per_rank",
+    # launches of this world size running at once on disjoint GPUs (run.pack, bench/run/packing.py); 1: alone
+    "packed_launches",
     "gpu_name",
     "hostname",
     "cell_wall_s",           # wall time of the whole cell on rank 0, warm-up and probes included
@@ -299,11 +303,16 @@ STRING_COLUMNS = (
 
 # The keys that identify a configuration (what compare joins on, what T1 is matched by, what advise ranks).
 # engine_options keeps a torch cell with PowerSGD or torch.compile apart from plain torch DDP; a group of
-# cells stepped side by side shares every key but engine and engine_options (bench.worker.groups).
+# cells stepped side by side shares every key but engine and engine_options (GROUP_KEYS).
 CONFIG_KEYS = (
     "engine", "model", "model_size", "world_size", "bucket_cap_mb", "precision", "comm_dtype",
     "grad_accum", "scaling", "per_rank_batch", "global_batch", "engine_options",
 )
+# what a group's cells share (bench.matrix.engine_groups): a group compares engines, and an engine's
+# options, side by side
+GROUP_KEYS = tuple(k for k in CONFIG_KEYS if k not in ("engine", "engine_options"))
+
+
 def without_comm_hook(engine_options: str) -> str:
     """engine_options less its comm-hook word: the configuration whose world-size-1 cell stands in for a
     hooked one (nothing is communicated on one rank, so the runner skips hooked cells there)."""

@@ -82,7 +82,7 @@ def plan_estimate(sets: list[str], gpus: int) -> tuple[float, float]:
     from bench.run.planner import plan
 
     planned = plan("gpu-check", sets, plan_only=True, gpus_per_node=gpus)
-    return estimate_range(planned.config, list(planned.cells))
+    return estimate_range(planned.config, list(planned.cells), gpus=planned.gpus)  # packed as the run is
 
 
 def run_stage(cmd: list[str], limit_s: float, log: Path) -> tuple[int | None, float]:

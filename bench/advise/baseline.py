@@ -31,10 +31,8 @@ import pandas as pd
 from bench import stats
 from bench.advise import verdict
 from bench.advise.rank import UsageError
-from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB
+from bench.schema import DEFAULT_BUCKET_MB, GROUP_KEYS
 
-# what the worker's groups share (bench/worker/groups.py GROUP_KEYS): a group compares engines side by side
-GROUP_KEYS = tuple(k for k in CONFIG_KEYS if k not in ("engine", "engine_options"))
 # the baseline's settings (module docstring); bucket_cap_mb is the nearest measured, grad_accum the smallest
 DEFAULTS = {"engine": "torch", "engine_options": "", "comm_dtype": "none", "bucket_cap_mb": DEFAULT_BUCKET_MB}
 # what --baseline may set

@@ -9,8 +9,9 @@ import math
 from dataclasses import dataclass, replace
 
 from bench import race, stats
-from bench.config import BenchConfig
+from bench.config import BenchConfig, usable_cpus
 from bench.matrix import MEMORY_STEPS, Cell, by_launch, engines_per_group, group_budget_s
+from bench.run import packing
 from bench.schema import search
 
 
@@ -229,28 +230,52 @@ def expected_rounds(config: BenchConfig, cells: list[Cell], rates: Rates | None 
         rates, c, flops, n_params, n_tensors)) for c in cells if not c.skip_reason]
 
 
-def estimate_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> float:
+def cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, sizes: tuple[float, int, int]) -> float:
+    """A cell's wall time with its profiled pass (`sizes`: workload_sizes): what a sweep spends on it, and
+    what packing (bench/run/packing.py) spreads over the slots."""
+    flops, n_params, n_tensors = sizes
+    step = estimate_step_seconds(rates, cell, flops, n_params, n_tensors)
+    return (estimate_cell_seconds(config, rates, cell, flops, n_params, n_tensors)
+            + _profiled_seconds(config, rates, cell, step, n_params))
+
+
+def over_slots(config: BenchConfig, ws: int, gpus: int, seconds: dict[str, float],
+               cells: list[Cell]) -> float:
+    """One world size's cells at `seconds` each (by cell id): their sum, or, packed (run.pack on a node of
+    `gpus` GPUs: bench/run/packing.py), the longest slot of the split the sweep makes."""
+    r = config.run
+    n = packing.slot_count(r.pack, r.device, ws, gpus, usable_cpus(), r.threads_per_rank)
+    if n == 1:
+        return sum(seconds[c.cell_id] for c in cells)
+    races = search(r.search).races
+    return max(sum(seconds[c.cell_id] for c in share)
+               for share in packing.shares(cells, races, lambda c: seconds[c.cell_id], n))
+
+
+def estimate_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None,
+                     gpus: int = 0) -> float:
     """A wall-time estimate of the sweep (RATES[run.device] unless `rates`): launches + cells + profiled
-    passes (a build, warm-up and the profiled steps, the trace export)."""
+    passes (a build, warm-up and the profiled steps, the trace export); a world size packed on a node of
+    `gpus` GPUs (0: not packed) costs its longest slot."""
     rates = rates or RATES[config.run.device]
-    flops, n_params, n_tensors = workload_sizes(config)
+    sizes = workload_sizes(config)
     runnable = [c for c in cells if not c.skip_reason]
     total = fixed_seconds(config, rates, runnable)
-    for cell in runnable:
-        total += estimate_cell_seconds(config, rates, cell, flops, n_params, n_tensors)
-        step = estimate_step_seconds(rates, cell, flops, n_params, n_tensors)
-        total += _profiled_seconds(config, rates, cell, step, n_params)
+    for ws, launch in by_launch(runnable).items():
+        seconds = {c.cell_id: cell_seconds(config, rates, c, sizes) for c in launch}
+        total += over_slots(config, ws, gpus, seconds, launch)
     return total
 
 
-def estimate_range(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> tuple[float, float]:
+def estimate_range(config: BenchConfig, cells: list[Cell], rates: Rates | None = None,
+                   gpus: int = 0) -> tuple[float, float]:
     """(fewest, most) seconds of the sweep: every adaptive group stopping at its minimum rounds, and every
     one running to its cap (run.max_timed_steps, or run.max_group_s at the estimated pace). Both bounds
     hold whatever the device's noise; where the noise is measured (Rates.half_width_sqrt_n_pct),
     estimate_seconds' single figure lies between them."""
     rates = rates or RATES[config.run.device]
-    return (estimate_seconds(config, cells, replace(rates, half_width_sqrt_n_pct=0.0)),
-            estimate_seconds(config, cells, replace(rates, half_width_sqrt_n_pct=math.inf)))
+    return (estimate_seconds(config, cells, replace(rates, half_width_sqrt_n_pct=0.0), gpus),
+            estimate_seconds(config, cells, replace(rates, half_width_sqrt_n_pct=math.inf), gpus))
 
 
 # ---- a racing search (run.search race | race-all-sizes; bench/race.py) ---------------------------------
@@ -258,7 +283,8 @@ def estimate_range(config: BenchConfig, cells: list[Cell], rates: Rates | None =
 RACE_SCENARIOS = ("low", "high")
 
 
-def race_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> tuple[float, float]:
+def race_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None,
+                 gpus: int = 0) -> tuple[float, float]:
     """The --dry-run range of a racing search's wall time, (low, high), from the same rates as the grid's
     estimate. In both, every candidate of a recipe is built, warmed up and stepped to the race's first look
     (race.looks: the rounds at which its number of candidates can first have an elimination); a survivor
@@ -271,20 +297,22 @@ def race_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = N
     choices (race.carry_keys) were eliminated in every recipe at a smaller world size is not launched at
     larger ones, in the same scenario. With run.launches L, a survivor is measured in every launch (a grid
     cell's L − 1 repeats) and an eliminated one only in the launch that eliminated it (raced_out ends a
-    cell), taken as the first."""
+    cell), taken as the first. Packed on a node of `gpus` GPUs (bench/run/packing.py), a world size costs its
+    longest slot of whole recipes."""
     rates = rates or RATES[config.run.device]
     flops, n_params, n_tensors = workload_sizes(config)
     runnable = [c for c in cells if not c.skip_reason]
     base = fixed_seconds(config, rates, runnable)
-    return tuple(base + _race_scenario(config, rates, runnable, flops, n_params, n_tensors, scenario)
+    return tuple(base + _race_scenario(config, rates, runnable, flops, n_params, n_tensors, scenario, gpus)
                  for scenario in RACE_SCENARIOS)
 
 
 def _race_scenario(config: BenchConfig, rates: Rates, runnable: list[Cell], flops: float, n_params: int,
-                   n_tensors: int, scenario: str) -> float:
+                   n_tensors: int, scenario: str, gpus: int = 0) -> float:
     r, total = config.run, 0.0
     survived: dict[tuple, bool] = {}  # (world size, its carried choices) → survived some recipe there
     for ws, launch in by_launch(runnable).items():
+        seconds: dict[str, float] = {}  # what each cell of the world size costs in this scenario
         if search(r.search).carries_over:
             launch = [c for c in launch if not _carried_out(c, survived)]
         recipes: dict[tuple, list[Cell]] = {}
@@ -305,10 +333,13 @@ def _race_scenario(config: BenchConfig, rates: Rates, runnable: list[Cell], flop
                 key = (ws, tuple(getattr(cell, k) for k in race.carry_keys(ws)))
                 survived[key] = survived.get(key, False) or alive
                 if alive:
-                    total += estimate_cell_seconds(config, rates, cell, flops, n_params, n_tensors, first)
-                    total += _profiled_seconds(config, rates, cell, step[cell.cell_id], n_params)
+                    seconds[cell.cell_id] = (
+                        estimate_cell_seconds(config, rates, cell, flops, n_params, n_tensors, first)
+                        + _profiled_seconds(config, rates, cell, step[cell.cell_id], n_params))
                 else:
-                    total += _raced_out_seconds(config, rates, cell, step[cell.cell_id], n_params, first)
+                    seconds[cell.cell_id] = _raced_out_seconds(config, rates, cell, step[cell.cell_id],
+                                                               n_params, first)
+        total += over_slots(config, ws, gpus, seconds, launch)
     return total
 
 

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import race, run_folder
-from bench.config import BenchConfig
+from bench.config import BenchConfig, usable_cpus
 from bench.lifetime import die_with_parent, kill_groups
 from bench.matrix import Cell, by_launch
-from bench.run import nccl_log, results
+from bench.run import nccl_log, packing, results
 from bench.run.merge import MEASURED, LaunchRecords
+from bench.run.packing import ALONE, Slot
 from bench.run.progress import Progress
 from bench.schema import (
     ERROR_TAIL_LINES,
@@ -184,8 +185,10 @@ class Sweep:
     """Runs cells group by group, one launch at a time, and records every outcome in the run folder: a cell
     is measured in run.launches launches (bench/run/merge.py merges them into its row)."""
 
-    def __init__(self, config: BenchConfig, run_dir: Path, progress: Progress, fresh: set[str] = frozenset()):
+    def __init__(self, config: BenchConfig, run_dir: Path, progress: Progress, fresh: set[str] = frozenset(),
+                 gpus: int = 0):
         self.config, self.run_dir, self.progress = config, run_dir, progress
+        self.gpus = gpus  # the node's GPUs a CUDA run packs its smaller world sizes into (run.pack)
         self.stats = SweepStats()
         self.records = LaunchRecords(run_dir, config, fresh)
         self.restarts: Counter = Counter()  # world size → launches relaunched after a worker was killed
@@ -217,26 +220,74 @@ class Sweep:
         for ws, j in launch_schedule(list(by_ws), r.launches, r.seed, in_order):
             if in_order and j == 0:
                 by_ws[ws] = self.carry_over(by_ws[ws])
-            pending, carried = [c for c in by_ws[ws] if self.records.needs(c, j)], []
+            pending = [c for c in by_ws[ws] if self.records.needs(c, j)]
             if r.launches > 1:  # no group always first in its launch, right after start-up
                 random.Random(f"{r.seed}-{ws}-{j}").shuffle(pending)
-            launch = None
-            while pending:
-                launch = Launch(self, ws, pending, carried, self.first_launch + self.stats.launches, j)
-                self.stats.launches += 1
-                pending = launch.run()
-                # cells timed in a launch that was stopped early are profiled by the next one
-                carried = list(launch.untraced.values()) if pending else []
-            if launch is not None and launch.untraced:
-                failed = {c: why for c, why in launch.profile_errors.items() if c in launch.untraced}
-                ended = len(launch.untraced) - len(failed)
-                for cell_id, why in failed.items():
-                    self.progress.note(f"no traces for {cell_id}: its profiled pass failed ({why}; row kept)")
-                if ended:
-                    self.progress.note(f"no traces for {ended} cell(s) of world size {ws}: their launch "
-                                       "ended before their profiled pass (rows kept)")
+            if pending:
+                self.run_lanes(ws, j, pending)
             self.records.remerge(by_ws[ws])  # the family's prior has the launch's cells now
         return self.stats
+
+    def lanes(self, ws: int, j: int, pending: list[Cell]) -> list[tuple[Slot, list[Cell]]]:
+        """(slot, its share of `pending`) for each launch of world size `ws` that runs at once: one with
+        every cell, or, packed (run.pack: bench/run/packing.py), a share of whole groups per slot, the
+        shares rotated over the slots by the repeat `j` so that each meets other GPUs."""
+        r = self.config.run
+        slots = packing.slots(r.pack, r.device, ws, self.gpus, r.threads_per_rank)
+        if len(slots) == 1:
+            return [(slots[0], pending)]
+        from bench.run.estimate import RATES, cell_seconds, workload_sizes
+
+        sizes, rates = workload_sizes(self.config), RATES[r.device]
+        seconds = {c.cell_id: cell_seconds(self.config, rates, c, sizes) for c in pending}
+        shares = packing.shares(pending, search(r.search).races, lambda c: seconds[c.cell_id], len(slots))
+        return [(slots[(i + j) % len(slots)], share) for i, share in enumerate(shares)]
+
+    def run_lanes(self, ws: int, j: int, pending: list[Cell]) -> None:
+        """The launches of world size `ws`, repeat `j`: each lane (`lanes`) runs its launch, then relaunches
+        for the cells a stopped or failed launch left, until none is left; the lanes at once, followed in one
+        loop (one thread: records and progress are written by it alone). The timed-rounds budget carried
+        in is split evenly over the lanes, and what each leaves is summed."""
+        lanes = self.lanes(ws, j, pending)
+        carried_in, self.carried_s = self.carried_s / len(lanes), 0.0
+        live: list[Launch] = []
+
+        def begin(slot: Slot, cells: list[Cell], to_profile: list[Cell], carried_s: float) -> None:
+            launch = Launch(self, ws, cells, to_profile, self.first_launch + self.stats.launches, j, slot,
+                            carried_s)
+            self.stats.launches += 1
+            launch.start()
+            live.append(launch)
+
+        for slot, share in lanes:
+            begin(slot, share, [], carried_in)
+        try:
+            while live:
+                time.sleep(POLL_S)
+                for launch in [x for x in live if not x.poll()]:
+                    live.remove(launch)
+                    left = launch.end()
+                    if left:  # cells timed in a launch that was stopped early are profiled by the next one
+                        begin(launch.slot, left, list(launch.untraced.values()), launch.carried_s)
+                        continue
+                    self.carried_s += launch.carried_s
+                    self.untraced_note(ws, launch)
+        except BaseException:  # Ctrl-C / SIGTERM: stop every launch and leave nothing behind
+            for launch in live:
+                launch.abort()
+            raise
+
+    def untraced_note(self, ws: int, launch: Launch) -> None:
+        """A lane's last launch: say which of its cells have no traces, and why."""
+        if not launch.untraced:
+            return
+        failed = {c: why for c, why in launch.profile_errors.items() if c in launch.untraced}
+        ended = len(launch.untraced) - len(failed)
+        for cell_id, why in failed.items():
+            self.progress.note(f"no traces for {cell_id}: its profiled pass failed ({why}; row kept)")
+        if ended:
+            self.progress.note(f"no traces for {ended} cell(s) of world size {ws}: their launch "
+                               "ended before their profiled pass (rows kept)")
 
     def carry_over(self, cells: list[Cell]) -> list[Cell]:
         """A `race` search, world sizes smallest first: the cells of one world size whose configuration a
@@ -268,8 +319,10 @@ class Launch:
     when a group stops making progress, and say which cells are still to run when it ends."""
 
     def __init__(self, sweep: Sweep, ws: int, pending: list[Cell], carried: list[Cell], k: int,
-                 repeat: int = 0):
+                 repeat: int = 0, slot: Slot = ALONE, carried_s: float = 0.0):
         self.sweep, self.config, self.ws, self.k = sweep, sweep.config, ws, k
+        self.slot = slot  # its GPUs and CPUs when packed (bench/run/packing.py)
+        self.carried_s = carried_s  # the timed-rounds budget it starts with, then what its groups left
         # repeat 0 of a world size is its full launch: every phase and the profiled passes; the others
         # time the steps only (run.launches)
         self.repeat, self.full = repeat, repeat == 0
@@ -297,41 +350,79 @@ class Launch:
         plan_path = self.logs / run_folder.launch_file(self.k, run_folder.PLAN)
         write_plan(plan_path, self.config, self.sweep.run_dir, self.pending, launcher_pid=os.getpid(),
                    profile=self.to_profile, passes=PASSES if self.full else REPEAT_PASSES,
-                   carried_s=self.sweep.carried_s)
+                   carried_s=self.carried_s, slot=self.slot)
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                 str(self.ws), "-m", "bench.worker", "--plan", str(plan_path.resolve()),
                 "--events", str(self.reader.path.resolve())]
 
     def run(self) -> list[Cell]:
         """Start the launch and follow it to its end; returns the cells still to run."""
+        self.start()
+        try:
+            while self.poll():
+                time.sleep(POLL_S)
+        except BaseException:  # Ctrl-C / SIGTERM: stop the launch and leave nothing behind
+            self.abort()
+            raise
+        return self.end()
+
+    def start(self) -> None:
+        """Start torchrun (in its slot, when packed) with its logs; `poll` then follows it."""
         cmd, r = self.command(), self.config.run
-        env = (os.environ | launch_env(r.device, r.threads_for(self.ws)) | self.nccl_vars
+        threads = packing.threads_per_rank(self.slot, self.ws, r.threads_per_rank, usable_cpus())
+        env = (os.environ | launch_env(r.device, threads) | self.slot.env() | self.nccl_vars
                | {"PYTHONUNBUFFERED": "1"})
-        (self.logs / run_folder.launch_file(self.k, "cmd")).write_text(" ".join(cmd) + "\n")
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                start_new_session=True,
-                                preexec_fn=die_with_parent)  # a SIGKILLed launcher takes torchrun along
-        logs = [CappedLog(pipe, self.logs / run_folder.launch_file(self.k, part))
-                for pipe, part in ((proc.stdout, "out"), (proc.stderr, "err"))]
-        (self.logs / run_folder.launch_file(self.k, "pid")).write_text(f"{proc.pid}\n")
-        with logs[0], logs[1]:  # on leaving, each log holds all its pipe gave (the processes are gone)
-            try:
-                while proc.poll() is None:
-                    self.follow_events()
-                    if self.overdue():
-                        self.stop_overdue(proc)
-                        return list(self.remaining.values())
-                    time.sleep(POLL_S)
-                self.follow_events()
-            except BaseException:  # Ctrl-C / SIGTERM: stop the launch and leave nothing behind
-                kill_groups(proc, self.worker_pgids)
-                self.follow_events(outcomes_only=True)  # keep the cells that finished before the stop
-                raise
-            # Workers may outlive a torchrun that died abnormally: make sure none is left.
-            kill_groups(proc, self.worker_pgids)
+        (self.logs / run_folder.launch_file(self.k, "cmd")).write_text(
+            " ".join(cmd) + "\n" + "".join(f"{k}={v}\n" for k, v in self.slot.env().items())
+            + (f"cpus={','.join(map(str, self.slot.cpus))}\n" if self.slot.of > 1 else ""))
+        slot = self.slot
+
+        def enter() -> None:  # in the child: a SIGKILLed launcher takes torchrun along; the slot's CPUs
+            die_with_parent()
+            slot.enter()
+
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                     start_new_session=True, preexec_fn=enter)
+        self.logs_open = [CappedLog(pipe, self.logs / run_folder.launch_file(self.k, part))
+                          for pipe, part in ((self.proc.stdout, "out"), (self.proc.stderr, "err"))]
+        (self.logs / run_folder.launch_file(self.k, "pid")).write_text(f"{self.proc.pid}\n")
+        self.stopped = False
+
+    def poll(self) -> bool:
+        """Follow the events written since the last call; False once the launch has ended (or the watchdog
+        stopped it: its group in flight recorded `timeout`)."""
+        if self.proc.poll() is None:
+            self.follow_events()
+            if self.overdue():
+                self.stop_overdue(self.proc)
+                self.stopped = True
+                return False
+            return True
+        self.follow_events()
+        return False
+
+    def close_logs(self) -> None:
+        """Each log then holds all its pipe gave (the processes are gone)."""
+        for log in self.logs_open:
+            log.__exit__(None, None, None)
+        self.logs_open = []
+
+    def abort(self) -> None:
+        """Ctrl-C / SIGTERM: stop the launch, keep the cells that finished before the stop."""
+        kill_groups(self.proc, self.worker_pgids)
+        self.follow_events(outcomes_only=True)
+        self.close_logs()
+
+    def end(self) -> list[Cell]:
+        """After `poll` said it ended: make sure no worker is left (they may outlive a torchrun that died
+        abnormally), record what it leaves unfinished; returns the cells to relaunch."""
+        kill_groups(self.proc, self.worker_pgids)
+        self.close_logs()
+        if self.stopped:
+            return list(self.remaining.values())
         if self.config.run.device == "cuda":
             nccl_log.record_launch(self.sweep.run_dir, self.k, self.ws, self.nccl_files(), self.nccl_vars)
-        return self.after_exit(proc.returncode)
+        return self.after_exit(self.proc.returncode)
 
     def nccl_files(self) -> list[Path]:
         """This launch's NCCL log files (a user's fixed file name: only if written since the launch began);
@@ -417,7 +508,7 @@ class Launch:
             self.sweep.progress.drop_pass()  # a race eliminated it: the ranks skip its profiled pass
         # the launcher owns nccl_transport: NCCL's log of this launch, read when the cell finishes
         self.sweep.record(cell, self, ev["status"], ev.get("error"), ev["row"], self.nccl_transport())
-        self.sweep.carried_s = ev.get("carried_s", self.sweep.carried_s)
+        self.carried_s = ev.get("carried_s", self.carried_s)
 
     def time_limit_s(self) -> float:
         """The watchdog's limit on silence (RunConfig.watchdog_limit_s): run.cell_timeout_s since the last
@@ -482,14 +573,16 @@ class Launch:
 
 
 def write_plan(path: Path, config: BenchConfig, run_dir: Path, cells: list[Cell], launcher_pid: int | None,
-               profile: list[Cell], passes: tuple[str, ...] = PASSES, carried_s: float = 0.0) -> None:
+               profile: list[Cell], passes: tuple[str, ...] = PASSES, carried_s: float = 0.0,
+               slot: Slot = ALONE) -> None:
     """The worker's input: resolved config, the cells to time, the cells to profile after them, the
     launcher to watch for (None: the user's own torchrun/srun), the passes the launch runs (bench.schema
-    PASSES; a repeat launch of run.launches REPEAT_PASSES), and the timed-rounds budget earlier launches
-    left unspent (worker.cell.Budget)."""
+    PASSES; a repeat launch of run.launches REPEAT_PASSES), the timed-rounds budget earlier launches
+    left unspent (worker.cell.Budget), and the slot it runs in (packing.Slot.facts: into every row)."""
     plan = {"run_dir": str(run_dir.resolve()), "config": config.to_dict(),
             "cells": [c.to_dict() for c in cells], "profile": [c.to_dict() for c in profile],
-            "launcher_pid": launcher_pid, "passes": list(passes), "carried_s": carried_s}
+            "launcher_pid": launcher_pid, "passes": list(passes), "carried_s": carried_s,
+            "slot": slot.facts()}
     path.write_text(json.dumps(plan, indent=1))
 
 

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 
 from bench import schema
-from bench.config import BenchConfig, ConfigError, load_config, resolve_path
+from bench.config import BenchConfig, ConfigError, load_config, resolve_path, usable_cpus
 from bench.matrix import Cell, by_launch, expand
 from bench.run import checks
 from bench.schema import MiB
@@ -30,6 +30,9 @@ class Plan:
     config: BenchConfig
     cells: tuple[Cell, ...]
     preset: str
+    # the GPUs of the node a CUDA run's launches share (this machine's, or --gpus-per-node): what packing
+    # splits (bench/run/packing.py); 0 on CPU
+    gpus: int = 0
 
     @property
     def runnable(self) -> list[Cell]:
@@ -92,7 +95,8 @@ def plan(config: str, overrides: list[str] = (), *, plan_only: bool = False, nno
     device_bytes = checks.device_memory_bytes(resolved) if schema.search(resolved.run.search).races else None
     if memory_gb is not None or device_bytes is not None:
         cells = prune_memory(cells, resolved, memory_gb, device_bytes)
-    return Plan(config=resolved, cells=tuple(cells), preset=resolve_path(config).stem)
+    return Plan(config=resolved, cells=tuple(cells), preset=resolve_path(config).stem,
+                gpus=gpu_count if resolved.run.device == "cuda" else 0)
 
 
 def check_patterns(config: BenchConfig, cells: list[Cell], bf16_ok: bool) -> None:
@@ -152,16 +156,19 @@ def describe(plan: Plan) -> list[str]:
              + ("  [profiled]" if cell.cell_id in profiled else "") for cell in cells]
     r = config.run
     noise_measured = RATES[r.device].half_width_sqrt_n_pct is not None
-    wall = wall_words(config, cells)
+    wall = wall_words(config, cells, plan.gpus)
     lines.append(f"each cell timed in {r.launches} launches (run.launches), in an order shuffled with "
                  "run.seed; the intervals hold the variance between them" if r.launches > 1 else
                  "each cell timed in one launch (run.launches = 1): the variance between launches stays "
                  "unknown")
     lines.append(f"{len(runnable)} cells to run ({len(profiled)} profiled), {len(cells) - len(runnable)} "
-                 f"skipped, {len(by_launch(runnable)) * r.launches} launches; {wall} (bench.run.estimate."
+                 f"skipped, {launch_count(config, runnable, plan.gpus)} launches; {wall} (bench.run.estimate."
                  f"RATES: calibrated on a 2-core CPU, one H100 and one H200; GPU all-reduce speed assumed)")
+    packed = packed_words(config, runnable, plan.gpus)
+    if packed:
+        lines.append(packed)
     if schema.search(r.search).races and runnable:
-        lines.append(race_line(config, cells))
+        lines.append(race_line(config, cells, plan.gpus))
     if r.adaptive and runnable and noise_measured:
         rounds = sorted(expected_rounds(config, cells))
         median = rounds[len(rounds) // 2]
@@ -174,18 +181,47 @@ def describe(plan: Plan) -> list[str]:
     return lines
 
 
-def wall_words(config, cells: list[Cell]) -> str:
-    """'estimated wall time ~5.8 min' (a range where the device's step-time noise is not measured yet)."""
+def launch_count(config, runnable: list[Cell], gpus: int) -> int:
+    """The sweep's torchrun launches: run.launches per world size, each as many at once as it packs into
+    (run.pack: its slots, at most one per unit a slot takes whole)."""
+    from bench.run import packing
+
+    r, count = config.run, 0
+    for ws, cells in by_launch(runnable).items():
+        n = packing.slot_count(r.pack, r.device, ws, gpus, usable_cpus(), r.threads_per_rank)
+        units = len(packing.units(cells, schema.search(r.search).races)) if n > 1 else 1
+        count += min(n, units) * r.launches
+    return count
+
+
+def packed_words(config, runnable: list[Cell], gpus: int) -> str | None:
+    """`--dry-run`: the world sizes run in several launches at once (run.pack), or None."""
+    from bench.run import packing
+
+    r = config.run
+    counts = {ws: packing.slot_count(r.pack, r.device, ws, gpus, usable_cpus(), r.threads_per_rank)
+              for ws in by_launch(runnable)}
+    packed = [f"world size {ws} in {n} launches at once" for ws, n in counts.items() if n > 1]
+    if not packed:
+        return None
+    where = f"each on its own {'GPUs' if r.device == 'cuda' else 'cores'} and share of the host's CPUs"
+    return (f"packed (run.pack = {r.pack}): {', '.join(packed)}, {where}; each slot takes whole groups "
+            f"(bench/run/packing.py)")
+
+
+def wall_words(config, cells: list[Cell], gpus: int = 0) -> str:
+    """'estimated wall time ~5.8 min' (a range where the device's step-time noise is not measured yet); the
+    world sizes packed on a node of `gpus` GPUs (run.pack) at their longest slot."""
     from bench.run.estimate import RATES, estimate_range, estimate_seconds
 
     r = config.run
     grid = " as a grid" if schema.search(r.search).races else ""
     if r.adaptive and RATES[r.device].half_width_sqrt_n_pct is None:
-        low, high = estimate_range(config, cells)
+        low, high = estimate_range(config, cells, gpus=gpus)
         return (f"estimated wall time{grid} {low / 60:.1f}-{high / 60:.1f} min (every adaptive group "
                 f"stopping at its minimum rounds … running to its cap: this device's step-time noise is not "
                 f"measured yet)")
-    return f"estimated wall time{grid} ~{estimate_seconds(config, cells) / 60:.1f} min"
+    return f"estimated wall time{grid} ~{estimate_seconds(config, cells, gpus=gpus) / 60:.1f} min"
 
 
 def estimate_line(plan: Plan, todo: list[Cell] | None = None) -> str:
@@ -194,19 +230,19 @@ def estimate_line(plan: Plan, todo: list[Cell] | None = None) -> str:
     fresh = todo is None or len(todo) == len(plan.runnable)
     cells = list(plan.cells) if fresh else todo  # as --dry-run counts them (the skipped ones cost nothing)
     n = len(plan.runnable) if fresh else len(todo)
-    line = (f"estimate: {n} cells on {plan.config.run.device}, {wall_words(plan.config, cells)} "
+    line = (f"estimate: {n} cells on {plan.config.run.device}, {wall_words(plan.config, cells, plan.gpus)} "
             f"(`--dry-run` lists them; bench/run/estimate.py)")
     if schema.search(plan.config.run.search).races and cells:
-        line += f"; {race_line(plan.config, cells)}"
+        line += f"; {race_line(plan.config, cells, plan.gpus)}"
     return line
 
 
-def race_line(config, cells: list[Cell]) -> str:
+def race_line(config, cells: list[Cell], gpus: int = 0) -> str:
     """`--dry-run` of a racing search: its wall-time range and what the range assumes."""
     from bench.run.estimate import race_looks, race_seconds
 
     r = config.run
-    low, high = race_seconds(config, cells)
+    low, high = race_seconds(config, cells, gpus=gpus)
     firsts = sorted({looks[0][0] for looks in race_looks(config, [c for c in cells if not c.skip_reason])
                      if looks})
     at = f"round {firsts[0]}" + (f"-{firsts[-1]}" if len(firsts) > 1 and firsts[-1] != firsts[0] else "") \

@@ -59,7 +59,7 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
     print(f"run folder: {run_dir}  ({counts_words(plan, todo)})")
     progress = Progress(total=0, profiled=len(plan.profiled(todo)),
                         unit="cells" if config.run.launches == 1 else "cell launches")
-    runner = Sweep(config, run_dir, progress, fresh=folder.retried)
+    runner = Sweep(config, run_dir, progress, fresh=folder.retried, gpus=plan.gpus)
     progress.total = runner.measurements(todo)
     t0 = time.perf_counter()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM stops as cleanly as Ctrl-C

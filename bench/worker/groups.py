@@ -29,9 +29,9 @@ import torch.distributed as dist
 
 from bench import engines
 from bench.config import BenchConfig
-from bench.matrix import Cell
+from bench.matrix import Cell, engine_groups
 from bench.race import recipe
-from bench.schema import CONFIG_KEYS, DEFAULT_BUCKET_MB, LOSSY_COMM_HOOKS, search
+from bench.schema import GROUP_KEYS, LOSSY_COMM_HOOKS, search
 from bench.workloads import get_workload, memory
 
 # Bytes a trainer keeps resident per fp32 parameter: the parameter, its gradient, AdamW's two moments and
@@ -50,28 +50,6 @@ SIDE_BY_SIDE_SHARE = 0.5
 # a margin for what the model does not count (fragmentation beyond RESERVED_OVER_ALLOCATED, cuDNN's
 # workspaces, another process); the GPU presets are checked at the same share of an 80 GB GPU.
 FIT_SHARE = 0.9
-
-
-# what a group's cells share: a group compares engines, and an engine's options, side by side
-GROUP_KEYS = tuple(k for k in CONFIG_KEYS if k not in ("engine", "engine_options"))
-
-
-def engine_groups(cells: list[Cell]) -> list[list[Cell]]:
-    """The cells grouped by everything but engine, in the order their first cell appears."""
-    groups: dict[tuple, list[Cell]] = {}
-    for cell in cells:
-        if cell.bucket_cap_mb is not None:
-            groups.setdefault(tuple(getattr(cell, k) for k in GROUP_KEYS), []).append(cell)
-    for cell in cells:
-        if cell.bucket_cap_mb is None:  # an engine without buckets
-            key = {k: getattr(cell, k) for k in GROUP_KEYS}
-            same = [g for g in groups
-                    if all(v == key[k] for k, v in zip(GROUP_KEYS, g) if k != "bucket_cap_mb")]
-            default = [g for g in same if dict(zip(GROUP_KEYS, g))["bucket_cap_mb"] == DEFAULT_BUCKET_MB]
-            target = (default or same or [tuple(key.values())])[0]
-            groups.setdefault(target, []).append(cell)
-    order = {cell.cell_id: i for i, cell in enumerate(cells)}
-    return sorted(groups.values(), key=lambda g: min(order[c.cell_id] for c in g))
 
 
 def torch_twin(cell: Cell, others: list[Cell]) -> int | None:

@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         raise
     # Facts of this rank's process that go into every row it finishes.
     facts = {"threads_per_rank": threads, "hostname": host, "rank0_cpus": pinned,
+             # the launches at once beside this one and its GPUs (bench/run/packing.py); alone: 1, None
+             "packed_launches": plan.get("slot", {}).get("packed_launches", 1),
+             "slot_gpus": plan.get("slot", {}).get("slot_gpus"),
              "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
     try:
         if plan_run:  # an earlier run of this plan finished these: continue after them
