@@ -5,10 +5,13 @@ A group is the cells of one launch that differ only in engine (bench/worker/grou
 built together and stepped round-robin, so machine noise lands on all of them alike and each engine's
 samples pair up round by round with torch DDP's. A group of one is a cell timed alone.
 
-build → warm-up (compiled cells: until recompilation stops, compile_s) → timed rounds → phase pass →
-parity checks (ranks agree; fsdp2 and compiled cells against eager torch DDP, PowerSGD's loss distance:
-bench/worker/parity.py) → compute-only rounds → all-reduce probe → release → per cell alone: peak memory
-of its training steps. A compiled cell that torch refuses to compile in a known way (KNOWN_COMPILE_REFUSALS)
+The phases (GroupRun.PHASES, each a method that reads what the ones before it left and keeps the trainers
+still measured): build → warm (compiled cells: until recompilation stops, compile_s) → rounds (timed, side
+by side: the grid's or a race's; the warm-up the changepoint test finds left out) → checks (timed values,
+the phase pass) → gates (parity: ranks agree; fsdp2, compiled and hooked cells against eager torch DDP and
+its rerounded twin, bench/worker/parity.py) → compute_only (rounds without the gradient sync) → probes
+(exposed communication, skew, MFU, the all-reduce probe) → memory (the trainers released, then per cell
+alone: peak memory of its training steps). A compiled cell that torch refuses to compile in a known way (KNOWN_COMPILE_REFUSALS)
 leaves the group in its warm-up and is recorded `skipped` with torch's reason. Profiled passes run after
 every timed step of the launch (bench/worker/main.py), never here.
 """
@@ -87,159 +90,231 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
               progress=lambda phase: None, book: RaceBook | None = None, budget: Budget | None = None,
               passes: frozenset[str] = frozenset(PASSES), companions: frozenset[str] = frozenset(),
               peers: Peers | None = None) -> list[tuple[str, str | None, dict]]:
-    """Collective. Every phase of the group's cells → per cell (status, error, measured part of the row):
-    "ok" | "diverged" with its row; "raced_out" with its rounds so far and the comparison that eliminated
-    it, when a RaceBook makes the group a race (bench/worker/racing.py: only the survivors go through the
-    phases after the timed rounds); or — for a cell whose trainer raised, whose loss is not finite or that
-    torch refused to compile — its own status and error with nothing measured, while the other cells go on
-    (bench/worker/guard.py). `progress(phase)` is called between phases (the launcher's watchdog hears it).
-    `budget`: the launch's (default: this group's share alone). `passes`: the launch's
-    (bench.schema.PASSES; a repeat launch of run.launches runs REPEAT_PASSES: build, warm-up, timed rounds,
-    the parity check and the compute-only rounds, no phase, probe or memory pass). `companions`: cells
-    already measured in an earlier group of the launch, stepped here in the warm-up and timed rounds only,
-    so that the others are paired with them (groups.paired_chunks); their outcome is (COMPANION, None, {})
-    and nothing of them is recorded.
-    `peers`: how the ranks learn of a failure on some of them only (guard.Peers: it then raises
-    GroupBroken out of here on every rank)."""
-    r = config.run
-    budget = budget or Budget()
-    guard = Guard(peers)
-    n_steps = steps_needed(config)
-    _, built = guard.each(cells, lambda c: Trainer(c, config, device, rank, world_size, n_steps),
-                          cell_of=lambda c: c)
-    trainers = list(built.values())
-    del built
-    clock = Stopwatch()
-    with clock:
-        compile_s, warm = warm_up(trainers, r.warmup_steps, device, guard, progress)
-        sync_device(device)
-    trainers, _ = guard.each(trainers, lambda t: check_losses(t.losses))
-    if not trainers:
-        return [guard.outcome(c.cell_id) for c in cells]
-    progress("timed")
-    first_timed = trainers[0].cursor  # every trainer has stepped as often: the warm-up is common
-    trainers, skipped_before = guard.each(trainers, skipped_steps)  # syncs, outside the timed window
-    raced_out: dict[str, tuple[str, str | None, dict]] = {}  # cell id → its outcome, eliminated by a race
-    raced_cells: dict[str, Cell] = {}
-    allowance = budget.allowance_s(group_budget_s(config, len(trainers)))
-    timed_clock = Stopwatch()
-    with clock, timed_clock:
-        if book is None:
-            reference = next((i for i, t in enumerate(trainers) if t.cell.is_baseline), None)
-            rounds = adaptive_rounds([guard.step(t) for t in trainers], config, device, reference, progress,
-                                     [warm[t.cell.cell_id] for t in trainers], allowance)
-        else:
-            racing = [t.cell for t in trainers]
+    """Collective. Every phase of the group's cells (GroupRun.PHASES, in order) → per cell (status, error,
+    measured part of the row): "ok" | "diverged" with its row; "raced_out" with its rounds so far and the
+    comparison that eliminated it, when a RaceBook makes the group a race (bench/worker/racing.py: only the
+    survivors go through the phases after the timed rounds); or — for a cell whose trainer raised, whose
+    loss is not finite or that torch refused to compile — its own status and error with nothing measured,
+    while the other cells go on (bench/worker/guard.py). `progress(phase)` is called between phases (the
+    launcher's watchdog hears it). `budget`: the launch's (default: this group's share alone). `passes`: the
+    launch's (bench.schema.PASSES; a repeat launch of run.launches runs REPEAT_PASSES: build, warm-up, timed
+    rounds, the parity check and the compute-only rounds, no phase, probe or memory pass). `companions`:
+    cells already measured in an earlier group of the launch, stepped here in the warm-up and timed rounds
+    only, so that the others are paired with them (groups.paired_chunks); their outcome is (COMPANION, None,
+    {}) and nothing of them is recorded. `peers`: how the ranks learn of a failure on some of them only
+    (guard.Peers: it then raises GroupBroken out of here on every rank)."""
+    group = GroupRun(cells, config, device, rank, world_size, progress, book, budget or Budget(), passes,
+                     companions, Guard(peers))
+    for phase in GroupRun.PHASES:
+        phase(group)
+        if not group.trainers:  # every cell failed, or a race eliminated every one
+            break
+    return group.outcomes()
 
-            def eliminate(i: int, ranks: list[list[float]], why: Elimination) -> None:
-                # every rank, in the same order, at the look that decided it: its row, then its trainer goes
-                raced_out[racing[i].cell_id] = raced_out_outcome(trainers[i], ranks, why, compile_s,
-                                                                 len(racing) > 1)
-                raced_cells[racing[i].cell_id] = racing[i]
-                trainers[i] = None
-                release(device)
 
-            def failed() -> set[int]:  # collective: the candidates whose steps raised, on any rank
-                agreed = guard.agree()
-                return {i for i, c in enumerate(racing) if c.cell_id in agreed}
+class GroupRun:
+    """One group's measurement on this rank, phase by phase. Each phase reads what the ones before it left
+    here and leaves `trainers`: those still measured (a phase that leaves none ends the group). Every phase
+    is collective: the ranks run the same phases over the same trainers (the guard agrees on failures)."""
 
-            rounds = race_rounds([guard.step(t) for t in trainers], racing, config, device, book, eliminate,
-                                 progress, failed)
-    per_rank, stopped_by = rounds.per_rank, rounds.stopped_by
-    if r.adaptive:  # a fixed count spends no budget, and so leaves none
-        budget.spend(allowance, timed_clock.seconds)
-    side_by_side = len(per_rank)  # the trainers stepped round-robin in the timed rounds (a race's too)
-    order = [t.cell for t in trainers] if book is None else racing  # per_rank's order
-    found, first = warmup_found([warm[c.cell_id] for c in order], per_rank)
-    found = {c.cell_id: end for c, end in zip(order, found)}
-    if book is not None:  # a race's looks compared every round: its eliminated cells' rows keep them all
-        first = 0
-    timed = {c.cell_id: ranks for c, ranks in zip(order, per_rank)}
-    # a companion's rounds pair the others with it (add_speed_vs_torch); then it leaves, as a raced-out cell
-    paired = [(t.cell, timed_values([x[first:] for x in timed[t.cell.cell_id]], t.cell.global_batch))
-              for t in trainers if t is not None and t.cell.cell_id in companions]
-    trainers = [t for t in trainers if t is not None and t.cell.cell_id not in raced_out
-                and t.cell.cell_id not in companions]
-    trainers, _ = guard.each(trainers, lambda t: check_losses(t.losses))
-    if not trainers:  # every cell failed, or a race eliminated every one (against an earlier group's)
-        for _, _, row in raced_out.values():
-            row["steps_wall_s"] = clock.seconds / side_by_side
-        raced_out |= {cell_id: (COMPANION, None, {}) for cell_id in companions if cell_id not in guard.failed}
-        return [raced_out.get(c.cell_id) or guard.outcome(c.cell_id) for c in cells]
-    # each trainer's own timed batches (a race group's candidates differ in per-rank batch and accumulation)
-    timed_steps = {t.cell.cell_id: t.schedule[first_timed:t.cursor] for t in trainers}
-    progress("checks")
+    def __init__(self, cells: list[Cell], config: BenchConfig, device: torch.device, rank: int,
+                 world_size: int, progress, book: RaceBook | None, budget: Budget, passes: frozenset[str],
+                 companions: frozenset[str], guard: Guard):
+        self.cells, self.config, self.device = cells, config, device
+        self.rank, self.world_size = rank, world_size
+        self.progress, self.book, self.budget, self.passes = progress, book, budget, passes
+        self.companions, self.guard = companions, guard
+        self.clock = Stopwatch()  # the group's stepping, shared over its cells as steps_wall_s
+        self.trainers: list[Trainer] = []
+        self.raced_out: dict[str, tuple[str, str | None, dict]] = {}  # cell id → its outcome, raced out
+        self.raced_cells: dict[str, Cell] = {}
+        self.paired: list[tuple[Cell, dict]] = []  # companions' timed values: the others pair with them
+        self.side_by_side, self.stopped_by = 1, None
+        self.rows: dict[str, dict] = {}  # cell id → its measured row so far
 
-    def checks(trainer: Trainer) -> dict:
-        ranks, cell_id = timed[trainer.cell.cell_id], trainer.cell.cell_id
-        with clock:
-            phases = [phase_pass(trainer) for _ in range(r.phase_steps if "phase" in passes else 0)]
-        return (timed_values([times[first:] for times in ranks], trainer.cell.global_batch)
-                | warmup_values(warm[cell_id], ranks, first, found[cell_id]) | phase_values(phases) | {
-            "final_loss": measure.mean_over_ranks(float(trainer.last_loss.float()), device),
-            "compile_s": compile_s.get(trainer.cell.cell_id)} | trainer.precision.flags
-            | trainer.engine.state_bytes_per_rank(trainer.param_bytes, world_size, trainer.cell))
+    def build(self) -> None:
+        """A trainer per cell, every one over the same data schedule's length."""
+        n = steps_needed(self.config)
+        _, built = self.guard.each(self.cells, lambda c: Trainer(c, self.config, self.device, self.rank,
+                                                                  self.world_size, n), cell_of=lambda c: c)
+        self.trainers = list(built.values())
 
-    trainers, rows = guard.each(trainers, checks)
-    trainers, _ = guard.each(trainers, lambda t: check_losses(t.losses))  # apart: no collective after it
+    def warm(self) -> None:
+        """run.warmup_steps rounds (compiled cells: until recompiling stops); the losses checked."""
+        with self.clock:
+            self.compile_s, self.warm_times = warm_up(self.trainers, self.config.run.warmup_steps,
+                                                      self.device, self.guard, self.progress)
+            sync_device(self.device)
+        self.keep_finite()
 
-    references = parity.References(trainers, config, rank, world_size)
+    def rounds(self) -> None:
+        """The timed rounds, side by side: the grid's fixed or adaptive count, or a race's (which eliminates
+        candidates as it goes); then the warm-up the changepoint test finds in them is left out, and the
+        companions and raced-out cells leave."""
+        r = self.config.run
+        self.progress("timed")
+        self.first_timed = self.trainers[0].cursor  # every trainer has stepped as often: a common warm-up
+        self.trainers, self.skipped_before = self.guard.each(self.trainers, skipped_steps)  # syncs, untimed
+        allowance = self.budget.allowance_s(group_budget_s(self.config, len(self.trainers)))
+        timed_clock = Stopwatch()
+        with self.clock, timed_clock:
+            rounds, order = self.grid_rounds(allowance) if self.book is None else self.raced_rounds()
+        self.stopped_by = rounds.stopped_by
+        if r.adaptive:  # a fixed count spends no budget, and so leaves none
+            self.budget.spend(allowance, timed_clock.seconds)
+        self.side_by_side = len(rounds.per_rank)  # stepped round-robin in the timed rounds (a race's too)
+        found, self.first = warmup_found([self.warm_times[c.cell_id] for c in order], rounds.per_rank)
+        self.found = {c.cell_id: end for c, end in zip(order, found)}
+        if self.book is not None:  # a race's looks compared every round: its eliminated cells' rows keep them
+            self.first = 0
+        self.timed = {c.cell_id: ranks for c, ranks in zip(order, rounds.per_rank)}
+        # a companion's rounds pair the others with it (add_speed_vs_torch); then it leaves, as one raced out
+        self.paired = [(t.cell, timed_values([x[self.first:] for x in self.timed[t.cell.cell_id]],
+                                             t.cell.global_batch))
+                       for t in self.trainers if t is not None and t.cell.cell_id in self.companions]
+        self.trainers = [t for t in self.trainers if t is not None and t.cell.cell_id not in self.raced_out
+                         and t.cell.cell_id not in self.companions]
+        self.keep_finite()
+        # each trainer's own timed batches (a race's candidates differ in per-rank batch and accumulation)
+        self.timed_steps = {t.cell.cell_id: t.schedule[self.first_timed:t.cursor] for t in self.trainers}
 
-    def gates(trainer: Trainer) -> dict:  # every trainer has stepped as often: the gates compare them
-        params = trainer.engine.full_parameters(trainer.model)
-        out = {"identical": measure.params_identical(params, device)}
-        if parity.needs_reference(trainer.cell):
-            with clock:
-                ddp, twin, skipped = references.compared(trainer)  # fp16's overflows aligned
-                out |= parity.gate(trainer, ddp, twin, skipped)
-        return out
+    def grid_rounds(self, allowance: float) -> tuple[TimedRounds, list[Cell]]:
+        """Every trainer to the end (adaptive_rounds), paired with the torch DDP cell when there is one."""
+        reference = next((i for i, t in enumerate(self.trainers) if t.cell.is_baseline), None)
+        warm = [self.warm_times[t.cell.cell_id] for t in self.trainers]
+        rounds = adaptive_rounds([self.guard.step(t) for t in self.trainers], self.config, self.device,
+                                 reference, self.progress, warm, allowance)
+        return rounds, [t.cell for t in self.trainers]
 
-    trainers, gated = guard.each(trainers, gates)
-    references.release()  # the references and twins go before the compute-only rounds
-    release(device)
-    progress("compute-only")
-    # every launch, repeats too: a merged row's step, compute-only and exposed communication then come from
-    # the same launches (bench/run/merge.py)
-    with clock:  # no gradient sync from here on: ranks' parameters drift apart, which the check above saw
-        compute_only = compute_only_rounds(trainers, timed_steps, r.compute_only_steps, guard)
+    def raced_rounds(self) -> tuple[TimedRounds, list[Cell]]:
+        """A race (bench/worker/racing.py): an eliminated candidate's row is made at the look that decided
+        it, on every rank in the same order, and its trainer goes (its slot in `trainers` becomes None)."""
+        racing = [t.cell for t in self.trainers]
 
-    def probes(trainer: Trainer) -> dict:
-        row, cell_id = rows[trainer.cell.cell_id], trainer.cell.cell_id
-        tokens, flops = measure.work_per_step(trainer, timed_steps[cell_id])
-        before, now = skipped_before[cell_id], skipped_steps(trainer)
-        ranks = compute_only[cell_id]  # ranks × rounds: each rank's own work, for the skew
-        return (gated[cell_id] | exposed_values(row["step_times_ms"], metrics.step_times_over_ranks(ranks))
-                | skew_values(ranks) | {"compute_only_ms_per_rank": ranks}
-                | work_values(trainer, row, tokens, flops)
-                | probe_values(measure.allreduce_probe(trainer, r.probe_iters if "probe" in passes else 0),
-                               world_size)
-                # the layout the engine used, as it reports it (cells.jsonl): what `bench project` reads
-                | {"bucket_sizes_bytes": trainer.engine.bucket_sizes_bytes(trainer.model,
-                                                                            trainer.cell.wrap_bucket_mb),
-                   "loss_scale": trainer.precision.loss_scale(), "skipped_steps": now,
-                   "skipped_timed_steps": None if before is None else now - before})
+        def eliminate(i: int, ranks: list[list[float]], why: Elimination) -> None:
+            self.raced_out[racing[i].cell_id] = raced_out_outcome(self.trainers[i], ranks, why,
+                                                                  self.compile_s, len(racing) > 1)
+            self.raced_cells[racing[i].cell_id] = racing[i]
+            self.trainers[i] = None
+            release(self.device)
 
-    trainers, probed = guard.each(trainers, probes)
-    measured = [t.cell for t in trainers]
-    trainers = []  # the trainers go before the memory pass measures a cell alone
-    release(device)
-    progress("memory")
-    measured, memory = guard.each(measured, lambda c: {} if "memory" not in passes else
-                                  solo_peak_memory(c, config, device, rank, world_size), cell_of=lambda c: c)
-    rows = [rows[c.cell_id] | probed[c.cell_id] | memory[c.cell_id]
-            | {"steps_wall_s": clock.seconds / side_by_side, "interleaved": side_by_side > 1,
-               "stopped_by": stopped_by} for c in measured]
-    add_speed_vs_torch(measured, rows, [(raced_cells[i], row) for i, (_, _, row) in raced_out.items()]
-                       + paired)
-    outcomes = {c.cell_id: outcome(row, c) for row, c in zip(rows, measured)}
-    if book is not None:  # the survivors measured ok: later groups of their recipe race them, unpaired
-        for cell, row in zip(measured, rows):
-            if outcomes[cell.cell_id][0] == "ok":
-                book.add(cell, row["step_times_ms"])
-    for _, _, row in raced_out.values():
-        row["steps_wall_s"] = clock.seconds / side_by_side
-    outcomes |= raced_out | {cell_id: (COMPANION, None, {}) for cell_id in companions}
-    return [outcomes.get(c.cell_id) or guard.outcome(c.cell_id) for c in cells]
+        def failed() -> set[int]:  # collective: the candidates whose steps raised, on any rank
+            agreed = self.guard.agree()
+            return {i for i, c in enumerate(racing) if c.cell_id in agreed}
+
+        rounds = race_rounds([self.guard.step(t) for t in self.trainers], racing, self.config, self.device,
+                             self.book, eliminate, self.progress, failed)
+        return rounds, racing
+
+    def checks(self) -> None:
+        """Per cell: its timed values, warm-up and outlier columns, the phase pass, loss, compile time,
+        precision flags and the engine's state per rank."""
+        self.progress("checks")
+        r, passes = self.config.run, self.passes
+
+        def checks(trainer: Trainer) -> dict:
+            ranks, cell_id = self.timed[trainer.cell.cell_id], trainer.cell.cell_id
+            with self.clock:
+                phases = [phase_pass(trainer) for _ in range(r.phase_steps if "phase" in passes else 0)]
+            return (timed_values([times[self.first:] for times in ranks], trainer.cell.global_batch)
+                    | warmup_values(self.warm_times[cell_id], ranks, self.first, self.found[cell_id])
+                    | phase_values(phases) | {
+                "final_loss": measure.mean_over_ranks(float(trainer.last_loss.float()), self.device),
+                "compile_s": self.compile_s.get(cell_id)} | trainer.precision.flags
+                | trainer.engine.state_bytes_per_rank(trainer.param_bytes, self.world_size, trainer.cell))
+
+        self.trainers, self.rows = self.guard.each(self.trainers, checks)
+        self.keep_finite()  # apart: no collective after it
+
+    def gates(self) -> None:
+        """The parity gates: parameters identical over ranks; fsdp2, compiled and hooked cells against eager
+        torch DDP and its rerounded twin (bench/worker/parity.py). Every trainer has stepped as often."""
+        references = parity.References(self.trainers, self.config, self.rank, self.world_size)
+
+        def gates(trainer: Trainer) -> dict:
+            out = {"identical": measure.params_identical(trainer.engine.full_parameters(trainer.model),
+                                                         self.device)}
+            if parity.needs_reference(trainer.cell):
+                with self.clock:
+                    ddp, twin, skipped = references.compared(trainer)  # fp16's overflows aligned
+                    out |= parity.gate(trainer, ddp, twin, skipped)
+            return out
+
+        self.trainers, self.gated = self.guard.each(self.trainers, gates)
+        references.release()  # the references and twins go before the compute-only rounds
+        release(self.device)
+
+    def compute_only(self) -> None:
+        """Every launch, repeats too: a merged row's step, compute-only and exposed communication then come
+        from the same launches (bench/run/merge.py). No gradient sync from here on: ranks' parameters drift
+        apart, which the gates above saw."""
+        self.progress("compute-only")
+        with self.clock:
+            self.compute_only_ms = compute_only_rounds(self.trainers, self.timed_steps,
+                                                       self.config.run.compute_only_steps, self.guard)
+
+    def probes(self) -> None:
+        """Per cell: exposed communication and rank skew, work and MFU, the all-reduce probe, the buckets the
+        engine used (what `bench project` reads) and fp16's scale and skipped steps."""
+        probe_iters = self.config.run.probe_iters if "probe" in self.passes else 0
+
+        def probes(trainer: Trainer) -> dict:
+            row, cell_id = self.rows[trainer.cell.cell_id], trainer.cell.cell_id
+            tokens, flops = measure.work_per_step(trainer, self.timed_steps[cell_id])
+            before, now = self.skipped_before[cell_id], skipped_steps(trainer)
+            ranks = self.compute_only_ms[cell_id]  # ranks × rounds: each rank's own work, for the skew
+            return (self.gated[cell_id]
+                    | exposed_values(row["step_times_ms"], metrics.step_times_over_ranks(ranks))
+                    | skew_values(ranks) | {"compute_only_ms_per_rank": ranks}
+                    | work_values(trainer, row, tokens, flops)
+                    | probe_values(measure.allreduce_probe(trainer, probe_iters), self.world_size)
+                    | {"bucket_sizes_bytes": trainer.engine.bucket_sizes_bytes(trainer.model,
+                                                                                trainer.cell.wrap_bucket_mb),
+                       "loss_scale": trainer.precision.loss_scale(), "skipped_steps": now,
+                       "skipped_timed_steps": None if before is None else now - before})
+
+        self.trainers, probed = self.guard.each(self.trainers, probes)
+        for cell_id, values in probed.items():
+            self.rows[cell_id] |= values
+
+    def memory(self) -> None:
+        """The trainers go, then each cell alone: the peak memory of its training steps."""
+        measured = [t.cell for t in self.trainers]
+        self.trainers = []
+        release(self.device)
+        self.progress("memory")
+        measured, memory = self.guard.each(
+            measured, lambda c: {} if "memory" not in self.passes else
+            solo_peak_memory(c, self.config, self.device, self.rank, self.world_size), cell_of=lambda c: c)
+        self.measured = measured
+        for cell in measured:
+            self.rows[cell.cell_id] |= memory[cell.cell_id]
+
+    PHASES = (build, warm, rounds, checks, gates, compute_only, probes, memory)
+
+    def keep_finite(self) -> None:
+        """Collective: the trainers whose losses are finite on every rank stay."""
+        self.trainers, _ = self.guard.each(self.trainers, lambda t: check_losses(t.losses))
+
+    def outcomes(self) -> list[tuple[str, str | None, dict]]:
+        """Per cell: its measured row (after the last phase), its race's elimination, COMPANION, or its
+        failure. The survivors of a race join its book: later groups of their recipe race them, unpaired."""
+        measured = getattr(self, "measured", [])
+        wall = {"steps_wall_s": self.clock.seconds / self.side_by_side}
+        rows = [self.rows[c.cell_id] | wall | {"interleaved": self.side_by_side > 1,
+                                               "stopped_by": self.stopped_by} for c in measured]
+        add_speed_vs_torch(measured, rows, [(self.raced_cells[i], row) for i, (_, _, row) in
+                                            self.raced_out.items()] + self.paired)
+        outcomes = {c.cell_id: outcome(row, c) for row, c in zip(rows, measured)}
+        if self.book is not None:
+            for cell, row in zip(measured, rows):
+                if outcomes[cell.cell_id][0] == "ok":
+                    self.book.add(cell, row["step_times_ms"])
+        for _, _, row in self.raced_out.values():
+            row |= wall
+        outcomes |= self.raced_out | {cell_id: (COMPANION, None, {}) for cell_id in self.companions
+                                      if cell_id not in self.guard.failed}
+        return [outcomes.get(c.cell_id) or self.guard.outcome(c.cell_id) for c in self.cells]
 
 
 def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, reference: int | None,
