@@ -259,6 +259,25 @@ def network_claims(rows: list[dict], gpus: int) -> list[Claim]:
     return out
 
 
+def packing_claims(rows: list[dict], gpus: int) -> list[Claim]:
+    """World size 1 on a node of several GPUs ran packed (run.pack auto): its groups in launches at once,
+    each on its own GPU (docs/design.md "Packing")."""
+    proves = ("world sizes below the node's GPUs run in launches at once on disjoint GPUs, a group on one "
+              "(bench/run/packing.py); compare their steps with world size 1's on a 1-GPU check")
+    if gpus < 2:
+        return [Claim("packing: world size 1", "SKIP", "one GPU: nothing to pack", proves)]
+    ones = [r for r in rows if r["world_size"] == "1" and r["status"] in ("ok", "diverged")]
+    slots = {r.get("slot_gpus") for r in ones}
+    packed = {r.get("packed_launches") for r in ones}
+    holds = (bool(ones) and all(num(p) and num(p) > 1 for p in packed) and None not in slots
+             and "" not in slots and len(slots) > 1)
+    steps = ", ".join(f"{r['cell_id']}: {num(r.get('step_time_ms_p50'))} ms on GPU {r.get('slot_gpus')}"
+                      for r in ones[:4])
+    return [Claim("packing: world size 1", "PASS" if holds else "FAIL",
+                  f"{len(ones)} cells, packed_launches {sorted(packed)}, GPUs {sorted(map(str, slots))}; "
+                  f"{steps}", proves)]
+
+
 def safely(name: str, make, *args) -> list[Claim]:
     """`make(*args)`'s claims; a bug or a missing dependency there (pandas on a bare image) is one FAIL
     line naming it, not the end of the evidence."""
@@ -375,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = read_rows(out / "sweep")
     claims += safely("sweep", sweep_claims, rows, code, seconds, sweep_est, "sweep")
     claims += safely("network", network_claims, rows, gpus)
+    claims += safely("packing", packing_claims, rows, gpus)
     record("after the sweep (2 of 4 stages)")
 
     stage_s = limit(ANALYZE_S, compiled_est[0])

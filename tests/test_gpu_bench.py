@@ -231,3 +231,26 @@ def test_plan_mode_under_nccl_a_failing_cell_costs_seconds_not_the_timeout(tmp_p
     collect(out)
     assert [(r["engine"], r["status"]) for r in rows(out)] == [("torch", "ok"), ("naive", "failed"),
                                                                ("bucketed", "ok")]
+
+
+@pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs")
+@pytest.mark.timeout(400)
+def test_world_size_1_packs_onto_disjoint_gpus(tmp_path):
+    """run.pack auto on CUDA: world size 1's two groups (accumulation 1 and 2) run in launches at once, each
+    on its own GPU (CUDA_VISIBLE_DEVICES of one id) and CPU share; torch and overlap of a group stay
+    together, so their pairing (speed_vs_torch) is on one GPU."""
+    out = tmp_path / "run"
+    proc = run_bench(out, "run.device=cuda", "run.threads_per_rank=0", "matrix.world_size=1",
+                     "matrix.engine=torch,overlap", "matrix.grad_accum=1,2", "profile.enabled=false",
+                     timeout=380)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, rows = read_csv(out)
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}
+    assert {r["packed_launches"] for r in rows} == {"2"}  # two groups: two of the GPUS slots at once
+    records = [json.loads(line) for line in (out / "cells.jsonl").read_text().splitlines()]
+    by_group = {}
+    for r in records:
+        by_group.setdefault(r["grad_accum"], set()).add(r["slot_gpus"])
+    assert all(len(gpus) == 1 for gpus in by_group.values())  # a group on one GPU
+    assert len({next(iter(g)) for g in by_group.values()}) == 2  # the two groups on two GPUs
+    assert all("," not in next(iter(g)) for g in by_group.values())

@@ -127,3 +127,18 @@ def test_the_dry_run_plans_without_cuda_and_runs_nothing(tmp_path, capsys):
     said = capsys.readouterr().out
     assert said.startswith("gpu-check on 8 × GPU (planned") and "estimated" in said and not out.exists()
     assert gpu_check.main(["--out", str(out)]) == gpu_check.EXIT_NO_CUDA and not out.exists()
+
+
+def test_the_packing_claim():
+    """On 8 GPUs world size 1's groups ran packed, each on its own GPU: PASS; run one after another (no
+    slot recorded, or every cell on the same GPUs): FAIL; on one GPU: SKIP."""
+    packed = [row("torch-a", "torch", 1, packed_launches="8", slot_gpus="0", step_time_ms_p50="10.0"),
+              row("torch-b", "torch", 1, packed_launches="8", slot_gpus="1", step_time_ms_p50="10.1"),
+              row("torch-8", "torch", 8, packed_launches="1", slot_gpus="")]
+    (claim,) = gpu_check.packing_claims(packed, 8)
+    assert claim.result == "PASS" and "GPUs ['0', '1']" in claim.figure and "torch-a: 10.0 ms on GPU 0" in (
+        claim.figure)
+    alone = [row("torch-a", "torch", 1, packed_launches="1", slot_gpus=""),
+             row("torch-b", "torch", 1, packed_launches="1", slot_gpus="")]
+    assert gpu_check.packing_claims(alone, 8)[0].result == "FAIL"
+    assert gpu_check.packing_claims(packed, 1)[0].result == "SKIP"

@@ -161,3 +161,22 @@ def test_a_stopped_packed_sweep_stops_every_launch_and_keeps_what_finished(tmp_p
                              env=os.environ | {"OMP_NUM_THREADS": "1"})
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert sorted(r["grad_accum"] for r in read_records(out)) == [1, 2]
+
+
+def test_a_world_size_with_fewer_groups_than_slots_says_how_many_ran_at_once(tmp_path, monkeypatch):
+    # 8 cores, 1 thread a rank: 8 slots for world size 1, but 2 groups: 2 lanes, each `of` 2, on the first
+    # two slots in repeat 0 and rotated by one slot in repeat 1
+    import io
+
+    from bench.run.launch import Sweep
+    from bench.run.progress import Progress
+
+    monkeypatch.setattr(packing, "launcher_cpus", lambda: list(range(8)))
+    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.scaling=strong",
+                                       "matrix.grad_accum=1,2", "matrix.engine=torch,overlap", "run.pack=on",
+                                       "run.threads_per_rank=1"])
+    sweep = Sweep(config, tmp_path, Progress(0, stream=io.StringIO()))
+    lanes = sweep.lanes(1, 0, expand(config))
+    assert [(s.index, s.of, s.cpus) for s, _ in lanes] == [(0, 2, (0,)), (1, 2, (1,))]
+    assert sorted(len(share) for _, share in lanes) == [2, 2]
+    assert [s.index for s, _ in sweep.lanes(1, 1, expand(config))] == [1, 2]

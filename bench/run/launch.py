@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench import race, run_folder
@@ -241,7 +241,9 @@ class Sweep:
         sizes, rates = workload_sizes(self.config), RATES[r.device]
         seconds = {c.cell_id: cell_seconds(self.config, rates, c, sizes) for c in pending}
         shares = packing.shares(pending, search(r.search).races, lambda c: seconds[c.cell_id], len(slots))
-        return [(slots[(i + j) % len(slots)], share) for i, share in enumerate(shares)]
+        # `of`: the launches that do run at once (fewer than the slots when there are fewer groups)
+        return [(replace(slots[(i + j) % len(slots)], of=len(shares)), share)
+                for i, share in enumerate(shares)]
 
     def run_lanes(self, ws: int, j: int, pending: list[Cell]) -> None:
         """The launches of world size `ws`, repeat `j`: each lane (`lanes`) runs its launch, then relaunches

@@ -37,7 +37,8 @@ from bench.race import recipe
 @dataclass(frozen=True)
 class Slot:
     """Where one of a world size's launches at once runs: its GPUs (visible-device ids; empty on CPU), its
-    CPUs (the launcher's affinity ids; empty: unchanged) and how many launches run at once (`of`)."""
+    CPUs (the launcher's affinity ids; empty: unchanged) and how many launches run at once (`of`: the
+    slots, or fewer when a world size has fewer units than slots: Sweep.lanes)."""
 
     index: int
     of: int

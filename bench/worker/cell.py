@@ -6,14 +6,14 @@ built together and stepped round-robin, so machine noise lands on all of them al
 samples pair up round by round with torch DDP's. A group of one is a cell timed alone.
 
 The phases (GroupRun.PHASES, each a method that reads what the ones before it left and keeps the trainers
-still measured): build → warm (compiled cells: until recompilation stops, compile_s) → rounds (timed, side
-by side: the grid's or a race's; the warm-up the changepoint test finds left out) → checks (timed values,
-the phase pass) → gates (parity: ranks agree; fsdp2, compiled and hooked cells against eager torch DDP and
-its rerounded twin, bench/worker/parity.py) → compute_only (rounds without the gradient sync) → probes
-(exposed communication, skew, MFU, the all-reduce probe) → memory (the trainers released, then per cell
-alone: peak memory of its training steps). A compiled cell that torch refuses to compile in a known way (KNOWN_COMPILE_REFUSALS)
-leaves the group in its warm-up and is recorded `skipped` with torch's reason. Profiled passes run after
-every timed step of the launch (bench/worker/main.py), never here.
+still measured): build → warm (compiled cells: until recompilation stops, compile_s) → rounds (timed, side by
+side: the grid's or a race's; the warm-up the changepoint test finds left out) → checks (timed values, the
+phase pass) → gates (parity: ranks agree; fsdp2, compiled and hooked cells against eager torch DDP and its
+rerounded twin, bench/worker/parity.py) → compute_only (rounds without the gradient sync) → probes (exposed
+communication, skew, MFU, the all-reduce probe) → memory (the trainers released, then per cell alone: peak
+memory of its training steps). A compiled cell that torch refuses to compile in a known way
+(KNOWN_COMPILE_REFUSALS) leaves the group in its warm-up and is recorded `skipped` with torch's reason.
+Profiled passes run after every timed step of the launch (bench/worker/main.py), never here.
 """
 
 from __future__ import annotations
