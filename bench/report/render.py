@@ -340,6 +340,7 @@ INTEGER_COLUMNS = {
     "n_params",
     "seq_len",
     "threads_per_rank",
+    "packed_launches",
     "allreduce_bytes",
     "bucket_cap_mb",
     "torch_bucket_cap_mb",
