@@ -261,9 +261,9 @@ class Sweep:
             launch.start()
             live.append(launch)
 
-        for slot, share in lanes:
-            begin(slot, share, [], carried_in)
         try:
+            for slot, share in lanes:
+                begin(slot, share, [], carried_in)
             while live:
                 time.sleep(POLL_S)
                 for launch in [x for x in live if not x.poll()]:
@@ -357,19 +357,9 @@ class Launch:
                 str(self.ws), "-m", "bench.worker", "--plan", str(plan_path.resolve()),
                 "--events", str(self.reader.path.resolve())]
 
-    def run(self) -> list[Cell]:
-        """Start the launch and follow it to its end; returns the cells still to run."""
-        self.start()
-        try:
-            while self.poll():
-                time.sleep(POLL_S)
-        except BaseException:  # Ctrl-C / SIGTERM: stop the launch and leave nothing behind
-            self.abort()
-            raise
-        return self.end()
-
     def start(self) -> None:
-        """Start torchrun (in its slot, when packed) with its logs; `poll` then follows it."""
+        """Start torchrun (in its slot, when packed) with its logs; `poll` then follows it, `end` ends it,
+        `abort` stops it (Sweep.run_lanes)."""
         cmd, r = self.command(), self.config.run
         threads = packing.threads_per_rank(self.slot, self.ws, r.threads_per_rank, usable_cpus())
         env = (os.environ | launch_env(r.device, threads) | self.slot.env() | self.nccl_vars
