@@ -103,12 +103,18 @@ def _skews(rank: int, world_size: int, straggle_s: float) -> dict:
 
 @pytest.mark.timeout(300)
 def test_fsdp2_rank_skew_is_each_ranks_own_work():
-    """A 50 ms straggler on rank 1: each rank's compute-only time must be its own work for fsdp2 as for
+    """A 150 ms straggler on rank 1: each rank's compute-only time must be its own work for fsdp2 as for
     torch DDP. fsdp2's window used to all-gather, so every rank waited for the slowest inside it and the skew
-    read 1.4 ms with a 20 ms straggler where torch's read 20.6 ms. (A loaded machine delays the fast rank
-    too, by a few ms, not in proportion: at 20 ms it read 6.2 beside a busy process; hence 50 ms.)"""
-    skews = run_distributed(_skews, 2, 0.050, timeout_s=280)[0]
+    read 1.4 ms with a 20 ms straggler where torch's read 20.6 ms: 7 % of torch's. A loaded machine delays
+    the fast rank too (its pinned core shared with a busy process: at 50 ms, 11 ms of skew for torch, and
+    fsdp2's slower step made rank 0 the "slowest"); at 150 ms the skew reads 135-143 ms idle and 77-98 beside
+    a busy process. So each engine's skew is judged beside torch's, measured in the same rounds under the
+    same load, and only a floor of 10 % of the straggle is absolute."""
+    skews = run_distributed(_skews, 2, 0.150, timeout_s=280)[0]
     for engine in ("torch", "fsdp2"):
-        assert skews[engine]["rank_skew_ms_p50"] > 20.0, skews  # 40 % of the straggle: load moves the rest
+        assert skews[engine]["rank_skew_ms_p50"] > 15.0, skews  # the straggler is seen at all
         assert skews[engine]["slowest_rank"] == 1, skews
+    # fsdp2's window is each rank's own work, as torch DDP's is: a quarter of torch's skew at least (the
+    # window that all-gathered read 7 % of it)
+    assert skews["fsdp2"]["rank_skew_ms_p50"] > 0.25 * skews["torch"]["rank_skew_ms_p50"], skews
     assert engines.get("fsdp2").sharded
