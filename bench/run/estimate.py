@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, replace
 
 from bench import race, stats
-from bench.config import BenchConfig, usable_cpus
+from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell, by_launch, engines_per_group, group_budget_s
 from bench.run import packing
 from bench.schema import search
@@ -244,7 +244,7 @@ def over_slots(config: BenchConfig, ws: int, gpus: int, seconds: dict[str, float
     """One world size's cells at `seconds` each (by cell id): their sum, or, packed (run.pack on a node of
     `gpus` GPUs: bench/run/packing.py), the longest slot of the split the sweep makes."""
     r = config.run
-    n = packing.slot_count(r.pack, r.device, ws, gpus, usable_cpus(), r.threads_per_rank)
+    n = packing.launches_at_once(r, ws, gpus)
     if n == 1:
         return sum(seconds[c.cell_id] for c in cells)
     races = search(r.search).races

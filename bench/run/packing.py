@@ -88,6 +88,12 @@ def slot_count(pack: str, device: str, ws: int, gpus: int, cpus: int, threads_pe
     return max(1, cpus // (ws * max(1, threads_per_rank)))
 
 
+def launches_at_once(run, ws: int, gpus: int) -> int:
+    """`slot_count` for a run's settings (config.run: pack, device, threads_per_rank) on this launcher's
+    CPUs: what the sweep (`slots`), the estimate and --dry-run all count with."""
+    return slot_count(run.pack, run.device, ws, gpus, len(launcher_cpus()), run.threads_per_rank)
+
+
 def slots(pack: str, device: str, ws: int, gpus: int, threads_per_rank: int,
           cpus: Sequence[int] | None = None, environ: dict[str, str] | None = None) -> list[Slot]:
     """The slots of world size `ws` on this node: `slot_count` of them, slot i on the i-th block of ws GPUs

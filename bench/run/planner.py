@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 
 from bench import schema
-from bench.config import BenchConfig, ConfigError, load_config, resolve_path, usable_cpus
+from bench.config import BenchConfig, ConfigError, load_config, resolve_path
 from bench.matrix import Cell, by_launch, expand
 from bench.run import checks
 from bench.schema import MiB
@@ -188,7 +188,7 @@ def launch_count(config, runnable: list[Cell], gpus: int) -> int:
 
     r, count = config.run, 0
     for ws, cells in by_launch(runnable).items():
-        n = packing.slot_count(r.pack, r.device, ws, gpus, usable_cpus(), r.threads_per_rank)
+        n = packing.launches_at_once(r, ws, gpus)
         units = len(packing.units(cells, schema.search(r.search).races)) if n > 1 else 1
         count += min(n, units) * r.launches
     return count
@@ -199,7 +199,7 @@ def packed_words(config, runnable: list[Cell], gpus: int) -> str | None:
     from bench.run import packing
 
     r = config.run
-    counts = {ws: packing.slot_count(r.pack, r.device, ws, gpus, usable_cpus(), r.threads_per_rank)
+    counts = {ws: packing.launches_at_once(r, ws, gpus)
               for ws in by_launch(runnable)}
     packed = [f"world size {ws} in {n} launches at once" for ws, n in counts.items() if n > 1]
     if not packed:

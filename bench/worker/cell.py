@@ -131,6 +131,7 @@ class GroupRun:
         self.paired: list[tuple[Cell, dict]] = []  # companions' timed values: the others pair with them
         self.side_by_side, self.stopped_by = 1, None
         self.rows: dict[str, dict] = {}  # cell id → its measured row so far
+        self.measured: list[Cell] = []  # the cells every phase measured (the memory phase's survivors)
 
     def build(self) -> None:
         """A trainer per cell, every one over the same data schedule's length."""
@@ -299,7 +300,7 @@ class GroupRun:
     def outcomes(self) -> list[tuple[str, str | None, dict]]:
         """Per cell: its measured row (after the last phase), its race's elimination, COMPANION, or its
         failure. The survivors of a race join its book: later groups of their recipe race them, unpaired."""
-        measured = getattr(self, "measured", [])
+        measured = self.measured
         wall = {"steps_wall_s": self.clock.seconds / self.side_by_side}
         rows = [self.rows[c.cell_id] | wall | {"interleaved": self.side_by_side > 1,
                                                "stopped_by": self.stopped_by} for c in measured]
