@@ -19,6 +19,7 @@ from test_multinode import ENV, REPO, TINY, collect, events, free_port, plan, ro
 
 from bench.__main__ import main as bench_main
 from bench.lifetime import alive
+from bench.matrix import Cell
 from bench.run.slurm import EXIT_CANCELLED, Job, launch_steps, sbatch_script, spread
 
 EXPECTED = [("torch", "2", "ok"), ("naive", "2", "ok"), ("bucketed", "2", "ok")]
@@ -121,6 +122,37 @@ def test_scancel_mid_run_leaves_no_process_and_resume_finishes(slurm, tmp_path):
     assert summary(out) == EXPECTED
 
 
+PACKED = ["matrix.engine=torch,naive", "matrix.world_size=1", "matrix.precision=fp32,bf16", "run.pack=on"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_packed_world_size_runs_its_launches_at_once_each_on_its_own_cpus(slurm, tmp_path):  # noqa: F811
+    """Issue 43's packing in `bench slurm`: world size 1 on a 2-CPU node with run.pack=on is two srun
+    steps at once (--exact, a CPU each; the test cluster's task/none binds nothing, so each launch binds
+    itself to its block: bench.worker bind_share), each running its share (--slot) of the plan's cells: two
+    engine groups, fp32 and bf16. Both shares finish, every row says it ran beside one other launch with
+    one thread, and the two launches' lifetimes overlap."""
+    out = tmp_path / "run"
+    sets = [a for o in [*TINY, *PACKED] for a in ("--set", o)]
+    done = run([sys.executable, "-m", "bench", "slurm", "--config", "cpu-smoke", *sets, "--nodes", "1",
+                "--ranks-per-node", "1", "--cpus-per-node", "2", "--time", "00:05:00", "--out", str(out),
+                "--submit"], slurm | ENV, timeout=140)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "\nstep 1 1 1 0 2\n" in (out / "job.sbatch").read_text()
+    assert "world size 1 (2 launches at once) on node 0" in done.stdout
+    slots = json.loads((out / "plan.json").read_text())["slots"]["1"]
+    assert sorted(len(share) for share in slots) == [2, 2]
+    assert "COMPLETED: 4 cells recorded of 4 planned: 4 ok" in done.stdout
+    got = rows(out)
+    assert {r["packed_launches"] for r in got} == {"2"} and {r["threads_per_rank"] for r in got} == {"1"}
+    by_file = [[json.loads(line)["t"] for line in path.read_text().splitlines()]  # a file per launch's rank
+               for path in sorted((out / "events").glob("*.jsonl"))]
+    assert len(by_file) == 2
+    (a0, a1), (b0, b1) = [(min(t), max(t)) for t in by_file]
+    assert max(a0, b0) < min(a1, b1), by_file  # at the same time
+
+
 # ---- bad input: no cluster needed ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("extra, message", [
@@ -193,8 +225,10 @@ def fake_slurm_bin(tmp_path: Path) -> Path:
     (bin_dir / "srun").write_text('#!/bin/bash\nargs="$*"; cpus=${args#*--cpus-per-task }; '
                                   'ep=${args#*--rdzv-endpoint }; rel=${args#*--relative }; '
                                   '[[ "$args" == *--standalone* ]] && ep=standalone; '
+                                  'gres=none; [[ "$args" == *--gres=* ]] && gres=${args#*--gres=}; '
+                                  'slot=none; [[ "$args" == *--slot* ]] && slot=${args#*--slot }; '
                                   'echo "SRUN cpus=${cpus%% *} endpoint=${ep%% *} relative=${rel%% *} '
-                                  'nccl=${NCCL_DEBUG_FILE:-none}"\n')
+                                  'gres=${gres%% *} slot=${slot%% *} nccl=${NCCL_DEBUG_FILE:-none}"\n')
     (bin_dir / "scontrol").write_text("#!/bin/bash\necho localhost\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
@@ -241,14 +275,75 @@ def test_the_script_gives_every_step_the_nodes_cpus_a_free_port_and_an_nccl_log(
     lanes = tmp_path / "lanes"
     assert bench_main(["slurm", "--config", "gpu-check", "--nodes", "2", "--gpus-per-node", "2",
                        "--set", "matrix.world_size=1,2", "--out", str(lanes)]) == 0
-    assert sorted(s.split()[2:4] for s in run_script(lanes / "job.sbatch", bin_dir)) == [
-        ["endpoint=standalone", "relative=0"], ["endpoint=standalone", "relative=1"]]
+    # world size 2 fills a 2-GPU node; world size 1 packs there as two launches at once (a GPU each)
+    assert sorted(s.split()[2:5] for s in run_script(lanes / "job.sbatch", bin_dir)) == [
+        ["endpoint=standalone", "relative=0", "gres=none"],
+        ["endpoint=standalone", "relative=1", "gres=gpu:1"], ["endpoint=standalone", "relative=1", "gres=gpu:1"]]
     cpu = tmp_path / "cpu"
     assert bench_main(["slurm", "--config", "cpu-smoke", *SETS, "--nodes", "1", "--ranks-per-node", "2",
                        "--cpus-per-node", "6", "--out", str(cpu)]) == 0
     text = (cpu / "job.sbatch").read_text()
     assert "#SBATCH --cpus-per-task=6" in text and "NCCL_DEBUG" not in text  # gloo: no NCCL log
     assert [s.split()[1] for s in run_script(cpu / "job.sbatch", bin_dir)] == ["cpus=6"]
+
+
+def test_world_sizes_below_the_node_pack_into_steps_at_once_on_their_own_gpus(tmp_path, capsys):
+    """Issue 43 in `bench slurm`: on one 8-GPU node gpu-node-quick's world sizes 1, 2 and 4 run in launches
+    at once (its two engine groups a world size: two launches, the split `bench run` makes,
+    estimate.slot_shares), each an srun step with its own GPUs (--gres=gpu:W: SLURM sets each step's
+    CUDA_VISIBLE_DEVICES), half the node's CPUs and its share (--slot I); world size 8 fills the node and
+    runs alone. The time limit costs a packed world size at its longest launch: below the unpacked one."""
+    from bench.config import config_from_dict
+    from bench.run.estimate import slot_shares
+
+    out = tmp_path / "run"
+    args = ["slurm", "--config", "gpu-node-quick", "--nodes", "1", "--gpus-per-node", "8"]
+    assert bench_main([*args, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert ("world sizes 1 (2 launches at once), 2 (2 launches at once), 4 (2 launches at once), 8 on node 0"
+            in printed)
+    script = (out / "job.sbatch").read_text()
+    assert [line for line in script.splitlines() if line.startswith("step ")] == [
+        "step 1 1 1 0 2", "step 2 1 2 0 2", "step 4 1 4 0 2", "step 8 1 8 0"]
+    steps = run_script(out / "job.sbatch", fake_slurm_bin(tmp_path))
+    packed = sorted((s.split()[1:6] for s in steps if "slot=none" not in s), key=lambda x: (x[3], x[4]))
+    assert packed == [["cpus=48", "endpoint=standalone", "relative=0", f"gres=gpu:{ws}", f"slot={i}"]
+                      for ws in (1, 2, 4) for i in (0, 1)]
+    assert [s.split()[1:6] for s in steps if "slot=none" in s] == [
+        ["cpus=96", "endpoint=standalone", "relative=0", "gres=none", "slot=none"]]
+    plan_json = json.loads((out / "plan.json").read_text())
+    config = config_from_dict(plan_json["config"])
+    cells = [Cell.from_dict(c) for c in plan_json["cells"]]
+    for ws in (1, 2, 4):
+        mine = [c for c in cells if c.world_size == ws]
+        assert plan_json["slots"][str(ws)] == [[c.cell_id for c in share]
+                                               for share in slot_shares(config, mine, 8 // ws)]
+        assert sorted(i for share in plan_json["slots"][str(ws)] for i in share) == sorted(
+            c.cell_id for c in mine)  # every cell in one share, once
+    assert "8" not in plan_json["slots"]
+    alone = tmp_path / "alone"
+    assert bench_main([*args, "--set", "run.pack=off", "--out", str(alone)]) == 0
+    assert "slots" not in json.loads((alone / "plan.json").read_text())
+    unpacked = capsys.readouterr().out
+    assert "launches at once" not in unpacked and "step 1 1 1 0\n" in (alone / "job.sbatch").read_text()
+
+    def most_minutes(text: str) -> float:
+        return float(text.split("the plan's estimate, ")[1].split(" min")[0].split("-")[1])
+
+    assert most_minutes(printed) < most_minutes(unpacked)
+
+
+def test_a_worker_slot_outside_the_plans_shares_exits_2(tmp_path):
+    """--slot names one of the plan's launches at once for its world size; another is refused, exit 2,
+    before any process group forms."""
+    out = tmp_path / "run"
+    assert bench_main(["slurm", "--config", "gpu-node-quick", "--nodes", "1", "--gpus-per-node", "8",
+                       "--out", str(out)]) == 0
+    proc = subprocess.run([sys.executable, "-m", "bench.worker", "--plan", str(out / "plan.json"), "--slot",
+                           "2"], capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env=ENV | {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "--slot 2: the plan has 2 launches at once for world size 1" in proc.stderr
 
 
 def test_nodes_the_plan_cannot_use_are_refused_unless_chosen(tmp_path, capsys):
@@ -352,6 +447,15 @@ def test_a_plan_run_counts_one_launch_a_cell(tmp_path, capsys):
     assert bench_main(["slurm", "--config", "gpu-node", "--nodes", "1", "--gpus-per-node", "8",
                        "--out", str(out)]) == 0
     assert "with one launch a cell (run.launches is bench run's)" in capsys.readouterr().out
+    # world sizes 1, 2 and 4 pack (8 ÷ W launches at once): each costs its longest launch
+    from bench.run.estimate import slot_shares
+
+    total = sum(max(estimate_range(once, share)[1] for share in slot_shares(
+        once, [x for x in planned.runnable if x.world_size == ws], 8 // ws)) for ws in (1, 2, 4, 8))
+    assert f"#SBATCH --time={time_limit(total)}" in (out / "job.sbatch").read_text()
+    alone = tmp_path / "alone"
+    assert bench_main(["slurm", "--config", "gpu-node", "--nodes", "1", "--gpus-per-node", "8",
+                       "--set", "run.pack=off", "--out", str(alone)]) == 0
     total = sum(estimate_range(once, [x for x in planned.runnable if x.world_size == ws])[1]
                 for ws in (1, 2, 4, 8))
-    assert f"#SBATCH --time={time_limit(total)}" in (out / "job.sbatch").read_text()
+    assert f"#SBATCH --time={time_limit(total)}" in (alone / "job.sbatch").read_text()

@@ -239,6 +239,15 @@ def cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, sizes: tuple[flo
             + _profiled_seconds(config, rates, cell, step, n_params))
 
 
+def slot_shares(config: BenchConfig, cells: list[Cell], n: int) -> list[list[Cell]]:
+    """One world size's `cells` split over `n` launches at once (packing.shares of whole groups, or whole
+    recipes in a race, each unit at its cell_seconds): the one split a packed sweep (bench/run/launch.py
+    Sweep.lanes) and a packed SLURM step (bench/run/slurm.py) make."""
+    sizes, rates = workload_sizes(config), RATES[config.run.device]
+    seconds = {c.cell_id: cell_seconds(config, rates, c, sizes) for c in cells}
+    return packing.shares(cells, search(config.run.search).races, lambda c: seconds[c.cell_id], n)
+
+
 def over_slots(config: BenchConfig, ws: int, gpus: int, seconds: dict[str, float],
                cells: list[Cell]) -> float:
     """One world size's cells at `seconds` each (by cell id): their sum, or, packed (run.pack on a node of

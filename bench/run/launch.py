@@ -236,11 +236,9 @@ class Sweep:
         slots = packing.slots(r.pack, r.device, ws, self.gpus, r.threads_per_rank)
         if len(slots) == 1:
             return [(slots[0], pending)]
-        from bench.run.estimate import RATES, cell_seconds, workload_sizes
+        from bench.run.estimate import slot_shares
 
-        sizes, rates = workload_sizes(self.config), RATES[r.device]
-        seconds = {c.cell_id: cell_seconds(self.config, rates, c, sizes) for c in pending}
-        shares = packing.shares(pending, search(r.search).races, lambda c: seconds[c.cell_id], len(slots))
+        shares = slot_shares(self.config, pending, len(slots))
         # `of`: the launches that do run at once (fewer than the slots when there are fewer groups)
         return [(replace(slots[(i + j) % len(slots)], of=len(shares)), share)
                 for i, share in enumerate(shares)]
@@ -566,15 +564,18 @@ class Launch:
 
 def write_plan(path: Path, config: BenchConfig, run_dir: Path, cells: list[Cell], launcher_pid: int | None,
                profile: list[Cell], passes: tuple[str, ...] = PASSES, carried_s: float = 0.0,
-               slot: Slot = ALONE) -> None:
+               slot: Slot = ALONE, slots: dict[int, list[list[str]]] | None = None) -> None:
     """The worker's input: resolved config, the cells to time, the cells to profile after them, the
     launcher to watch for (None: the user's own torchrun/srun), the passes the launch runs (bench.schema
     PASSES; a repeat launch of run.launches REPEAT_PASSES), the timed-rounds budget earlier launches
-    left unspent (worker.cell.Budget), and the slot it runs in (packing.Slot.facts: into every row)."""
+    left unspent (worker.cell.Budget), and the slot it runs in (packing.Slot.facts: into every row); a
+    plan run's packed world sizes (`slots`: per world size, each launch's cell ids; bench slurm)."""
     plan = {"run_dir": str(run_dir.resolve()), "config": config.to_dict(),
             "cells": [c.to_dict() for c in cells], "profile": [c.to_dict() for c in profile],
             "launcher_pid": launcher_pid, "passes": list(passes), "carried_s": carried_s,
             "slot": slot.facts()}
+    if slots:
+        plan["slots"] = {str(ws): shares for ws, shares in slots.items()}
     path.write_text(json.dumps(plan, indent=1))
 
 

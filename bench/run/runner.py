@@ -99,14 +99,18 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
     return 0
 
 
-def write_plan_only(folder: RunFolder, plan: Plan, quiet: bool = False) -> Path:
+def write_plan_only(folder: RunFolder, plan: Plan, quiet: bool = False,
+                    slots: dict[int, list[list[str]]] | None = None) -> Path:
     """plan.json for the user's own torchrun/srun (bench/worker/plan_mode.py): the cells without a record,
-    to run on every node; prints how to launch it and collect it unless `quiet`."""
+    to run on every node; prints how to launch it and collect it unless `quiet`. `slots`: per packed world
+    size, the cell ids of each of its launches at once (bench slurm's packed steps; `--slot I` runs the
+    I-th)."""
     from bench.run.launch import write_plan
 
     todo = folder.todo(plan)
     path = folder.path / run_folder.PLAN
-    write_plan(path, plan.config, folder.path, todo, launcher_pid=None, profile=plan.profiled(todo))
+    write_plan(path, plan.config, folder.path, todo, launcher_pid=None, profile=plan.profiled(todo),
+               slots=slots)
     if quiet:
         return path
     if plan.config.run.launches > 1:  # nobody here runs the plan again: the between-launch spread is unknown

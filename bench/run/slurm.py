@@ -8,8 +8,9 @@ sbatch script in the run folder (`prepare`), and the job submitted, followed and
                           [--resume]
 
 The script runs one `srun torchrun` step per world size of the plan (W ranks: W / R nodes × R ranks, or one
-node × W ranks when W ≤ R; the one-node ones in lanes at the same time, one a node: Schedule), then
-`bench run --collect`. Its workers run in plan mode
+node × W ranks when W ≤ R; the one-node ones in lanes at the same time, one a node: Schedule; a one-node
+W that packs (run.pack: bench/run/packing.py) as several steps at once on its node, each on its own GPUs
+and CPUs with its share of the cells: `packed_shares`), then `bench run --collect`. Its workers run in plan mode
 (bench/worker/plan_mode.py): a failed cell is recorded and the next runs, and a resubmitted plan (--resume)
 runs only what is left. While the job runs, --submit shows `bench run`'s progress line from the workers'
 events on the shared filesystem; when it ends, it collects the cells and prints the totals.
@@ -42,7 +43,7 @@ from pathlib import Path
 
 from bench import run_folder
 from bench.config import ConfigError, config_from_dict, read_tables
-from bench.run import results
+from bench.run import packing, results
 from bench.run.checks import machine
 from bench.run.collector import collect
 from bench.run.folder import open_run
@@ -140,6 +141,13 @@ class Schedule:
 
     lanes: tuple[tuple[Step, ...], ...]
     spanning: tuple[Step, ...]
+    # one-node world sizes packed on their node (bench/run/packing.py): (world size, launches at once), each
+    # launch its own srun step on its own GPUs and CPUs, all at once (`packed_shares`)
+    packed: tuple[tuple[int, int], ...] = ()
+
+    def at_once(self, ws: int) -> int:
+        """How many launches of world size `ws` run at once on its node (1: not packed)."""
+        return dict(self.packed).get(ws, 1)
 
     def seconds(self, per_step: dict[int, float]) -> float:
         """The job's wall time for each world size's `per_step` seconds: the longest lane, then the rest."""
@@ -154,11 +162,14 @@ class Schedule:
         parts = []
         if self.lanes:
             parts.append(" | ".join(f"world size{'s' * (len(steps) > 1)} "
-                                    f"{', '.join(str(w) for w, _, _ in steps)} on node {i}"
+                                    f"{', '.join(self._size(w) for w, _, _ in steps)} on node {i}"
                                     for i, steps in enumerate(self.lanes))
                          + (" (at the same time)" if len(self.lanes) > 1 else ""))
         parts += [f"world size {w} on {n} nodes × {r}" for w, n, r in self.spanning]
         return "; then ".join(parts)
+
+    def _size(self, ws: int) -> str:
+        return f"{ws} ({self.at_once(ws)} launches at once)" if self.at_once(ws) > 1 else str(ws)
 
 
 def spread(steps: list[Step], nodes: int, per_step: dict[int, float]) -> Schedule:
@@ -221,7 +232,8 @@ def sbatch_script(run_dir: Path, schedule: Schedule, job: Job, gpus_per_node: in
              'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)  # this node: the batch host',
              *nccl,
              "rc=0",
-             "step() {  # world size, nodes, ranks per node, the first of its nodes (0: this one)",
+             "step() {  # world size, nodes, ranks per node, its first node (0: this one), launches at once",
+             '    if [ "${5:-1}" -gt 1 ]; then packed "$@"; return; fi',
              '    echo "== world size $1: $2 node(s) x $3 rank(s) from node $4"',
              '    if [ "$2" -eq 1 ]; then  # one node: a rendezvous of its own there, on a port free there',
              "        RDZV=(--standalone)",
@@ -237,6 +249,23 @@ def sbatch_script(run_dir: Path, schedule: Schedule, job: Job, gpus_per_node: in
              f'        {py} -m torch.distributed.run "${{RDZV[@]}}" --nproc-per-node "$3" \\',
              f"        -m bench.worker --plan {plan_file} || rc=$?",
              "}",
+             "packed() {  # world size, 1, ranks, node, launches at once: each its share (--slot)",
+             "    # of the cells, its own GPUs (--gres: SLURM gives a step its own, in CUDA_VISIBLE_DEVICES)",
+             "    # and CPUs (--exact), the job's memory shared (--mem=0: srun(1) --mem-per-cpu), at once",
+             f'    local i cpus=$(( {cpus or "SLURM_CPUS_ON_NODE"} / $5 )) steps=()',
+             '    [ "$cpus" -ge 1 ] || cpus=1',
+             '    echo "== world size $1: $5 launches at once on node $4, $3 rank(s) and $cpus CPUs each"',
+             *(['    [ -n "$BENCH_NCCL_LOG" ] && export NCCL_DEBUG_FILE="${BENCH_NCCL_LOG/@WS@/$1}"']
+               if nccl else []),
+             '    for ((i = 0; i < $5; i++)); do',
+             '        srun --nodes 1 --ntasks 1 --relative "$4" --exact --mem=0 --cpus-per-task "$cpus" \\',
+             *(['            --gres=gpu:"$1" \\'] if gpus_per_node else []),
+             f'            {py} -m torch.distributed.run --standalone --nproc-per-node "$3" \\',
+             f'            -m bench.worker --plan {plan_file} --slot "$i" &',
+             '        steps+=($!)',
+             "    done",
+             '    for s in "${steps[@]}"; do wait "$s" || rc=$?; done',
+             "}",
              *lane_lines(schedule),
              f"{py} -m bench run --collect {shlex.quote(str(run))} || rc=$?",
              "exit $rc"]
@@ -247,14 +276,40 @@ def lane_lines(schedule: Schedule) -> list[str]:
     """The script's step calls: one lane's in a row; several lanes each in a background subshell on its
     node, waited for (a failed step's code kept) before the spanning steps."""
     if len(schedule.lanes) <= 1:
-        lines = [f"step {ws} {n} {r} 0" for lane in schedule.lanes for ws, n, r in lane]
+        lines = [step_call(schedule, st, 0) for lane in schedule.lanes for st in lane]
     else:
         lines = ["# one lane a node, at the same time: they share nothing but the filesystem", "LANES=()"]
         for i, steps in enumerate(schedule.lanes):
-            lines.append(f"( {'; '.join(f'step {ws} {n} {r} {i}' for ws, n, r in steps)}; exit $rc ) & "
+            lines.append(f"( {'; '.join(step_call(schedule, st, i) for st in steps)}; exit $rc ) & "
                          "LANES+=($!)")
         lines.append('for lane in "${LANES[@]}"; do wait "$lane" || rc=$?; done')
-    return lines + [f"step {ws} {n} {r} 0" for ws, n, r in schedule.spanning]
+    return lines + [step_call(schedule, st, 0) for st in schedule.spanning]
+
+
+def step_call(schedule: Schedule, step: Step, node: int) -> str:
+    """The script's call of one step on its node: `step W N R NODE`, and the launches at once when packed."""
+    ws, n, r = step
+    at_once = schedule.at_once(ws)
+    return f"step {ws} {n} {r} {node}" + (f" {at_once}" if at_once > 1 else "")
+
+
+def packed_shares(config, steps: list[Step], runnable: list, gpus: int | None,
+                  cpus: int | None) -> dict[int, list[list]]:
+    """The one-node world sizes a node runs in several launches at once (run.pack, bench/run/packing.py:
+    `gpus` GPUs a node, or on CPU (`on` only) `cpus` cores, None when unknown: whole nodes), each one's
+    share of its cells (estimate.slot_shares, the split `bench run` makes); world sizes that do not pack
+    are left out. A step over several nodes never packs: it has its nodes to itself."""
+    from bench.run.estimate import slot_shares
+
+    r, out = config.run, {}
+    for ws, nodes, _ in steps:
+        if nodes > 1 or (r.device == "cpu" and not cpus):
+            continue
+        n = packing.slot_count(r.pack, r.device, ws, gpus or 0, cpus or 0, r.threads_per_rank)
+        parts = slot_shares(config, [c for c in runnable if c.world_size == ws], n) if n > 1 else []
+        if len(parts) > 1:
+            out[ws] = parts
+    return out
 
 
 def time_limit(seconds: float) -> str:
@@ -381,9 +436,15 @@ def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None =
     # critical path (the longest lane, then the spanning steps), not the sum. A plan run times each cell in
     # one launch (plan mode has no launcher to repeat it), whatever run.launches asks of `bench run`.
     once = replace(planned.config, run=replace(planned.config.run, launches=1))
-    per_step = {ws: estimate_range(once, [c for c in planned.runnable if c.world_size == ws])
+    shares = packed_shares(once, steps, planned.runnable, gpus if once.run.device == "cuda" else None,
+                           job.cpus_per_node or (None if gpus else per_node))
+    # a packed world size costs its longest launch (each one's fixed and cell seconds)
+    per_step = {ws: tuple(max(part) for part in zip(*(estimate_range(once, share) for share in
+                                                      shares.get(ws) or [[c for c in planned.runnable
+                                                                          if c.world_size == ws]])))
                 for ws, _, _ in steps}
-    schedule = spread(steps, job.nodes, {ws: high for ws, (_, high) in per_step.items()})
+    schedule = replace(spread(steps, job.nodes, {ws: high for ws, (_, high) in per_step.items()}),
+                       packed=tuple((ws, len(parts)) for ws, parts in sorted(shares.items())))
     warnings = [w for w in (check_nodes(steps, schedule, job, per_node, list(overrides)),) if w]
     time_limit_, time_source = job.time, "--time"
     if time_limit_ is None:
@@ -398,7 +459,9 @@ def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None =
                        f"{TIME_MARGIN - 1:.0%} (bench.run.estimate; --time sets it)")
     folder = open_run(planned, out, resume)
     try:
-        write_plan_only(folder, planned, quiet=True)
+        write_plan_only(folder, planned, quiet=True,
+                        slots={ws: [[c.cell_id for c in share] for share in parts]
+                               for ws, parts in shares.items()})
     finally:
         folder.lock.close()
     run_dir = folder.path

@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", type=Path, required=True, help="plan JSON written by `bench run`")
     parser.add_argument("--events", type=Path, default=None,
                         help="events file (default: <run_dir>/events/<host>-<pid>.jsonl)")
+    parser.add_argument("--slot", type=int, default=None,
+                        help="one of the launches at once of this world size (the plan's `slots`, written by "
+                             "`bench slurm`): run only its share of the cells")
     args = parser.parse_args(argv)
     plan = json.loads(args.plan.read_text())
     config = config_from_dict(plan["config"])
@@ -63,13 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     if plan_run:
         plan_mode.write_node_env(run_dir, config, [sys.executable, "-m", "bench.worker", *sys.argv[1:]])
     local_rank, local_ws = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    share, packed = slot_share(plan, ws, args.slot)  # before the threads: a packed step may bind its CPUs
     threads = config.run.threads_for(local_ws)
     pinned = (process.pin_cpus(threads, local_rank, local_ws)
               if config.run.pin_cpus and config.run.device == "cpu" else None)
     torch.set_num_threads(threads)
     device = process.pick_device(config.run.device, local_rank)
-    cells = [Cell.from_dict(c) for c in plan["cells"] if c["world_size"] == ws]
-    to_profile = [Cell.from_dict(c) for c in plan.get("profile", []) if c["world_size"] == ws]
+    cells = [Cell.from_dict(c) for c in plan["cells"] if c["world_size"] == ws and c["cell_id"] in share]
+    to_profile = [Cell.from_dict(c) for c in plan.get("profile", [])
+                  if c["world_size"] == ws and c["cell_id"] in share]
     try:
         process.init_process_group(device, config.run.process_group_timeout_s)
     except RuntimeError as e:  # a peer never came (env:// rendezvous under srun): say so for every cell
@@ -82,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     # Facts of this rank's process that go into every row it finishes.
     facts = {"threads_per_rank": threads, "hostname": host, "rank0_cpus": pinned,
              # the launches at once beside this one and its GPUs (bench/run/packing.py); alone: 1, None
-             "packed_launches": plan.get("slot", {}).get("packed_launches", 1),
-             "slot_gpus": plan.get("slot", {}).get("slot_gpus"),
+             "packed_launches": packed.get("packed_launches", 1), "slot_gpus": packed.get("slot_gpus"),
              "gpu_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
     try:
         if plan_run:  # an earlier run of this plan finished these: continue after them
@@ -134,6 +138,41 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         dist.destroy_process_group()
     return 0
+
+
+class _Every:
+    """Holds every cell id: a launch that runs all of its world size's cells."""
+
+    def __contains__(self, cell_id: str) -> bool:
+        return True
+
+
+def slot_share(plan: dict, ws: int, slot: int | None) -> tuple[object, dict]:
+    """The cell ids this launch runs and its packing facts (bench/run/packing.py Slot.facts). A launch of
+    `bench run` has its share in its own plan file (`slot`: the facts); a packed SLURM step (`--slot I`)
+    takes share I of the plan's `slots` for its world size, and its GPUs are those SLURM gave the step
+    (CUDA_VISIBLE_DEVICES, set per step by SLURM's GRES plugin)."""
+    if slot is None:
+        return _Every(), plan.get("slot", {})
+    shares = plan.get("slots", {}).get(str(ws))
+    if not shares or not 0 <= slot < len(shares):
+        print(f"bench.worker: --slot {slot}: the plan has {len(shares or [])} launches at once for world "
+              f"size {ws} (its `slots`, written by bench slurm)", file=sys.stderr)
+        raise SystemExit(2)
+    bind_share(slot, int(os.environ.get("SLURM_CPUS_PER_TASK") or 0))
+    return set(shares[slot]), {"packed_launches": len(shares),
+                               "slot_gpus": os.environ.get("CUDA_VISIBLE_DEVICES") or None}
+
+
+def bind_share(slot: int, cpus_per_launch: int) -> None:
+    """A packed step's CPUs: SLURM binds them where its task plugin does (task/affinity, task/cgroup: the
+    affinity mask is then the step's --cpus-per-task); where it does not (task/none: the mask is still the
+    whole node), the launch binds itself to the slot-th block of that many, as `bench run` binds a packed
+    launch (bench/run/packing.py), so its ranks' threads (threads_for) are sized from its own share."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if 0 < cpus_per_launch < len(cpus):
+        block = cpus[slot * cpus_per_launch:(slot + 1) * cpus_per_launch] or cpus[-cpus_per_launch:]
+        os.sched_setaffinity(0, block)
 
 
 # How a worker of a launch ends when a cell failed on one rank only (guard.Peers): the launcher reads why
