@@ -3,7 +3,8 @@
 first) against the grid's best, whether the grid calls them tied (the winner's configuration, measured
 in the grid, has a 95 % throughput interval reaching the best one's: advise's tie rule), and whether the
 race eliminated the grid's best (a miss of the race itself, rather than the two runs measuring apart);
-then each run's sweep time (its launches' first to last event) and how many cells the race eliminated.
+then each run's sweep time (its launches' first to last event) and how many cells the race eliminated;
+last, what any race could save on the grid's own cells at this machine's noise (`oracle_share`).
 
     python -m bench run --config default --set matrix.world_size=2 --set profile.enabled=false \\
         --search race --out RACE
@@ -14,12 +15,16 @@ then each run's sweep time (its launches' first to last event) and how many cell
 from __future__ import annotations
 
 import json
+import math
+import statistics
 import sys
 from pathlib import Path
+from statistics import NormalDist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import race, run_folder  # noqa: E402
+from bench.matrix import MEMORY_STEPS  # noqa: E402
 from bench.schema import CONFIG_KEYS  # noqa: E402
 
 
@@ -38,6 +43,40 @@ def throughput_interval(row: dict) -> tuple[float, float]:
 
 def config_of(row: dict) -> tuple:
     return tuple(row[k] for k in CONFIG_KEYS)
+
+
+def paired_noise(grid: list[dict]) -> float:
+    """The machine's round-to-round noise of a paired comparison: the median, over the grid's cells, of the
+    standard deviation of ln(step / its torch twin's step) over their shared rounds."""
+    sds = [statistics.stdev(math.log(x) for x in r["speed_vs_torch_ratios"]) for r in grid
+           if len(r.get("speed_vs_torch_ratios") or []) >= 6]
+    return statistics.median(sds)
+
+
+def oracle_share(grid: list[dict], sigma: float, alpha: float = race.RACE_ALPHA) -> float:
+    """A floor under any race's cost, as a share of the grid's step time on the grid's own cells: a race
+    that knew the paired noise `sigma` exactly and spent all of `alpha` at one look, each candidate tested
+    against its recipe's best alone at the laxest level Holm's procedure reaches (alpha / (K − 1): a
+    one-sided z-test), needs ⌈(z σ / ln d)²⌉ rounds to eliminate a candidate d × slower than the best (after
+    the same warm-up); one it cannot eliminate before the grid's own rounds is measured in full. Step
+    counts as the grid's: warm-up 5, its timed rounds, 10 compute-only, 3 phase and MEMORY_STEPS memory
+    steps; each weighted by the cell's median step. Launch, build and probe costs are left out of both,
+    which only favours the race."""
+    by_recipe: dict[tuple, list[dict]] = {}
+    for r in grid:
+        by_recipe.setdefault(race.recipe(r), []).append(r)
+    spent = full = 0.0
+    for rows in by_recipe.values():
+        z = NormalDist().inv_cdf(1 - alpha / max(1, len(rows) - 1))
+        best = min(r["step_time_ms_p50"] for r in rows)
+        for r in rows:
+            step, grid_rounds = r["step_time_ms_p50"] / 1e3, r["n_timed_steps"]
+            whole = 5 + grid_rounds + 10 + 3 + MEMORY_STEPS
+            ratio = r["step_time_ms_p50"] / best
+            needed = math.inf if ratio <= 1 else math.ceil((z * sigma / math.log(ratio)) ** 2)
+            spent += step * (whole if needed >= grid_rounds else 5 + needed)
+            full += step * whole
+    return spent / full
 
 
 def main(race_dir: Path, grid_dir: Path) -> None:
@@ -72,6 +111,10 @@ def main(race_dir: Path, grid_dir: Path) -> None:
           f"({tied / len(recipes):.0%}); the grid's best raced out in {lost}")
     print(f"sweep: race {t_race:.0f} s, grid {t_grid:.0f} s, race/grid {t_race / t_grid:.0%}; "
           f"{out} of {len(raced)} cells raced out")
+    ok = [r for r in grid if r["status"] == "ok"]
+    sigma = paired_noise(ok)
+    print(f"floor: paired noise σ {sigma:.3f} a round (ln ratio); a race knowing σ, all of α at one look: "
+          f"{oracle_share(ok, sigma):.0%} of the grid's step time")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ equals eliminates nothing in at least 95 % of races. No timing: exact and fast."
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -340,3 +342,21 @@ def test_dry_run_of_a_race_prints_its_range(capsys):
     assert bad.value.code == 2
     assert bench_main(["run", "--config", "cpu-smoke", "--memory-gb", "-1", "--dry-run"]) == 2
     assert "--memory-gb=-1: must be" in capsys.readouterr().err
+
+
+def test_the_floor_under_any_race_by_hand():
+    """scripts/race_vs_grid.py's floor: one recipe of two cells, 100 and 200 ms a step, the grid 20 rounds
+    each (41 steps: warm-up 5 + 20 + 10 compute-only + 3 phase + 3 memory); σ 0.1, α 0.05, K 2: z =
+    Φ⁻¹(0.95) = 1.645, the slow one goes after ⌈(0.1645 / ln 2)²⌉ = 1 round: 5 + 1 of its steps. Share =
+    (0.1·41 + 0.2·6) / (0.1·41 + 0.2·41) = 5.3 / 12.3 = 0.4309. At σ 1: ⌈(1.645 / 0.693)²⌉ = 6 rounds,
+    (4.1 + 0.2·11) / 12.3 = 0.5122; σ 3: 51 rounds ≥ the grid's 20, so measured in full: 1. The noise is the
+    median over cells of the SD of ln(paired ratio): 0 for constant ratios."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import race_vs_grid
+
+    rows = [{"model": "m", "model_size": "s", "world_size": 2, "global_batch": 8, "step_time_ms_p50": ms,
+             "n_timed_steps": 20, "speed_vs_torch_ratios": [1.1] * 6} for ms in (100.0, 200.0)]
+    assert race_vs_grid.oracle_share(rows, 0.1, 0.05) == pytest.approx(5.3 / 12.3)
+    assert race_vs_grid.oracle_share(rows, 1.0, 0.05) == pytest.approx(6.3 / 12.3)
+    assert race_vs_grid.oracle_share(rows, 3.0, 0.05) == pytest.approx(1.0)
+    assert race_vs_grid.paired_noise(rows) == pytest.approx(0.0, abs=1e-12)
