@@ -2,6 +2,11 @@
 every file of it — slurm.conf, state, spool, pid files, logs, the munge socket and key — in one temporary
 folder, found by the client commands through SLURM_CONF.
 
+The node has FAKE_GPUS GPUs for SLURM's GRES plugin: character devices this fixture makes in its folder
+(mknod, /dev/null's and /dev/zero's numbers), so SLURM schedules, binds and sets CUDA_VISIBLE_DEVICES for
+them as for real ones (nothing opens them); where mknod is not allowed the node has none, and the yielded
+environment says how many (TEST_GPUS_ENV).
+
 `local_slurm()` starts it, waits until the node is idle, yields the environment the commands need, and
 cancels its jobs, stops exactly the three daemons it started (by the pids in their pid files) and any
 job step of this cluster a cancel left (by pid), then removes the folder — also when a test or the start
@@ -17,6 +22,7 @@ import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -32,6 +38,8 @@ COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "scan
 MEMORY_MB = 4096       # the node's RealMemory: below any test machine's, so slurmd does not drain it
 START_TIMEOUT_S = 30   # until the node is idle
 STOP_TIMEOUT_S = 10    # SIGTERM → SIGKILL grace per daemon
+FAKE_GPUS = ((1, 3), (1, 5))  # (major, minor) of each fake GPU device: /dev/null's and /dev/zero's
+TEST_GPUS_ENV = "DDPBENCH_TEST_CLUSTER_GPUS"  # in the yielded environment: the node's GPUs (0: none made)
 
 
 def missing() -> str | None:
@@ -59,7 +67,22 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def slurm_conf(root: Path, host: str, cpus: int) -> str:
+def fake_gpus(root: Path, host: str) -> int:
+    """FAKE_GPUS character devices in root/gpus and the gres.conf naming them; 0 (and no gres.conf) where
+    this process may not make devices (no CAP_MKNOD)."""
+    folder = root / "gpus"
+    folder.mkdir()
+    try:
+        for i, (major, minor) in enumerate(FAKE_GPUS):
+            os.mknod(folder / f"nvidia{i}", 0o600 | stat.S_IFCHR, os.makedev(major, minor))
+    except OSError:
+        return 0
+    files = f"{folder}/nvidia[0-{len(FAKE_GPUS) - 1}]"
+    (root / "gres.conf").write_text(f"NodeName={host} Name=gpu File={files}\n")
+    return len(FAKE_GPUS)
+
+
+def slurm_conf(root: Path, host: str, cpus: int, gpus: int = 0) -> str:
     """The cluster's configuration. KillWait=2: scancel's SIGTERM → SIGKILL grace (30 s by default).
     MinJobAge=4: `sbatch --wait` polls every 2 s only while that is under MinJobAge / 2, else every 8,
     then 32 s (slurm's sbatch.c _job_wait): with the default 300 a 12 s job took 42 s to return."""
@@ -89,7 +112,8 @@ JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 KillWait=2
 MinJobAge=4
-NodeName={host} CPUs={cpus} RealMemory={MEMORY_MB} State=UNKNOWN
+{"GresTypes=gpu" if gpus else ""}
+NodeName={host} CPUs={cpus} RealMemory={MEMORY_MB}{f" Gres=gpu:{gpus}" if gpus else ""} State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
 
@@ -174,8 +198,9 @@ def local_slurm() -> Iterator[dict[str, str]]:
         for path in (munge_dir, key):
             os.chown(path, munge.pw_uid, munge.pw_gid)
         conf = root / "slurm.conf"
-        conf.write_text(slurm_conf(root, host, os.cpu_count() or 1))
-        env = os.environ | {"SLURM_CONF": str(conf)}
+        gpus = fake_gpus(root, host)
+        conf.write_text(slurm_conf(root, host, os.cpu_count() or 1, gpus))
+        env = os.environ | {"SLURM_CONF": str(conf), TEST_GPUS_ENV: str(gpus)}
         subprocess.run(["runuser", "-u", "munge", "--", "munged", "--socket", str(munge_dir / "munge.socket"),
                         "--key-file", str(key), "--pid-file", str(munge_dir / "munged.pid"),
                         "--log-file", str(munge_dir / "munged.log"), "--seed-file",

@@ -153,6 +153,55 @@ def test_a_packed_world_size_runs_its_launches_at_once_each_on_its_own_cpus(slur
     assert max(a0, b0) < min(a1, b1), by_file  # at the same time
 
 
+FAKE_PYTHON = """#!/bin/bash
+# the nodes' interpreter, stood in for: a launch says its slot, its GPUs and when it ran; --collect is a no-op
+case "$*" in
+    *"bench run --collect"*) exit 0 ;;
+    *torch.distributed.run*)
+        args="$*"
+        slot=${args##*--slot }
+        echo "LAUNCH slot=${slot%% *} gpus=$CUDA_VISIBLE_DEVICES start=$(date +%s.%N)"
+        sleep 2
+        echo "LAUNCH slot=${slot%% *} end=$(date +%s.%N)" ;;
+    *) exec python3 "$@" ;;
+esac
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_packed_steps_get_their_own_gpus_from_slurm_at_the_same_time(slurm, tmp_path):  # noqa: F811
+    """The packed steps of `bench slurm`'s own script, through a real slurmctld and slurmd whose node has
+    two GPUs (tests/slurm_cluster.py: fake devices SLURM's GRES plugin schedules and binds as real ones):
+    world size 1 of gpu-node-quick on a 2-GPU node is two launches at once; SLURM gives each step its own
+    GPU (CUDA_VISIBLE_DEVICES 0 and 1: `srun --exact --gres=gpu:1 --mem=0`), and the two run at the same
+    time. The nodes' python is a stand-in that says what it was given (the GPU cells cannot run here)."""
+    from slurm_cluster import TEST_GPUS_ENV
+
+    if slurm[TEST_GPUS_ENV] == "0":
+        pytest.skip("the test cluster has no GPUs: mknod of its fake devices was refused (needs CAP_MKNOD)")
+    python = tmp_path / "python"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    out = tmp_path / "run"
+    prepared = run([sys.executable, "-m", "bench", "slurm", "--config", "gpu-node-quick", "--set",
+                    "matrix.world_size=1", "--nodes", "1", "--gpus-per-node", "2", "--time", "00:05:00",
+                    "--python", str(python), "--out", str(out)], slurm | ENV)
+    assert prepared.returncode == 0, prepared.stdout + prepared.stderr[-3000:]
+    assert "world size 1 (2 launches at once) on node 0" in prepared.stdout
+    job = run(["sbatch", "--wait", str(out / "job.sbatch")], slurm | ENV, timeout=100)
+    log = "".join(p.read_text() for p in (out / "logs").glob("slurm-*.out"))
+    assert job.returncode == 0, job.stderr + log[-3000:]
+    starts = dict(line.split()[1:4:2] for line in log.splitlines() if " start=" in line)
+    gpus = {line.split()[1]: line.split()[2] for line in log.splitlines() if " gpus=" in line}
+    ends = dict(line.split()[1:3] for line in log.splitlines() if " end=" in line)
+    assert gpus == {"slot=0": gpus["slot=0"], "slot=1": gpus["slot=1"]}, log
+    assert sorted(gpus.values()) == ["gpus=0", "gpus=1"], log  # one GPU each, not the same one
+    begun = [float(v.split("=")[1]) for v in starts.values()]
+    ended = [float(v.split("=")[1]) for v in ends.values()]
+    assert len(begun) == len(ended) == 2 and max(begun) < min(ended), log  # at the same time
+
+
 # ---- bad input: no cluster needed ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("extra, message", [
@@ -278,7 +327,8 @@ def test_the_script_gives_every_step_the_nodes_cpus_a_free_port_and_an_nccl_log(
     # world size 2 fills a 2-GPU node; world size 1 packs there as two launches at once (a GPU each)
     assert sorted(s.split()[2:5] for s in run_script(lanes / "job.sbatch", bin_dir)) == [
         ["endpoint=standalone", "relative=0", "gres=none"],
-        ["endpoint=standalone", "relative=1", "gres=gpu:1"], ["endpoint=standalone", "relative=1", "gres=gpu:1"]]
+        ["endpoint=standalone", "relative=1", "gres=gpu:1"],
+        ["endpoint=standalone", "relative=1", "gres=gpu:1"]]
     cpu = tmp_path / "cpu"
     assert bench_main(["slurm", "--config", "cpu-smoke", *SETS, "--nodes", "1", "--ranks-per-node", "2",
                        "--cpus-per-node", "6", "--out", str(cpu)]) == 0

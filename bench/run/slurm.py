@@ -10,10 +10,10 @@ sbatch script in the run folder (`prepare`), and the job submitted, followed and
 The script runs one `srun torchrun` step per world size of the plan (W ranks: W / R nodes × R ranks, or one
 node × W ranks when W ≤ R; the one-node ones in lanes at the same time, one a node: Schedule; a one-node
 W that packs (run.pack: bench/run/packing.py) as several steps at once on its node, each on its own GPUs
-and CPUs with its share of the cells: `packed_shares`), then `bench run --collect`. Its workers run in plan mode
-(bench/worker/plan_mode.py): a failed cell is recorded and the next runs, and a resubmitted plan (--resume)
-runs only what is left. While the job runs, --submit shows `bench run`'s progress line from the workers'
-events on the shared filesystem; when it ends, it collects the cells and prints the totals.
+and CPUs with its share of the cells: `packed_shares`), then `bench run --collect`. Its workers run in
+plan mode (bench/worker/plan_mode.py): a failed cell is recorded and the next runs, and a resubmitted plan
+(--resume) runs only what is left. While the job runs, --submit shows `bench run`'s progress line from the
+workers' events on the shared filesystem; when it ends, it collects the cells and prints the totals.
 
 What a new user would otherwise learn the hard way: the job asks for CPUs and hands them to every step
 (since SLURM 22.05 srun does not inherit sbatch's --cpus-per-task, so 8 ranks would share one core); the
