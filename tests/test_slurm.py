@@ -383,6 +383,30 @@ def test_world_sizes_below_the_node_pack_into_steps_at_once_on_their_own_gpus(tm
     assert most_minutes(printed) < most_minutes(unpacked)
 
 
+def test_a_resubmitted_plan_packs_only_what_is_left(tmp_path, capsys):
+    """--resume after world size 1's first share finished: its other share is all that is left of it, so
+    it runs as one launch (no step for a finished share), while world size 2 still packs two."""
+    from bench.config import config_from_dict
+    from bench.run import results
+
+    out = tmp_path / "run"
+    args = ["slurm", "--config", "gpu-node-quick", "--nodes", "1", "--gpus-per-node", "8", "--out", str(out)]
+    assert bench_main(args) == 0
+    plan_json = json.loads((out / "plan.json").read_text())
+    config = config_from_dict(plan_json["config"])
+    first, second = plan_json["slots"]["1"]
+    for cell in (Cell.from_dict(c) for c in plan_json["cells"] if c["cell_id"] in first):
+        results.append_record(out, results.make_record(cell, config, "ok", None))
+    capsys.readouterr()
+    assert bench_main([*args, "--resume"]) == 0
+    assert "world sizes 1, 2 (2 launches at once), 4 (2 launches at once), 8 on node 0" in capsys.readouterr().out
+    resumed = json.loads((out / "plan.json").read_text())
+    assert "1" not in resumed["slots"] and len(resumed["slots"]["2"]) == 2
+    assert sorted(c["cell_id"] for c in resumed["cells"] if c["world_size"] == 1) == sorted(second)
+    steps = [line for line in (out / "job.sbatch").read_text().splitlines() if line.startswith("step ")]
+    assert steps[:2] == ["step 1 1 1 0", "step 2 1 2 0 2"]
+
+
 def test_a_worker_slot_outside_the_plans_shares_exits_2(tmp_path):
     """--slot names one of the plan's launches at once for its world size; another is refused, exit 2,
     before any process group forms."""

@@ -436,8 +436,9 @@ def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None =
     # critical path (the longest lane, then the spanning steps), not the sum. A plan run times each cell in
     # one launch (plan mode has no launcher to repeat it), whatever run.launches asks of `bench run`.
     once = replace(planned.config, run=replace(planned.config.run, launches=1))
-    shares = packed_shares(once, steps, planned.runnable, gpus if once.run.device == "cuda" else None,
-                           job.cpus_per_node or (None if gpus else per_node))
+    node_gpus = gpus if once.run.device == "cuda" else None
+    node_cpus = job.cpus_per_node or (None if gpus else per_node)  # None: whole nodes, counted by the script
+    shares = packed_shares(once, steps, planned.runnable, node_gpus, node_cpus)
     # a packed world size costs its longest launch (each one's fixed and cell seconds)
     per_step = {ws: tuple(max(part) for part in zip(*(estimate_range(once, share) for share in
                                                       shares.get(ws) or [[c for c in planned.runnable
@@ -459,6 +460,11 @@ def prepare(config: str, job: Job, overrides: list[str] = (), out: Path | None =
                        f"{TIME_MARGIN - 1:.0%} (bench.run.estimate; --time sets it)")
     folder = open_run(planned, out, resume)
     try:
+        if resume:  # a resubmitted plan packs what is left: no launch for a share that finished
+            todo = {c.cell_id for c in folder.todo(planned)}
+            shares = packed_shares(once, steps, [c for c in planned.runnable if c.cell_id in todo],
+                                   node_gpus, node_cpus)
+            schedule = replace(schedule, packed=tuple((ws, len(p)) for ws, p in sorted(shares.items())))
         write_plan_only(folder, planned, quiet=True,
                         slots={ws: [[c.cell_id for c in share] for share in parts]
                                for ws, parts in shares.items()})
