@@ -399,7 +399,8 @@ def test_a_resubmitted_plan_packs_only_what_is_left(tmp_path, capsys):
         results.append_record(out, results.make_record(cell, config, "ok", None))
     capsys.readouterr()
     assert bench_main([*args, "--resume"]) == 0
-    assert "world sizes 1, 2 (2 launches at once), 4 (2 launches at once), 8 on node 0" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "world sizes 1, 2 (2 launches at once), 4 (2 launches at once), 8 on node 0" in printed
     resumed = json.loads((out / "plan.json").read_text())
     assert "1" not in resumed["slots"] and len(resumed["slots"]["2"]) == 2
     assert sorted(c["cell_id"] for c in resumed["cells"] if c["world_size"] == 1) == sorted(second)
