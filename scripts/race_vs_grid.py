@@ -24,6 +24,7 @@ from statistics import NormalDist
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import race, run_folder  # noqa: E402
+from bench.config import RunConfig, config_from_dict, read_tables  # noqa: E402
 from bench.matrix import MEMORY_STEPS  # noqa: E402
 from bench.schema import CONFIG_KEYS  # noqa: E402
 
@@ -45,6 +46,11 @@ def config_of(row: dict) -> tuple:
     return tuple(row[k] for k in CONFIG_KEYS)
 
 
+def grid_run(run_dir: Path) -> RunConfig:
+    """The run settings the grid ran with (its config.toml)."""
+    return config_from_dict(read_tables(run_dir / run_folder.CONFIG)).run
+
+
 def paired_noise(grid: list[dict]) -> float:
     """The machine's round-to-round noise of a paired comparison: the median, over the grid's cells, of the
     standard deviation of ln(step / its torch twin's step) over their shared rounds."""
@@ -53,15 +59,16 @@ def paired_noise(grid: list[dict]) -> float:
     return statistics.median(sds)
 
 
-def oracle_share(grid: list[dict], sigma: float, alpha: float = race.RACE_ALPHA) -> float:
+def oracle_share(grid: list[dict], sigma: float, run: RunConfig,
+                 alpha: float = race.RACE_ALPHA) -> float:
     """A floor under any race's cost, as a share of the grid's step time on the grid's own cells: a race
     that knew the paired noise `sigma` exactly and spent all of `alpha` at one look, each candidate tested
     against its recipe's best alone at the laxest level Holm's procedure reaches (alpha / (K − 1): a
     one-sided z-test), needs ⌈(z σ / ln d)²⌉ rounds to eliminate a candidate d × slower than the best (after
     the same warm-up); one it cannot eliminate before the grid's own rounds is measured in full. Step
-    counts as the grid's: warm-up 5, its timed rounds, 10 compute-only, 3 phase and MEMORY_STEPS memory
-    steps; each weighted by the cell's median step. Launch, build and probe costs are left out of both,
-    which only favours the race."""
+    counts as the grid's (`run`, its run settings): warm-up, its timed rounds, compute-only, phase and
+    MEMORY_STEPS memory steps; each weighted by the cell's median step. Launch, build and probe costs are
+    left out of both, which only favours the race."""
     by_recipe: dict[tuple, list[dict]] = {}
     for r in grid:
         by_recipe.setdefault(race.recipe(r), []).append(r)
@@ -71,10 +78,10 @@ def oracle_share(grid: list[dict], sigma: float, alpha: float = race.RACE_ALPHA)
         best = min(r["step_time_ms_p50"] for r in rows)
         for r in rows:
             step, grid_rounds = r["step_time_ms_p50"] / 1e3, r["n_timed_steps"]
-            whole = 5 + grid_rounds + 10 + 3 + MEMORY_STEPS
+            whole = run.warmup_steps + grid_rounds + run.compute_only_steps + run.phase_steps + MEMORY_STEPS
             ratio = r["step_time_ms_p50"] / best
             needed = math.inf if ratio <= 1 else math.ceil((z * sigma / math.log(ratio)) ** 2)
-            spent += step * (whole if needed >= grid_rounds else 5 + needed)
+            spent += step * (whole if needed >= grid_rounds else run.warmup_steps + needed)
             full += step * whole
     return spent / full
 
@@ -114,7 +121,7 @@ def main(race_dir: Path, grid_dir: Path) -> None:
     ok = [r for r in grid if r["status"] == "ok"]
     sigma = paired_noise(ok)
     print(f"floor: paired noise σ {sigma:.3f} a round (ln ratio); a race knowing σ, all of α at one look: "
-          f"{oracle_share(ok, sigma):.0%} of the grid's step time")
+          f"{oracle_share(ok, sigma, grid_run(grid_dir)):.0%} of the grid's step time")
 
 
 if __name__ == "__main__":

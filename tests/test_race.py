@@ -354,9 +354,12 @@ def test_the_floor_under_any_race_by_hand():
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     import race_vs_grid
 
+    from bench.config import RunConfig
+
+    run = RunConfig(warmup_steps=5, compute_only_steps=10, phase_steps=3)
     rows = [{"model": "m", "model_size": "s", "world_size": 2, "global_batch": 8, "step_time_ms_p50": ms,
              "n_timed_steps": 20, "speed_vs_torch_ratios": [1.1] * 6} for ms in (100.0, 200.0)]
-    assert race_vs_grid.oracle_share(rows, 0.1, 0.05) == pytest.approx(5.3 / 12.3)
-    assert race_vs_grid.oracle_share(rows, 1.0, 0.05) == pytest.approx(6.3 / 12.3)
-    assert race_vs_grid.oracle_share(rows, 3.0, 0.05) == pytest.approx(1.0)
+    assert race_vs_grid.oracle_share(rows, 0.1, run, 0.05) == pytest.approx(5.3 / 12.3)
+    assert race_vs_grid.oracle_share(rows, 1.0, run, 0.05) == pytest.approx(6.3 / 12.3)
+    assert race_vs_grid.oracle_share(rows, 3.0, run, 0.05) == pytest.approx(1.0)
     assert race_vs_grid.paired_noise(rows) == pytest.approx(0.0, abs=1e-12)
