@@ -10,8 +10,9 @@ Also the one fixture several modules share: `one_rank_group`, a gloo group of on
 
 from __future__ import annotations
 
+import fcntl
+
 import pytest
-import torch.distributed as dist
 
 INTEGRATION = {
     "test_worker.py", "test_ddp_parity.py", "test_ddp_features.py", "test_ddp_lifetime.py", "test_sync.py",
@@ -30,10 +31,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.edit_loop)
 
 
+# `make test` runs two pytest-xdist workers with --dist loadfile: a module's tests stay on one worker, so a
+# module fixture (the one-host SLURM cluster: one slurmctld, slurmd and munged, as root) is started once.
+# GPU tests live in several modules and each takes the node's GPUs (two at once would measure each other):
+# they take turns through a lock in the directory every worker's temporary folders are made in.
+@pytest.fixture(autouse=True)
+def one_gpu_test_at_a_time(request, tmp_path_factory):
+    if request.node.get_closest_marker("gpu") is None:
+        yield
+        return
+    root = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):
+        root = root.parent   # a worker's basetemp is <the run's basetemp>/popen-gwN
+    with open(root / "gpu-tests.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture
 def one_rank_group(tmp_path):
     """A gloo process group of world size 1 in this process (meeting through a FileStore: no TCP port), torn
     down after the test."""
+    import torch.distributed as dist
+
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     yield
     dist.destroy_process_group()
@@ -57,6 +77,8 @@ def advice_follows_its_intervals(request):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: its status does not fail the run; the controller checks all workers' trees
     factory = getattr(session.config, "_tmp_path_factory", None)
     if factory is None or factory._basetemp is None:
         return

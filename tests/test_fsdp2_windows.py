@@ -101,6 +101,7 @@ def _skews(rank: int, world_size: int, straggle_s: float) -> dict:
     return out
 
 
+@pytest.mark.integration   # two ranks for ~10 s
 @pytest.mark.timeout(300)
 def test_fsdp2_rank_skew_is_each_ranks_own_work():
     """A 150 ms straggler on rank 1: each rank's compute-only time must be its own work for fsdp2 as for

@@ -105,6 +105,7 @@ def test_dry_run_says_what_it_packs():
     assert "packed (run.pack = auto): world size 1 in 8 launches at once" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(usable_cpus() < 2, reason="packing on a CPU needs 2 cores for 2 slots")
 def test_a_packed_cpu_sweep_runs_two_launches_at_once_on_their_own_cores(tmp_path):
     out = tmp_path / "run"
@@ -131,6 +132,7 @@ def test_a_packed_cpu_sweep_runs_two_launches_at_once_on_their_own_cores(tmp_pat
     assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(usable_cpus() < 2, reason="packing on a CPU needs 2 cores for 2 slots")
 @pytest.mark.timeout(150)
 def test_a_stopped_packed_sweep_stops_every_launch_and_keeps_what_finished(tmp_path):

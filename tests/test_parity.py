@@ -83,6 +83,7 @@ CASES = [("transformer", "tiny", "fp32", HONEST_AND_BROKEN),
          ("mlp", "tiny", "fp32", ["torch+inductor", "fsdp2 drop-1%", "fsdp2 noise"])]
 
 
+@pytest.mark.integration   # 2 ranks a case, 10-70 s each: `make test` runs them, `make test-fast` does not
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("model,size,precision,engines", CASES, ids=[f"{m}.{s}-{p}" for m, s, p, _ in CASES])
 def test_honest_engines_pass_and_gradient_dropping_ones_diverge(model, size, precision, engines):
