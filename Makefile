@@ -25,9 +25,8 @@ setup-gpu-check:
 	@$(SETUP) --extras gpu-check
 
 # Two pytest-xdist workers (TEST_WORKERS=0: one process). Much of a test's time is its ranks starting,
-# meeting and waiting, which leaves the second core idle: on 2 cores the suite took 16 min 11 s in one
-# process and 11 min 10 s in two (172 % CPU; docs/development.md). loadfile keeps each module on one worker
-# (tests/conftest.py says why).
+# meeting and waiting, which leaves the second core idle in one process (docs/development.md has the times).
+# loadfile keeps each module on one worker (tests/conftest.py says why).
 TEST_WORKERS ?= 2
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile
 

@@ -1,8 +1,10 @@
 """`make test` runs the suite in two pytest-xdist workers (Makefile, tests/conftest.py): GPU tests of
 different modules, which land on different workers, must still take turns, since each takes the node's
-GPUs. Checked with two GPU-marked tests that only sleep, in two modules of a scratch suite that uses this
-conftest: run in two workers, their lifetimes must not overlap; with the turn-taking fixture removed, they
-do."""
+GPUs. Checked with two GPU-marked tests in two modules of a scratch suite that uses this conftest: each
+says it started and waits up to WAIT_S for the other to start. Taking turns, the first waits in vain and
+the second starts after it ended: their lifetimes do not overlap. With the turn-taking fixture removed,
+they meet and overlap however late one worker starts (a wait, not a sleep: a loaded machine cannot make
+the mutation pass by starting one worker late)."""
 
 from __future__ import annotations
 
@@ -16,16 +18,21 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-SLEEPER = '''import json, os, time
+WAIT_S = 5.0
+MEETER = '''import json, os, time
+from pathlib import Path
 import pytest
 
 @pytest.mark.gpu
 def test_holds_the_gpus():
+    me, here = os.environ["PYTEST_XDIST_WORKER"], Path(os.environ["LIFETIMES"]).parent
     start = time.time()
-    time.sleep(1.5)
+    (here / f"started-{me}").touch()
+    while time.time() - start < WAIT_S and len(list(here.glob("started-*"))) < 2:
+        time.sleep(0.05)
     with open(os.environ["LIFETIMES"], "a") as f:
-        f.write(json.dumps([os.environ.get("PYTEST_XDIST_WORKER"), start, time.time()]) + "\\n")
-'''
+        f.write(json.dumps([me, start, time.time()]) + "\\n")
+'''.replace("WAIT_S", repr(WAIT_S))
 
 
 def _lifetimes(tmp_path: Path, conftest: str) -> list[list]:
@@ -34,7 +41,7 @@ def _lifetimes(tmp_path: Path, conftest: str) -> list[list]:
     (suite / "conftest.py").write_text(conftest)
     shutil.copy(HERE / "advice_check.py", suite)
     for name in ("test_one.py", "test_two.py"):
-        (suite / name).write_text(SLEEPER)
+        (suite / name).write_text(MEETER)
     lifetimes = tmp_path / "lifetimes.jsonl"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
                            "--dist", "loadfile", "--basetemp", str(tmp_path / "base"), str(suite)],
@@ -60,4 +67,4 @@ def test_gpu_tests_of_two_workers_take_turns(tmp_path):
                                 "@pytest.fixture\ndef one_gpu_test_at_a_time")
     assert unlocked != conftest
     rows = _lifetimes(tmp_path / "without", unlocked)
-    assert {r[0] for r in rows} == {"gw0", "gw1"} and _overlap(rows) > 1.0, rows
+    assert {r[0] for r in rows} == {"gw0", "gw1"} and _overlap(rows) > 0, rows
