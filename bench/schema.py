@@ -233,19 +233,18 @@ EXTRA_COLUMNS = (
     # the engine options (ENGINE_OPTIONS, each row's doc); empty where the option does not apply
     *ENGINE_OPTION_NAMES,
     "compile_s",             # seconds of the warm-up steps that compiled (never inside the timed steps)
-    "lossy",                 # true: a lossy comm hook; the parity gate is loss_rel_distance instead
-    "loss_rel_distance",     # max over steps of |loss − uncompressed DDP's loss| / |DDP's loss|
-    "param_max_abs_diff",    # gated cells: max |parameter − torch DDP's| after the timed steps (not gated)
-    # gated cells (fsdp2, compiled): ‖θ − θ_DDP‖ / ‖θ_DDP − θ_0‖ over all parameters, and for the tensor
-    # nearest its bound
-    "param_update_distance",
-    "param_update_distance_max",
-    "parity_gate",           # gated cells: passed | diverged (bench/worker/parity.py)
-    # the bounds the gate used: DRIFT_FACTOR × how far a rerounded twin of torch DDP drifted in the same run
-    # (the tensor's: that of the tensor nearest its bound); loss empty when fp16 skipped other steps than DDP
-    "parity_update_bound",
+    # the parity gate (bench/worker/parity.py), every cell but plain torch DDP: at the same weights and batch,
+    # ‖g − g_ref‖ / ‖g_ref‖ of the synced gradient against the reference over all tensors and the gate's steps
+    "lossy",                 # true: a lossy comm hook (PowerSGD): its error is reported, not judged
+    "parity_grad_error",
+    "parity_grad_bound",     # BOUND_FACTOR × torch DDP's own error at the precision (or the floor)
+    "parity_ddp_error",      # torch DDP's own error at the cell's precision: what the bounds are made of
+    "parity_tensor",         # the tensor nearest its bound (its name in the model), its error and bound
+    "parity_tensor_error",
     "parity_tensor_bound",
-    "parity_loss_bound",
+    "parity_gate_steps",     # the teacher-forced steps judged (parity.GATE_STEPS)
+    "parity_gate_s",         # seconds the gate took for this cell (the first of a configuration: its reference)
+    "parity_gate",           # gated cells: passed | diverged (bench/worker/parity.py)
     "param_bytes_per_rank",  # what the engine should hold per rank by its layout (bench/engines)
     "grad_bytes_per_rank",
     "optimizer_state_bytes_per_rank",
@@ -296,7 +295,7 @@ STRING_COLUMNS = (
     "cell_id", "status", "error", "engine", "model", "model_size", "precision", "comm_dtype", "scaling",
     "device", "backend", "trace_dir", "gpu_name", "hostname", "verdict_vs_torch", "interleaved", "stopped_by",
     "matmul_fp32_precision", "cudnn_fp32_precision", "nccl_transport", "lossy", "engine_options",
-    "parity_gate",
+    "parity_gate", "parity_tensor",
     "race_against", "race_paired",
     *(o.name for o in ENGINE_OPTIONS if o.kind is not int),
 )

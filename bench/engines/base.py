@@ -23,9 +23,9 @@ class Engine:
     cell leaves it empty, so their cells and ids are unchanged. A key set while no listed engine takes it
     is a config error.
     in_default_sweep: swept when `matrix.engine` is not given (False: only when named).
-    sharded: parameters, gradients and optimizer state are split over the ranks (FSDP): its replicas are
-    not bit-identical copies, so its parity gate compares its gathered parameters' updates and its losses
-    with torch DDP's, within its precision's rounding (bench/worker/parity.py).
+    sharded: parameters, gradients and optimizer state are split over the ranks (FSDP): a sharded engine
+    overrides full_parameters, load_full_parameters and full_gradients, which the parity gate reads its
+    whole weights and synced gradients through (bench/worker/parity.py).
     """
 
     name: str
@@ -54,6 +54,22 @@ class Engine:
     def full_parameters(self, model) -> list:
         """Collective for a sharded engine. Every parameter, whole, in `model.parameters()` order."""
         return [p.detach() for p in model.parameters()]
+
+    def load_full_parameters(self, model, tensors: list) -> None:
+        """Collective for a sharded engine. Set every parameter, in `model.parameters()` order, to the whole
+        tensor given for it (the parity gate's same weights for every trainer: bench/worker/parity.py)."""
+        import torch
+
+        with torch.no_grad():
+            for p, value in zip(model.parameters(), tensors, strict=True):
+                p.copy_(value)
+
+    def full_gradients(self, model) -> list:
+        """Collective for a sharded engine. Every parameter's gradient as the optimizer would take it after
+        the sync, whole, in `model.parameters()` order (zeros where a parameter has none)."""
+        import torch
+
+        return [torch.zeros_like(p) if p.grad is None else p.grad.detach() for p in model.parameters()]
 
     def state_bytes_per_rank(self, param_bytes: int, world_size: int, cell) -> dict[str, int]:
         """What a rank should hold, by the engine's layout, for `param_bytes` of fp32 parameters under

@@ -117,6 +117,33 @@ class FSDP2(Engine):
         return [p.full_tensor().detach() if hasattr(p, "full_tensor") else p.detach()
                 for p in model.parameters()]
 
+    def load_full_parameters(self, model, tensors):
+        """Each rank's shard of the whole tensors, cut locally (distribute_tensor with src_data_rank None:
+        every rank holds the same whole tensor, so nothing is sent) and copied into its sharded parameter."""
+        import torch
+        from torch.distributed.tensor import distribute_tensor
+
+        with torch.no_grad():
+            for p, value in zip(model.parameters(), tensors, strict=True):
+                if not hasattr(p, "to_local"):
+                    p.copy_(value)
+                    continue
+                shard = distribute_tensor(value.to(p.dtype), p.device_mesh, p.placements, src_data_rank=None)
+                p.to_local().copy_(shard.to_local())
+
+    def full_gradients(self, model):
+        """Collective: each sharded gradient all-gathered (what the reduce-scatter left on every rank, whole);
+        zeros for a parameter without one (FSDP2 under no gradient sync gives the shards none)."""
+        import torch
+
+        out = []
+        for p in model.parameters():
+            if p.grad is None:
+                out.append(torch.zeros(p.shape, dtype=p.dtype, device=p.device))  # the whole shape
+            else:
+                out.append(p.grad.full_tensor().detach() if hasattr(p.grad, "full_tensor") else p.grad.detach())
+        return out
+
     def bucket_sizes_bytes(self, model, bucket_cap_mb):
         """One reduce-scatter per fully_shard group per synced backward, in backward order (the blocks in
         reverse, the root last): the bytes of the group's whole (unsharded) gradients."""

@@ -8,8 +8,8 @@ samples pair up round by round with torch DDP's. A group of one is a cell timed 
 The phases (GroupRun.PHASES, each a method that reads what the ones before it left and keeps the trainers
 still measured): build → warm (compiled cells: until recompilation stops, compile_s) → rounds (timed, side by
 side: the grid's or a race's; the warm-up the changepoint test finds left out) → checks (timed values, the
-phase pass) → gates (parity: ranks agree; fsdp2, compiled and hooked cells against eager torch DDP and its
-rerounded twin, bench/worker/parity.py) → compute_only (rounds without the gradient sync) → probes (exposed
+phase pass) → gates (parity: ranks agree; every cell but plain torch DDP hands its optimizer torch DDP's
+gradient at the same weights, bench/worker/parity.py) → compute_only (rounds without the gradient sync) → probes (exposed
 communication, skew, MFU, the all-reduce probe) → memory (the trainers released, then per cell alone: peak
 memory of its training steps). A compiled cell that torch refuses to compile in a known way
 (KNOWN_COMPILE_REFUSALS) leaves the group in its warm-up and is recorded `skipped` with torch's reason.
@@ -228,21 +228,21 @@ class GroupRun:
         self.keep_finite()  # apart: no collective after it
 
     def gates(self) -> None:
-        """The parity gates: parameters identical over ranks; fsdp2, compiled and hooked cells against eager
-        torch DDP and its rerounded twin (bench/worker/parity.py). Every trainer has stepped as often."""
+        """The parity gates: parameters identical over ranks; every cell but plain torch DDP hands its
+        optimizer torch DDP's gradient at the same weights and batch (bench/worker/parity.py). The gate
+        loads its weights into the trainers: nothing after it reads their values."""
         references = parity.References(self.trainers, self.config, self.rank, self.world_size)
 
         def gates(trainer: Trainer) -> dict:
             out = {"identical": measure.params_identical(trainer.engine.full_parameters(trainer.model),
                                                          self.device)}
-            if parity.needs_reference(trainer.cell):
+            if parity.needs_gate(trainer.cell):
                 with self.clock:
-                    ddp, twin, skipped = references.compared(trainer)  # fp16's overflows aligned
-                    out |= parity.gate(trainer, ddp, twin, skipped)
+                    out |= parity.gate(trainer, references)
             return out
 
         self.trainers, self.gated = self.guard.each(self.trainers, gates)
-        references.release()  # the references and twins go before the compute-only rounds
+        references.release()  # the references go before the compute-only rounds
         release(self.device)
 
     def compute_only(self) -> None:

@@ -101,15 +101,15 @@ def side_by_side_need_bytes(n_trainers: int, n_params: int, device_type: str) ->
 
 
 def gate_trainers(group: list[Cell]) -> int:
-    """Trainers the parity gate adds while the group's own are alive (bench/worker/parity.py References):
-    per configuration gated in the group, its rerounded twin, and an eager torch DDP reference when the
-    group does not hold it or at fp16 (one that skips the gated cell's overflowed steps too)."""
+    """Trainers' worth of memory the parity gate adds while the group's own are alive (bench/worker/parity.py
+    References): per configuration gated in the group, its reference (a module, and its weights and
+    gradients of every gate step: about one trainer), and an eager torch DDP trainer when the group does
+    not hold it."""
     from bench.worker import parity
 
     ids = {c.cell_id for c in group}
-    baselines = {parity.baseline_cell(c) for c in group
-                 if parity.needs_reference(c) and c.comm_hook not in LOSSY_COMM_HOOKS}
-    return sum(1 + (b.cell_id not in ids or b.precision == "fp16") for b in baselines)
+    baselines = {parity.baseline_cell(c) for c in group if parity.needs_gate(c)}
+    return sum(1 + (b.cell_id not in ids) for b in baselines)
 
 
 def paired_chunks(group: list[Cell], most: int) -> list[list[Cell]]:

@@ -1,61 +1,79 @@
-"""The parity gates beyond "every rank holds the same parameters" (cell.py): a cell whose numerics
-legitimately differ from torch DDP's is compared with an eager, uncompressed torch DDP trainer of the
-same configuration that stepped the same batches from the same weights.
+"""The parity gate beyond "every rank holds the same parameters" (cell.py): every cell that is not plain
+torch DDP hands its optimizer the gradient torch DDP would hand it, at the same weights and the same global
+batch.
 
-- a sharded engine (fsdp2) or a compiled cell: gated on the relative distance of the parameter updates,
-  ‖θ − θ_ref‖ / ‖θ_ref − θ_0‖, over all parameters and per parameter tensor, and on the loss trajectory,
-  max over steps of |L − L_ref| / |L_ref|. The bound on each is measured in the same run, not looked up:
-  a second eager torch DDP trainer, the *rerounded twin*, steps the same batches from the same weights
-  with one more rounding of the precision on every parameterised module's output (`Rerounding`), and
-  its distances from the reference are how far two honest trainings of this model, at this precision,
-  drift apart over these steps. The cell is `diverged` when a distance exceeds DRIFT_FACTOR times the
-  twin's (a tensor: with room for one flipped element, 2/√n);
-- a lossy comm hook (PowerSGD): no pass/fail; the row carries `loss_rel_distance`.
+DDP's contract is about gradients: after the sync, every rank holds the mean over ranks of their local
+gradients. So the gate is teacher-forced, GATE_STEPS steps of it: before each step every trainer — the
+judged cell, eager torch DDP at the cell's precision (the group's own trainer, or one built for the gate),
+and a reference (a plain module in REFERENCE_DTYPE, its gradients averaged by one all-reduce) — holds the
+same weights (the reference's, which then takes its own AdamW step), sees the same batch and the same
+dropout draws, and the synced gradient each would hand the optimizer (after accumulation over the
+micro-steps, unscaled, after the optimizer's step pre-hooks, gathered whole for a sharded engine) is
+compared with the reference's, per tensor and over all of them, summed over the gate's steps:
 
-Why a measured bound (docs/design.md "Parity gates"): rounding differences grow through training by an
-amount that depends on the model's depth, its width and the number of steps. Bounds fixed from the
-precision and calibrated on a 4-layer model called honest fsdp2 and compiled cells diverged on SmolLM2-360M
-(an H200: fsdp2 bf16 loss distance 0.101 against 0.0156; fp32 passed at 9.8e-6 and failed at 1.85e-5
-against 1.53e-5 in two runs of the same cells).
+    error = ‖g − g_ref‖ / ‖g_ref‖            (a tensor's denominator floored: tensor_scale)
 
-Why not |θ − θ_ref| per element: AdamW moves an element by about lr whatever its gradient's size, so an
-element whose gradient is near zero and changes sign under rounding moves up to 2·lr the other way, in
-any precision; the maximum over millions of elements always finds such an element. A norm over a tensor
-weighs those few elements by their share of it; a dropped or corrupted gradient moves a whole share.
+judged against a bound measured in the same run: BOUND_FACTOR × torch DDP's own error at that precision
+(its error on the tensor, or over all tensors if larger), never below BOUND_FACTOR × the precision floor
+(`floor_error`: fp32's MIN_ERROR, or one ULP of a lossy wire such as an fp16 comm hook).
+
+Why gradients and not trajectories (docs/design.md "Parity gates"): an adaptive optimizer's trajectory is
+chaotic and scale-invariant. AdamW moves an element by about lr whatever its gradient's size, so rounding
+flips near-zero elements and deep models drift apart (honest fsdp2 bf16 was called `diverged` on a 32-block
+model), while a reducer that sums instead of averaging changes nothing m̂/√v̂ shows (it passed). At the same
+weights a gradient is one computation: honest engines sit within a few times torch DDP's rounding of the
+reference, and a reducer that sums, drops elements or hands over last step's gradient is 30× to 300× out.
+fp16's overflow is not a trajectory question any more either: each step's loss scale starts at INIT_SCALE
+and halves until that step's gradients are finite, for each trainer alone.
+
+A lossy comm hook (PowerSGD) has no pass/fail: the row carries its gradient error (`lossy`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import time
+from contextlib import contextmanager
 
 import torch
+import torch.distributed as dist
 
 from bench import engines
 from bench.matrix import Cell, option_defaults
 from bench.schema import DEFAULT_BUCKET_MB, ENGINE_OPTION_NAMES, LOSSY_COMM_HOOKS
-from bench.worker import measure
-from bench.worker.trainer import Trainer, build_on, seed_generators
+from bench.worker.trainer import INIT_SCALE, Trainer, build_on, make_optimizer, seed_generators
 
-# One unit in the last place of each precision's format, relative (2^-(mantissa bits)): the size of one
-# rounding's difference between two honest placements of it. fp32 2^-23; tf32 keeps fp16's 10 mantissa bits
-# in its matmul inputs; bf16 2^-7; fp16 2^-10. The twin rounds every parameterised module's output once
-# more at this size, the precision's (not the tensor's: where autocast keeps an op in fp32, FSDP2's
-# MixedPrecisionPolicy runs it in bf16 — its norms, its residual stream).
+GATE_STEPS = 4  # teacher-forced steps a gated cell is judged over: a handful of batches and weights
+# How far from the reference an engine may be, in units of torch DDP's own distance at the precision:
+# honest engines measured at most 1.6× torch DDP's error over all tensors and 2.2× on one tensor
+# (benchmarks/parity_margin.py: fsdp2 and torch + inductor at fp32, bf16 and fp16 on 4- and 32-block
+# models), while the least broken engine tried (every 8th element dropped) is 12× to 50× out.
+BOUND_FACTOR = 4.0
+# One tensor may be twice as far: a tensor autocast keeps in fp32 (a norm's weight, a sum over every token
+# whose terms cancel) that a sharded engine computes at the precision sits up to 3.5× torch DDP's overall
+# error (fsdp2 bf16 on the 32-block model: a LayerNorm weight at 0.023 against DDP's 0.0067); a tensor lost
+# or stale is 1.0 to 1.5 out.
+TENSOR_FACTOR = 2 * BOUND_FACTOR
+# fp32's floor: below it a gradient is never called wrong. torch DDP at fp32 can sit at 0 from an fp32
+# reference (the same kernels; on CPU the fp64 reference gives ~1e-7), while compiled kernels reorder their
+# sums; the least broken engine tried is 0.35 out, a 1 % drop of the elements 0.1.
+MIN_ERROR = 2.5e-5
+# One unit in the last place of each wire format, relative (2^-(mantissa bits)): a gradient sent in it is
+# rounded once per element, ~0.3 ULP over a tensor; the bound keeps room for that when the judged cell's
+# comm hook rounds where torch DDP did not.
 ULP = {"fp32": 2.0**-23, "tf32": 2.0**-10, "bf16": 2.0**-7, "fp16": 2.0**-10}
-# How much further than the twin an engine may drift: honest engines measured at most 1.2× the twin's
-# update distance and 1.3× its loss distance (docs/design.md "Parity gates": fsdp2 at fp32, bf16, fp16 and
-# torch + inductor on a 4- and a 32-layer transformer; benchmarks/parity_margin.py prints them), and one
-# twin's distance varies between seeds of its rounding by up to 3× in the loss; a gradient that loses a
-# tensor, a share of its elements or a rank's contribution drifts 10× to 10,000× further.
-DRIFT_FACTOR = 4.0
-SEED_OFFSET = 7919  # the twin's rounding draws from run.seed + SEED_OFFSET + rank: its own, every rank's own
+# A tensor whose reference gradient is ~0 by symmetry (an attention key's bias: softmax ignores a shift
+# common to every key) has a relative error of rounding noise over nothing. Its denominator is floored at
+# this share of what the tensor would hold were the whole gradient spread evenly over the elements.
+TENSOR_FLOOR_SHARE = 0.05
+MAX_HALVINGS = 24  # fp16: the gate's loss scale halves at most this often (2^16 → 2^-8) before giving up
+SEED_OFFSET = 7919  # the gate's dropout draws: run.seed + SEED_OFFSET + step, every trainer alike
 
 
-def needs_reference(cell: Cell) -> bool:
-    """Whether the cell is compared with eager, uncompressed torch DDP."""
-    return (engines.get(cell.engine).sharded or cell.compile not in (None, "none")
-            or cell.comm_hook in LOSSY_COMM_HOOKS)
+def needs_gate(cell: Cell) -> bool:
+    """Whether the cell is gated against torch DDP: every cell but plain torch DDP itself."""
+    return not cell.is_baseline
 
 
 def baseline_cell(cell: Cell) -> Cell:
@@ -68,226 +86,269 @@ def baseline_cell(cell: Cell) -> Cell:
     return dataclasses.replace(cell, engine=ref.name, bucket_cap_mb=bucket, **options)
 
 
-def max_abs_diff(params: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
-    """Largest element-wise |difference| (both lists whole parameters in the same order), rank-local."""
-    return max((float((p.float() - r.float()).abs().max()) for p, r in zip(params, reference, strict=True)),
-               default=0.0)
+def reference_dtype(device: torch.device) -> torch.dtype:
+    """fp64 on CPU (torch DDP at fp32 then has a distance of its own to measure); fp32 on a GPU, TF32 off
+    (cuBLAS's fp64 is slow on most parts and flash attention has none)."""
+    return torch.float64 if device.type == "cpu" else torch.float32
 
 
-@dataclasses.dataclass(frozen=True)
-class Distances:
-    """How far one trainer ended from the reference (every rank holds the same whole parameters of both, so
-    these agree over ranks, the loss's maximum over ranks aside): ‖θ − θ_ref‖ / ‖θ_ref − θ_0‖ over all
-    parameters, the same per tensor (None: the reference did not move it, 0/0), the tensors' sizes and how
-    far the reference moved each (‖θ_ref − θ_0‖ per tensor), and max over steps of |L − L_ref| / |L_ref|."""
+def floor_error(cell: Cell) -> float:
+    """The least error the bound allows for, before BOUND_FACTOR: fp32's MIN_ERROR, or one ULP of the
+    coarsest wire the cell's gradients cross that torch DDP's do not (an fp16/bf16 comm hook)."""
+    hook = cell.comm_hook if cell.comm_hook in ULP else None
+    return max(MIN_ERROR, ULP[hook] if hook else 0.0)
 
-    update: float
-    tensors: list[float | None]
+
+# ---- the errors, summed over the gate's steps --------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Errors:
+    """‖g − g_ref‖² and ‖g_ref‖² per tensor, summed over the gate's steps (`add`), and the errors they give."""
+
     sizes: list[int]
-    moved: list[float]
-    loss: float
+    diff2: list[float] = dataclasses.field(default_factory=list)
+    ref2: list[float] = dataclasses.field(default_factory=list)
+
+    def add(self, grads: list[torch.Tensor], reference: list[torch.Tensor]) -> None:
+        d = [float((g.double() - r.double()).pow(2).sum()) for g, r in zip(grads, reference, strict=True)]
+        n = [float(r.double().pow(2).sum()) for r in reference]
+        self.diff2 = [a + b for a, b in zip(self.diff2, d, strict=True)] if self.diff2 else d
+        self.ref2 = [a + b for a, b in zip(self.ref2, n, strict=True)] if self.ref2 else n
+
+    def total(self) -> float:
+        """‖g − g_ref‖ / ‖g_ref‖ over every tensor and step (0 when the reference gradient is 0 and so is g's
+        difference; inf when only the reference's is)."""
+        return relative(sum(self.diff2), sum(self.ref2))
+
+    def tensors(self) -> list[float]:
+        """Per tensor, ‖g − g_ref‖ / tensor_scale."""
+        total, elements = sum(self.ref2), sum(self.sizes)
+        return [relative(d, tensor_scale(r, n, total, elements) ** 2)
+                for d, r, n in zip(self.diff2, self.ref2, self.sizes, strict=True)]
 
 
-def update_distances(params: list[torch.Tensor], reference: list[torch.Tensor],
-                     initial: list[torch.Tensor]) -> tuple[float, list[float | None], list[float]]:
-    """‖θ − θ_ref‖ / ‖θ_ref − θ_0‖, how far the engine's parameters are from the reference's in units of
-    how far the reference moved, over all parameters; the same per tensor (None where the reference did not
-    move the tensor: 0/0); and ‖θ_ref − θ_0‖ per tensor (rank-local, whole parameters in one order)."""
-    gap = moved = 0.0
-    tensors, norms = [], []
-    for p, r, p0 in zip(params, reference, initial, strict=True):
-        g = float((p.float() - r.float()).norm()) ** 2
-        m = float((r.float() - p0.float()).norm()) ** 2
-        gap, moved = gap + g, moved + m
-        tensors.append(math.sqrt(g / m) if m > 0 else None)
-        norms.append(math.sqrt(m))
-    return (math.sqrt(gap / moved) if moved > 0 else 0.0), tensors, norms
+def relative(diff2: float, ref2: float) -> float:
+    """√(diff2 / ref2), with 0/0 = 0 and x/0 = inf."""
+    if ref2 > 0:
+        return math.sqrt(diff2 / ref2)
+    return 0.0 if diff2 == 0 else math.inf
 
 
-def loss_rel_distance(losses: list[torch.Tensor], reference: list[torch.Tensor], device) -> float:
-    """Collective. max over steps of |loss − reference loss| / |reference loss| (rank-local losses of the
-    same batches), the maximum over ranks."""
-    mine = torch.stack([x.float() for x in losses])
-    ref = torch.stack([x.float() for x in reference])
-    local = float(((mine - ref).abs() / ref.abs().clamp_min(1e-12)).max())
-    return measure.max_over_ranks(local, device)
+def tensor_scale(ref2: float, n: int, total2: float, elements: int) -> float:
+    """A tensor's denominator: its reference gradient's norm, floored at TENSOR_FLOOR_SHARE of its even
+    share of the whole gradient's norm, ‖g_ref‖·√(n / N) (n of its elements of N in all)."""
+    return max(math.sqrt(ref2), TENSOR_FLOOR_SHARE * math.sqrt(total2 * n / elements))
 
 
-def distances(trainer: Trainer, reference: Trainer, initial: list[torch.Tensor]) -> Distances:
-    """Collective (fsdp2 gathers its shards; the loss's maximum over ranks). `trainer` against `reference`."""
-    mine = trainer.engine.full_parameters(trainer.model)
-    theirs = reference.engine.full_parameters(reference.model)
-    update, tensors, moved = update_distances(mine, theirs, initial)
-    return Distances(update=update, tensors=tensors, sizes=[p.numel() for p in theirs], moved=moved,
-                     loss=loss_rel_distance(trainer.losses, reference.losses, trainer.device))
+def bounds(ddp: Errors, floor: float, precision: str) -> tuple[float, list[float]]:
+    """The bounds from torch DDP's own errors at the precision: over all tensors BOUND_FACTOR × max(its
+    total, floor); per tensor TENSOR_FACTOR × max(its error on the tensor, its total, floor, one ULP of the
+    precision) — a tensor autocast keeps in fp32 that a sharded engine computes at the precision is
+    allowed the precision's rounding."""
+    total = max(ddp.total(), floor)
+    tensor = max(total, ULP[precision])
+    return BOUND_FACTOR * total, [TENSOR_FACTOR * max(e, tensor) for e in ddp.tensors()]
 
 
-def initial_parameters(trainer: Trainer) -> list[torch.Tensor]:
-    """θ_0: the weights every trainer of the cell started from, built again as Trainer built them (the
-    same seeds on the same device draw the same numbers), in `parameters()` order."""
-    seed_generators(trainer.seed, trainer.device)
-    module = build_on(trainer.workload, trainer.device)
-    return [p.detach() for p in module.parameters()]
+# ---- one teacher-forced step --------------------------------------------------------------------------------
 
 
-class Rerounding:
-    """One more rounding of a precision on the output of every module that holds parameters of its own (a
-    Linear, an Embedding, a norm): x ← x · (1 + δ) per element, δ uniform in [−ULP, ULP] of the precision,
-    computed in fp32 and rounded back to x's dtype, so each element lands on the neighbour of its value
-    about as often as another placement of a rounding would put it there. Its gradient flows through the
-    same factor, so backward is rerounded alike. The draws come from a generator of its own (the
-    trainers' seeds and data are untouched)."""
-
-    def __init__(self, model: torch.nn.Module, ulp: float, seed: int, device: torch.device):
-        self.ulp = ulp
-        self.generator = torch.Generator(device=device).manual_seed(seed)
-        self.handles = [m.register_forward_hook(self.hook) for m in model.modules()
-                        if any(True for _ in m.parameters(recurse=False))]
-
-    def hook(self, module, args, out):
-        if not (isinstance(out, torch.Tensor) and out.is_floating_point()):
-            return None
-        noise = torch.rand(out.shape, generator=self.generator, device=out.device, dtype=torch.float32)
-        return (out.float() * (1 + (2 * noise - 1) * self.ulp)).to(out.dtype)
+@contextmanager
+def default_dtype(dtype: torch.dtype):
+    """Tensors a model makes without a dtype (a mask, a position table) made in `dtype` meanwhile."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
 
 
-def step_allowance(skipped: int, lr: float, sizes: list[int],
-                   moved: list[float]) -> tuple[float, list[float]]:
-    """What `skipped` optimizer steps that one trainer skipped and the other did not may add to the update
-    distances, over all parameters and per tensor (fp16's GradScaler skips a step whose gradients
-    overflowed; which steps overflow can differ between honest engines, FSDP2's fp16 parameters overflowing
-    where autocast's fp32 ops do not): AdamW moves an element by about lr a step (|m̂/√v̂| ≈ 1), so a step
-    is lr·√n of a tensor of n elements, over how far the reference moved it."""
-    total = math.sqrt(sum(m * m for m in moved))
-    overall = skipped * lr * math.sqrt(sum(sizes)) / total if total > 0 else 0.0
-    return overall, [skipped * lr * math.sqrt(n) / m if m > 0 else 0.0 for n, m in zip(sizes, moved)]
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """Collective: whether `flag` holds on any rank."""
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    if dist.is_initialized():
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
 
 
-def skipped_at(trainer: Trainer) -> set[int]:
-    """Collective for fp16 (every rank's trainer has the same precision): the steps whose update the trainer
-    skipped for an overflow on any rank (Precision.skipped_at: a rank's sharded gradients can overflow
-    alone); empty for other precisions. A sync."""
-    import torch.distributed as dist
-
-    mine = trainer.precision.skipped_at()
-    if not trainer.precision.scaler.is_enabled() or not dist.is_initialized():
-        return mine
-    every: list = [None] * dist.get_world_size()
-    dist.all_gather_object(every, sorted(mine))
-    return {k for steps in every for k in steps}
+def not_finite(model: torch.nn.Module) -> bool:
+    """Whether any of this rank's gradients (its shards) holds an inf or a NaN. A sync."""
+    return any(not bool(torch.isfinite(local(p.grad)).all()) for p in model.parameters() if p.grad is not None)
 
 
-def gate(trainer: Trainer, reference: Trainer, twin: Trainer | None,
-         skipped: tuple[set[int], set[int]] = (set(), set())) -> dict:
-    """Collective. The row's gate columns for `trainer` against `reference`, with `twin` (the rerounded
-    reference: References.twin) for the bounds, all three stepped as often on the same batches from the
-    same weights: lossy → loss_rel_distance only; otherwise the update distances, the loss distance,
-    param_max_abs_diff, the bounds used (parity_*_bound: DRIFT_FACTOR × the twin's distances), `parity_gate`
-    (passed | diverged) and, when diverged, `parity_failure` (why, with the figures).
+def local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
 
-    `skipped`: fp16's skipped optimizer steps (skipped_at) of the cell and of the reference. The reference
-    and the twin skipped the steps the cell skipped (References.compared forces them), so those cancel and
-    every distance is judged. Steps the reference skipped and the cell did not cannot be forced away: then
-    the loss trajectories parted at such a step and the loss is not compared, and the update bounds widen
-    by what those steps can move (step_allowance); a trainer that moved where the reference did not, or
-    stood still where it moved, still drifts a whole update (distance ≈ 1)."""
-    device = trainer.device
-    if trainer.cell.comm_hook in LOSSY_COMM_HOOKS:
-        return {"lossy": True, "loss_rel_distance": loss_rel_distance(trainer.losses, reference.losses,
-                                                                      device)}
-    initial = initial_parameters(reference)
-    mine, drift = distances(trainer, reference, initial), distances(twin, reference, initial)
-    extra = len(skipped[1] - skipped[0])   # the reference's skips the cell (and so the twin) did not make
-    lr = reference.optimizer.param_groups[0]["lr"]
-    widen, widen_tensors = step_allowance(extra, lr, drift.sizes, drift.moved)
-    update_bound = DRIFT_FACTOR * drift.update + widen
-    loss_bound = None if extra else DRIFT_FACTOR * drift.loss
-    tensor_bounds = [math.sqrt((DRIFT_FACTOR * (d or 0.0)) ** 2 + 4.0 / n) + w
-                     for d, n, w in zip(drift.tensors, drift.sizes, widen_tensors)]
-    judged = [(d, bound, n) for d, bound, n in zip(mine.tensors, tensor_bounds, mine.sizes) if d is not None]
-    worst = max(judged, default=(0.0, 1.0, 1), key=lambda t: t[0] / t[1])  # the tensor nearest its bound
-    theirs = reference.engine.full_parameters(reference.model)
-    row = {"param_update_distance": mine.update, "param_update_distance_max": worst[0],
-           "loss_rel_distance": mine.loss,
-           "param_max_abs_diff": measure.max_over_ranks(
-               max_abs_diff(trainer.engine.full_parameters(trainer.model), theirs), device),
-           "parity_update_bound": update_bound, "parity_tensor_bound": worst[1],
-           "parity_loss_bound": loss_bound}
-    # every rank holds the same whole parameters of all three, so every rank decides alike
-    checks = [("update distance", mine.update, update_bound),
-              (f"a {worst[2]}-element tensor's update distance", worst[0], worst[1])]
-    if loss_bound is not None:
-        checks.append(("loss distance", mine.loss, loss_bound))
-    over = [f"{name} {value:.3g} > {bound:.3g}" for name, value, bound in checks if not value <= bound]
-    note = ""
-    if skipped[0] != skipped[1]:
-        note = (f" (fp16 skipped {len(skipped[0])} steps, torch DDP {len(skipped[1])}: "
-                + ("loss not compared)" if extra else "the reference and its twin skipped them too)"))
-    if not over:
-        return row | {"parity_gate": "passed" + note}
-    return row | {"parity_gate": "diverged",
-                  "parity_failure": f"trains differently from eager torch DDP at {trainer.cell.precision}: "
-                                    + "; ".join(over) + f" ({DRIFT_FACTOR:g}× how far a rerounded twin "
-                                    f"drifted; bench/worker/parity.py){note}"}
+
+def run_step_pre_hooks(optimizer: torch.optim.Optimizer) -> None:
+    """The optimizer's step pre-hooks (global, then its own), as `optimizer.step` would run them first: a
+    gradient transform registered there is part of what the optimizer is handed."""
+    from torch.optim.optimizer import _global_optimizer_pre_hooks
+
+    for hook in [*_global_optimizer_pre_hooks.values(), *optimizer._optimizer_step_pre_hooks.values()]:
+        hook(optimizer, (), {})
+
+
+def synced_gradients(trainer: Trainer, weights: list[torch.Tensor], micro: list,
+                     seed: int) -> tuple[list[torch.Tensor], int]:
+    """Collective. The gradients `trainer` hands its optimizer at `weights` for the step of `micro` (its
+    staged micro-batches), whole and unscaled, and how often fp16's loss scale had to halve: the weights
+    loaded, the micro-steps run as Trainer.step runs them (`accumulate`), the gradients unscaled in place
+    (as GradScaler.unscale_ does before optimizer.step), the optimizer's pre-hooks run, then gathered. The
+    trainer's optimizer, scaler and data cursor are untouched; its gradients are cleared after."""
+    trainer.precision.apply()
+    trainer.engine.load_full_parameters(trainer.model, weights)
+    scale = INIT_SCALE if trainer.precision.scaler.is_enabled() else 1.0
+    for halvings in range(MAX_HALVINGS + 1):
+        trainer.optimizer.zero_grad(set_to_none=True)
+        seed_generators(seed, trainer.device)
+        trainer.accumulate(micro, scale=lambda loss, s=scale: loss * s)
+        if scale == 1.0 or not any_rank(not_finite(trainer.model), trainer.device):
+            break
+        scale /= 2  # GradScaler's backoff, within the step: the same weights and batch again
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            if p.grad is not None and scale != 1.0:
+                local(p.grad).div_(scale)
+    run_step_pre_hooks(trainer.optimizer)
+    grads = [g.float() for g in trainer.engine.full_gradients(trainer.model)]
+    trainer.optimizer.zero_grad(set_to_none=True)
+    return grads, halvings
+
+
+def step_batches(trainer: Trainer, k: int) -> list:
+    """The staged micro-batches of the trainer's k-th step: every trainer of a configuration draws the same
+    samples there (one sampler, one seed; a run's schedule is steps_needed long, the gate's own DDP trainer's
+    GATE_STEPS)."""
+    return trainer.schedule[k]
+
+
+class Reference:
+    """The gate's reference for one configuration: a plain module in REFERENCE_DTYPE built from the cell's
+    initial weights, stepped by its own AdamW through GATE_STEPS steps of the torch DDP trainer's batches
+    (the same samples every trainer of the configuration takes first), its weights rounded to fp32 after
+    each step so that every trainer can hold them exactly; per step the weights and the mean over ranks of
+    its gradient. Collective."""
+
+    def __init__(self, ddp: Trainer, seed: int):
+        device, self.dtype = ddp.device, reference_dtype(ddp.device)
+        seed_generators(ddp.seed, device)
+        module = build_on(ddp.workload, device).to(self.dtype)
+        self.names = [n for n, _ in module.named_parameters()]
+        optimizer = make_optimizer(module.parameters(), device)
+        self.weights: list[list[torch.Tensor]] = []
+        self.grads: list[list[torch.Tensor]] = []
+        for k in range(GATE_STEPS):
+            self.weights.append([p.detach().float().clone() for p in module.parameters()])
+            self.grads.append(self._gradients(module, ddp, step_batches(ddp, k), seed + k))
+            for p, g in zip(module.parameters(), self.grads[-1], strict=True):
+                p.grad = g.clone()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                for p in module.parameters():
+                    p.copy_(p.float())  # fp32-representable: what every trainer can load exactly
+        self.sizes = [w.numel() for w in self.weights[0]]
+
+    def _gradients(self, module: torch.nn.Module, ddp: Trainer, micro: list, seed: int) -> list[torch.Tensor]:
+        """The mean over ranks of the module's gradient for one step's micro-batches (loss / micro-steps
+        each): DDP's contract, computed plainly."""
+        module.zero_grad(set_to_none=True)
+        seed_generators(seed, ddp.device)
+        with default_dtype(self.dtype):
+            for idx in micro:
+                batch = {k: v.to(self.dtype) if torch.is_tensor(v) and v.is_floating_point() else v
+                         for k, v in ddp.dataset.batch(idx).items()}
+                (ddp.workload.loss(module, batch) / len(micro)).backward()
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad.detach() for p in module.parameters()]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        if dist.is_initialized():
+            dist.all_reduce(flat)
+            flat /= dist.get_world_size()
+        return [t.view_as(g) for t, g in zip(flat.split([g.numel() for g in grads]), grads, strict=True)]
+
+    def errors(self, trainer: Trainer, seed: int) -> tuple[Errors, int]:
+        """Collective. `trainer`'s errors over the gate's steps, and fp16's halvings of its loss scale."""
+        errors, halvings = Errors(self.sizes), 0
+        for k in range(GATE_STEPS):
+            grads, h = synced_gradients(trainer, self.weights[k], step_batches(trainer, k), seed + k)
+            errors.add(grads, self.grads[k])
+            halvings += h
+        return errors, halvings
 
 
 class References:
-    """The trainers a group's gates compare with, built once per configuration and kept until `release`:
-    the eager torch DDP reference (the group's own, or one built and stepped through the same batches) and
-    its rerounded twin. Collective when building."""
+    """Per configuration a group gates (baseline_cell), built on
+    first use and kept until `release`: the eager torch DDP trainer at the cell's precision (the group's own,
+    or one built for the gate), the Reference, and torch DDP's errors (the bound's measure). Collective."""
 
     def __init__(self, trainers: list[Trainer], config, rank: int, world_size: int):
         self.trainers, self.config, self.rank, self.world_size = trainers, config, rank, world_size
-        self.built: dict[tuple, Trainer] = {}
+        self.seed = config.run.seed + SEED_OFFSET
+        self.built: dict[str, tuple[Reference, Errors]] = {}
 
-    def _replay(self, cell: Cell, steps: int, schedule_len: int, rerounded: bool,
-                skips: frozenset[int] = frozenset()) -> Trainer:
-        key = (cell.cell_id, steps, rerounded, skips)
-        if key not in self.built:
-            device = self.trainers[0].device if self.trainers else torch.device("cpu")
-            built = Trainer(cell, self.config, device, self.rank, self.world_size, schedule_len)
-            built.forced_skips = set(skips)
-            if rerounded:
-                built.rerounding = Rerounding(built.model, ULP[cell.precision],
-                                              self.config.run.seed + SEED_OFFSET + self.rank, device)
-            for _ in range(steps):
-                built.step()
-            self.built[key] = built
-        return self.built[key]
-
-    def reference(self, trainer: Trainer, skips: set[int] = frozenset()) -> Trainer:
-        """The group's eager torch DDP trainer of `trainer`'s configuration, or one stepped as often; with
-        `skips`, one that also skips those fp16 steps as if they had overflowed (aligned: `compared`)."""
+    def of(self, trainer: Trainer) -> tuple[Reference, Errors]:
         wanted = baseline_cell(trainer.cell)
-        for other in self.trainers:
-            if other.cell.cell_id == wanted.cell_id and other.cursor == trainer.cursor and not skips:
-                return other
-        return self._replay(wanted, trainer.cursor, len(trainer.schedule), rerounded=False,
-                            skips=frozenset(skips))
-
-    def compared(self, trainer: Trainer) -> tuple[Trainer, Trainer | None, tuple[set[int], set[int]]]:
-        """Collective. The reference `trainer` is judged against, its twin, and both one's fp16 skipped steps
-        (skipped_at). An fp16 cell that skipped steps the reference did not (an overflow of FSDP2's fp16
-        parameters where autocast's fp32 ops have none: legitimate) is judged against a reference and a
-        twin that skip those steps too, so that the skips cancel and every distance still says something
-        (a one-step difference in 25 is already ~20 % of the update: against it, a dropped tensor would
-        hide)."""
-        reference = self.reference(trainer)
-        skipped = skipped_at(trainer), skipped_at(reference)
-        extra = skipped[0] - skipped[1]
-        if extra:
-            reference = self.reference(trainer, extra)
-            skipped = skipped[0], skipped_at(reference)
-        return reference, self.twin(trainer, extra), skipped
-
-    def twin(self, trainer: Trainer, skips: set[int] = frozenset()) -> Trainer | None:
-        """The rerounded reference of `trainer`'s configuration, stepped as often, skipping the fp16 steps in
-        `skips` as if they had overflowed (gate: the cell's skips the reference did not make); None for a
-        lossy hook, whose gate is its loss distance alone."""
-        if trainer.cell.comm_hook in LOSSY_COMM_HOOKS:
-            return None
-        return self._replay(baseline_cell(trainer.cell), trainer.cursor, len(trainer.schedule),
-                            rerounded=True, skips=frozenset(skips))
+        if wanted.cell_id not in self.built:  # the same micro-steps: baseline_cell keeps micro_splits
+            ddp = next((t for t in self.trainers if t.cell.cell_id == wanted.cell_id), None)
+            if ddp is None:
+                ddp = Trainer(wanted, self.config, trainer.device, self.rank, self.world_size, GATE_STEPS)
+            reference = Reference(ddp, self.seed)
+            self.built[wanted.cell_id] = reference, reference.errors(ddp, self.seed)[0]
+        return self.built[wanted.cell_id]
 
     def release(self) -> None:
         self.built.clear()
+
+
+def gate(trainer: Trainer, references: References) -> dict:
+    """Collective. The row's gate columns for `trainer` (bench.schema: parity_*): its gradient error over
+    all tensors and on the tensor nearest its bound, each bound, torch DDP's own error, the gate's steps and
+    seconds; `parity_gate` passed | diverged (`parity_failure` saying which tensor, how far, against what)
+    or, for a lossy comm hook, `lossy` and the error alone. Rank 0's figures decide on every rank."""
+    t0 = time.perf_counter()
+    reference, ddp = references.of(trainer)
+    mine, halvings = reference.errors(trainer, references.seed)
+    cell = trainer.cell
+    total_bound, tensor_bounds = bounds(ddp, floor_error(cell), cell.precision)
+    errors = mine.tensors()
+    worst = max(range(len(errors)), key=lambda i: errors[i] / tensor_bounds[i]) if errors else None
+    row = {"parity_grad_error": mine.total(), "parity_grad_bound": total_bound,
+           "parity_ddp_error": ddp.total(), "parity_gate_steps": GATE_STEPS,
+           "parity_tensor": None if worst is None else reference.names[worst],
+           "parity_tensor_error": None if worst is None else errors[worst],
+           "parity_tensor_bound": None if worst is None else tensor_bounds[worst]}
+    if cell.comm_hook in LOSSY_COMM_HOOKS:
+        row |= {"lossy": True}
+    else:
+        row |= verdict(row, cell, reference.sizes[worst] if worst is not None else 0, halvings,
+                       str(reference.dtype).removeprefix("torch."))
+    row["parity_gate_s"] = time.perf_counter() - t0
+    if dist.is_initialized():  # every rank holds the same gradients; rank 0's rounding of them decides
+        shared = [row]
+        dist.broadcast_object_list(shared, src=0)
+        row = shared[0] | {"parity_gate_s": row["parity_gate_s"]}
+    return row
+
+
+def verdict(row: dict, cell: Cell, size: int, halvings: int, ref: str) -> dict:
+    """passed, or diverged with the reason in a user's words: which tensor, how far, against what."""
+    where = f"torch DDP at {cell.precision}"
+    over = []
+    if not row["parity_grad_error"] <= row["parity_grad_bound"]:
+        over.append(f"over all tensors {row['parity_grad_error']:.3g} against a bound of "
+                    f"{row['parity_grad_bound']:.3g}")
+    if row["parity_tensor"] is not None and not row["parity_tensor_error"] <= row["parity_tensor_bound"]:
+        over.append(f"on {row['parity_tensor']} ({size} elements) {row['parity_tensor_error']:.3g} against "
+                    f"{row['parity_tensor_bound']:.3g}")
+    note = f" (fp16: the loss scale halved {halvings} times over the gate's steps)" if halvings else ""
+    if not over:
+        return {"parity_gate": "passed" + note}
+    return {"parity_gate": "diverged", "parity_failure": (
+        f"hands the optimizer other gradients than torch DDP at the same weights and batch: relative error "
+        f"from an {ref} reference " + "; ".join(over) + f" ({BOUND_FACTOR:g}× how far {where} is from it, "
+        f"{row['parity_ddp_error']:.3g}, over {GATE_STEPS} steps; bench/worker/parity.py){note}. Check its "
+        f"gradient averaging (a sum is world-size× too large), which elements or tensors its sync covers, "
+        f"and that it reduces this step's gradients")}

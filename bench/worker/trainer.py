@@ -46,7 +46,7 @@ class Precision:
     and must not be mixed with it: once it is set, torch 2.13 raises on a read of them.
 
     The flags are process-wide, and a group steps several trainers in one process (side by side, a race,
-    the parity gate's references): so `apply()` sets this trainer's flags at the start of each of its steps
+    the parity gate's reference): so `apply()` sets this trainer's flags at the start of each of its steps
     (a few attribute writes), and the last trainer built never decides for the others. `flags` is what the
     cell ran with, read back from torch after `apply()` (empty on CPU, where nothing is set: these flags
     drive cuBLAS and cuDNN only).
@@ -66,7 +66,6 @@ class Precision:
         # timed windows instead of counting found_inf on the host every step (a sync).
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16", init_scale=INIT_SCALE,
                                            growth_interval=max(GROWTH_INTERVAL, n_steps + 1))
-        self.scales: list[torch.Tensor] = []  # fp16: the scale after each step (record_scale)
 
     def apply(self) -> None:
         """Set this precision's process-wide TF32 flags (every step does, before its first kernel); nothing
@@ -85,21 +84,6 @@ class Precision:
         """Optimizer steps skipped so far for inf/NaN gradients (fp16 only, else None). A sync."""
         scale = self.loss_scale()
         return None if scale is None else round(math.log2(INIT_SCALE / scale))
-
-    def record_scale(self) -> None:
-        """fp16: keep the scale after this step's update, on the device (a one-element copy, no sync), so
-        that which steps were skipped can be read afterwards (`skipped_at`: the parity gate's)."""
-        if self.scaler.is_enabled():
-            self.scales.append(self.scaler._scale.detach().clone())
-
-    def skipped_at(self) -> set[int]:
-        """fp16: the steps (0-based, in the order the trainer took them) whose update GradScaler skipped for
-        an overflow: where the kept scale halved. Empty otherwise. A sync."""
-        if not self.scales:
-            return set()
-        scales = torch.stack(self.scales).float().cpu().tolist()
-        before = [INIT_SCALE, *scales[:-1]]
-        return {k for k, (a, b) in enumerate(zip(before, scales)) if b < a}
 
 
 class Instrument:
@@ -191,9 +175,6 @@ class Trainer:
         fault = config.debug.fault_for(cell.cell_id)
         self.fault = fault if fault in STEP_FAULTS and rank == world_size - 1 else None
         self.fault_step, self.rank = config.run.warmup_steps, rank
-        # fp16: steps (0-based) whose update this trainer skips as if its gradients had overflowed (the
-        # parity gate's twin skipping where the judged engine did: bench/worker/parity.py); empty otherwise
-        self.forced_skips: set[int] = set()
         self.last_loss: torch.Tensor | None = None  # the last step's loss, on the device (no sync to keep it)
         self.losses: list[torch.Tensor] = []  # every step's last_loss, on the device (the lossy-hook gate)
 
@@ -203,31 +184,38 @@ class Trainer:
         self.cursor += 1
         return micro
 
+    def accumulate(self, micro: list, instrument: Instrument = QUIET, scale=lambda loss: loss) -> torch.Tensor:
+        """Forward and backward of one step's micro-batches (`micro`: staged indices), all but the last under
+        the engine's no_sync, each loss divided by their count and passed through `scale` (GradScaler's
+        in a step; the parity gate's own loss scale); returns the last micro-step's loss. After it the
+        gradients are synced as the engine syncs them: what the optimizer would take (step, and the parity
+        gate's synced_gradients)."""
+        model, k = self.model, len(micro)
+        for i, idx in enumerate(micro):
+            with self.engine.no_sync(model) if i < k - 1 else nullcontext():
+                with instrument.phase("data_movement"):
+                    batch = self.dataset.batch(idx)
+                with instrument.phase("forward"), self.precision.autocast():
+                    loss = self.workload.loss(model, batch)
+                with instrument.phase("backward"):
+                    scale(loss / k).backward()
+        return loss
+
     def step(self, instrument: Instrument = QUIET) -> torch.Tensor:
         """One optimizer step; returns the last micro-step's loss (not divided by the micro-steps): the cell's
         micro_steps forwards (grad_accum × the memory rule's splits), all but the last under no_sync."""
-        model, inst, k = self.model, instrument, self.cell.micro_steps
         self.precision.apply()  # process-wide flags: this trainer's, whatever stepped before it
         if self.fault and self.cursor == self.fault_step:
             inject_fault(self.fault, self.cell.cell_id, self.rank)
         if self.straggle_s:  # the injected straggler: late to this step's first gradient collective
             straggle(self.straggle_s)
-        for i, idx in enumerate(self.next_micro_batches()):
-            with self.engine.no_sync(model) if i < k - 1 else nullcontext():
-                with inst.phase("data_movement"):
-                    batch = self.dataset.batch(idx)
-                with inst.phase("forward"), self.precision.autocast():
-                    loss = self.workload.loss(model, batch)
-                with inst.phase("backward"):
-                    self.precision.scaler.scale(loss / k).backward()
+        inst = instrument
+        loss = self.accumulate(self.next_micro_batches(), inst, self.precision.scaler.scale)
         with inst.phase("sync_grads"):
             inst.wait_for_gradients()
         with inst.phase("opt_step"):
-            if self.cursor - 1 in self.forced_skips:
-                poison_gradients(self.model)
             self.precision.scaler.step(self.optimizer)
             self.precision.scaler.update()
-            self.precision.record_scale()
             self.optimizer.zero_grad(set_to_none=True)
         self.last_loss = loss.detach()
         self.losses.append(self.last_loss)
@@ -295,15 +283,6 @@ def inject_fault(fault: str, cell_id: str, rank: int) -> None:
         raise torch.OutOfMemoryError(where.format("out of memory"))
     while True:
         time.sleep(1)
-
-
-def poison_gradients(model: torch.nn.Module) -> None:
-    """Make the first gradient infinite, on every rank alike: GradScaler then skips the step and halves its
-    scale, as it does for an overflow (Trainer.forced_skips)."""
-    for p in model.parameters():
-        if p.grad is not None:
-            (p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad).fill_(float("inf"))
-            return
 
 
 def straggle(seconds: float) -> None:
