@@ -64,10 +64,11 @@ LAUNCH_STATS_COLUMNS = (
 )
 
 # collective_wait.csv (bench/analyze/waits.py): one row per rank and collective of a job of two or more ranks:
-# its wait for the last rank and its transfer; start_ms on the aligned clock from the step's earliest start.
+# until the last rank joined (joined_ms), the part of that no earlier collective of the rank waited (wait_ms:
+# a rank's rows add up) and its transfer; start_ms on the aligned clock from the step's earliest start.
 COLLECTIVE_WAIT_COLUMNS = (
     "cell_id", "job", "trace_file", "rank", "step", "collective", "process_group", "seq", "ordinal", "bytes",
-    "start_ms", "wait_ms", "transfer_ms", "last_rank", "ranks", "clock_offset_ms", "clock",
+    "start_ms", "joined_ms", "wait_ms", "transfer_ms", "last_rank", "ranks", "clock_offset_ms", "clock",
 )
 
 # rank_timeline.csv (bench/analyze/waits.py): one step per multi-rank job, each rank's host window, compute,

@@ -4,11 +4,20 @@ by aligning the same collective across the ranks' traces (definitions: docs/desi
 A collective cannot complete anywhere before every rank of the group has joined it. So for one collective,
 on a common clock, with s_r and e_r rank r's start and end and L = max_r s_r the last rank's start:
 
-    wait_r     = clip(L − s_r, 0, e_r − s_r)      rank r waited for the last rank
-    transfer_r = (e_r − s_r) − wait_r             the rest: the data moving once everyone was there
+    joined_r   = clip(L − s_r, 0, e_r − s_r)      rank r waited for the last rank to join
+    transfer_r = (e_r − s_r) − joined_r           the rest: the data moving once everyone was there
+    wait_r     = |[s_r, s_r + joined_r] ∖ ∪ earlier [s, s + joined] of rank r|    the wait counted once
+
+A late rank is late to every collective it has in flight: rank r's second all-reduce, issued while the first
+still waits, waits for the same late rank, so joined_r counts that lateness again (a 5 ms straggler read
+5.03 ms at the step's first all-reduce and 6.00 ms at its second). wait_r keeps only what this collective
+adds to rank r's waiting (its instances taken in start order: issue order), so a rank's waits add up to the
+union of its waiting, as trace_summary's wait_ms.
 
 Matching: by (process group, Seq) where every instance of the job carries them, else by (step, process
-group, collective, ordinal) (collectives.py). Clocks: the ranks of one host share a clock; the traces of
+group, collective, ordinal) (collectives.py): gloo's traces carry no Seq (torch 2.13), and c10d requires every
+rank to issue a group's collectives in the same order, so the k-th of a step is the same collective.
+Clocks: the ranks of one host share a clock; the traces of
 different hosts (or whose host is not named) are put on the reference rank's host clock by an offset
 estimated from the collectives themselves: an all-reduce, all-gather, reduce-scatter, all-to-all or barrier
 ends on every rank within its last hop's latency, so the offset is the median over those of (end on this
@@ -98,14 +107,15 @@ def clock_offsets(g: pd.DataFrame) -> tuple[dict[int, float], str]:
 
 
 def align(instances: pd.DataFrame) -> pd.DataFrame:
-    """Every instance with its wait and transfer (µs, its own clock), the job it belongs to and how many of
-    its ranks the files hold (`job_ranks`), its key and the key's step (`key_step`: the lowest rank's; ranks
-    may number their steps apart when Seq matches them), its clock offset and the key's last rank and
+    """Every instance with its joined, wait (counted once) and transfer (µs, its own clock), the job it
+    belongs to and how many of its ranks the files hold (`job_ranks`), its key and the key's step
+    (`key_step`: the lowest rank's; ranks may number their steps apart when Seq matches them), its clock
+    offset and the key's last rank and
     number of ranks. A job of one rank (its trace says world size 1) waits for nobody: wait 0, all of it
     transfer; one rank's trace of a larger job says nothing about waiting (empty). In a job of two or more
     ranks, an instance seen on one rank only (ranks = 1) keeps an empty wait."""
     cols = ["job", "job_ranks", "key", "key_step", "offset_us", "clock", "last_start", "last_rank", "ranks",
-            "wait_us", "transfer_us"]
+            "joined_us", "wait_us", "transfer_us"]
     t = instances[instances["rank"].notna()]
     if t.empty:
         return t.assign(**{c: [] for c in cols})
@@ -129,9 +139,24 @@ def align(instances: pd.DataFrame) -> pd.DataFrame:
                                       .set_index("key")["rank"])
         length = g["end_us"] - g["start_us"]
         matched = (g["job_ranks"] >= 2) & (g["ranks"] >= 2) | alone
-        wait = np.clip(g["last_start"] - aligned, 0, length).where(matched)
-        out.append(g.assign(wait_us=wait, transfer_us=length - wait))
+        joined = np.clip(g["last_start"] - aligned, 0, length).where(matched)
+        g = g.assign(joined_us=joined, transfer_us=length - joined)
+        out.append(g.assign(wait_us=counted_once(g)))
     return pd.concat(out, ignore_index=True)
+
+
+def counted_once(g: pd.DataFrame) -> pd.Series:
+    """Per instance, the part of its waiting [start, start + joined] that no earlier instance of its rank
+    (trace file) already waited: taken in start order, every earlier interval starts no later, so what they
+    cover from this start on is [start, the latest end so far). Unmatched instances (joined empty) stay
+    empty and cover nothing."""
+    out = pd.Series(np.nan, index=g.index)
+    for _, f in g[g["joined_us"].notna()].groupby("trace_file", sort=False):
+        f = f.sort_values("start_us", kind="stable")
+        ends = (f["start_us"] + f["joined_us"]).to_numpy(float)
+        covered = np.maximum.accumulate(np.concatenate([[-np.inf], ends[:-1]]))
+        out[f.index] = np.clip(ends - np.maximum(f["start_us"].to_numpy(float), covered), 0, None)
+    return out
 
 
 def multi_rank(aligned: pd.DataFrame) -> pd.DataFrame:
@@ -154,7 +179,8 @@ def wait_rows(aligned: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:
     origin = _origins(aligned, segments)
     key = pd.MultiIndex.from_arrays([aligned["job"], aligned["step"].astype(str)])
     start = aligned["start_us"] - aligned["offset_us"] - origin.reindex(key).to_numpy()
-    out = aligned.assign(start_ms=start / US_PER_MS, wait_ms=aligned["wait_us"] / US_PER_MS,
+    out = aligned.assign(start_ms=start / US_PER_MS, joined_ms=aligned["joined_us"] / US_PER_MS,
+                         wait_ms=aligned["wait_us"] / US_PER_MS,
                          transfer_ms=aligned["transfer_us"] / US_PER_MS,
                          clock_offset_ms=aligned["offset_us"] / US_PER_MS)
     out = out[list(COLLECTIVE_WAIT_COLUMNS)].reset_index(drop=True)
@@ -182,9 +208,9 @@ def step_sums(aligned: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:
 
 
 def _sums(g: pd.DataFrame, hidden: np.ndarray) -> dict:
-    if g["wait_us"].isna().any():
+    if g["joined_us"].isna().any():
         return {}
-    s, e, w = g["start_us"].to_numpy(float), g["end_us"].to_numpy(float), g["wait_us"].to_numpy(float)
+    s, e, w = g["start_us"].to_numpy(float), g["end_us"].to_numpy(float), g["joined_us"].to_numpy(float)
     waiting = iv.union(s, s + w)
     moving = iv.subtract(iv.union(s + w, e), waiting)
     return {"wait_ms": iv.length(waiting) / US_PER_MS, "transfer_ms": iv.length(moving) / US_PER_MS,
@@ -215,11 +241,12 @@ def timeline_rows(aligned: pd.DataFrame, segments: pd.DataFrame, stragglers: pd.
     files = aligned.groupby("trace_file")[["job", "cell_id", "rank", "offset_us"]].first()
     seg = segments[segments["kind"].isin(["window", "compute"])].join(files, on="trace_file", how="inner")
     seg = seg[seg["step"].astype(str) == seg["job"].map(chosen)]
-    coll = aligned[~aligned["barrier"].astype(bool) & aligned["wait_us"].notna()]
+    coll = aligned[~aligned["barrier"].astype(bool) & aligned["joined_us"].notna()]
     coll = coll[coll["step"].astype(str) == coll["job"].map(chosen)]
+    joined = coll["start_us"] + coll["joined_us"]  # drawn whole: overlapping bars show one wait once
     parts = [seg.assign(s=seg["start_us"], e=seg["end_us"]),
-             coll.assign(kind="wait", s=coll["start_us"], e=coll["start_us"] + coll["wait_us"]),
-             coll.assign(kind="transfer", s=coll["start_us"] + coll["wait_us"], e=coll["end_us"])]
+             coll.assign(kind="wait", s=coll["start_us"], e=joined),
+             coll.assign(kind="transfer", s=joined, e=coll["end_us"])]
     t = pd.concat([p[["cell_id", "job", "rank", "step", "kind", "s", "e", "offset_us"]] for p in parts],
                   ignore_index=True)
     t = t[t["e"] > t["s"]] if len(t) else t
