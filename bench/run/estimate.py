@@ -113,9 +113,11 @@ RATES = {
 
 def model_size_counts(config: BenchConfig) -> tuple[int, int]:
     """(parameters, parameter tensors) of the workload's model, built on the meta device (nothing is
-    allocated), else on CPU for a model that cannot be (a checkpoint, a user model that reads values).
-    Counted once per workload in a process: a meta build still runs every initialiser through torch's
-    decompositions (smollm2-360m: ~4 s on a quiet core), and a dry run estimates a sweep more than once."""
+    allocated). A built-in model that cannot be (a checkpoint) is counted on a CPU build; a user model is
+    counted on meta only, by the launcher's pre-flight check (bench/workloads/preflight.py), so the
+    user's code never runs for real in the launcher. Counted once per workload in a process: a meta build
+    still runs every initialiser through torch's decompositions (smollm2-360m: ~4 s on a quiet core), and a
+    dry run estimates a sweep more than once."""
     w = config.workload
     key = (w.model, w.model_size, repr(w.options()))
     if key not in _COUNTS:
@@ -129,13 +131,17 @@ _COUNTS: dict[tuple[str, str, str], tuple[int, int]] = {}  # (model, size, optio
 def _count(w) -> tuple[int, int]:
     import torch
 
-    from bench.workloads import get_workload
+    from bench.workloads import get_workload, is_user_spec
+    from bench.workloads.preflight import check_user_model
 
+    if is_user_spec(w.model):
+        counts = check_user_model(w.model, w.model_size, w.options())
+        return counts.params, counts.tensors
     workload = get_workload(w.model, w.model_size, w.options())
     try:
         with torch.device("meta"):
             model = workload.build_model()
-    except Exception:  # noqa: BLE001 - any failure on meta: count on a real build
+    except Exception:  # noqa: BLE001 - a built-in model that cannot be built on meta: count a real build
         model = workload.build_model()
     params = [p for p in model.parameters() if p.requires_grad]
     return sum(p.numel() for p in params), len(params)

@@ -31,7 +31,7 @@ from bench import race, run_folder
 from bench.config import BenchConfig, usable_cpus
 from bench.lifetime import die_with_parent, kill_groups
 from bench.matrix import Cell, by_launch
-from bench.run import nccl_log, packing, results
+from bench.run import hangs, nccl_log, packing, results
 from bench.run.merge import MEASURED, LaunchRecords
 from bench.run.packing import ALONE, Slot
 from bench.run.progress import Progress
@@ -333,6 +333,7 @@ class Launch:
         self.untraced = {c.cell_id: c for c in self.to_profile}  # profiled pass still to come
         self.reader = EventReader(self.logs / run_folder.launch_file(k, "events.jsonl"))
         self.worker_pgids: set[int] = set()
+        self.rank_pids: dict[int, int] = {}  # from the ranks' "hello": whom to ask for a stack (hangs.py)
         self.errors: dict[str, dict] = {}
         self.alone: dict | None = None    # a cell that failed on one rank only ended the launch (guard.Peers)
         self.current: list[str] = []      # the group in flight (cells not yet finished)
@@ -361,7 +362,7 @@ class Launch:
         cmd, r = self.command(), self.config.run
         threads = packing.threads_per_rank(self.slot, self.ws, r.threads_per_rank, usable_cpus())
         env = (os.environ | launch_env(r.device, threads) | self.slot.env() | self.nccl_vars
-               | {"PYTHONUNBUFFERED": "1"})
+               | hangs.env(hangs.launch_dir(self.sweep.run_dir, self.k)) | {"PYTHONUNBUFFERED": "1"})
         (self.logs / run_folder.launch_file(self.k, "cmd")).write_text(
             " ".join(cmd) + "\n" + "".join(f"{k}={v}\n" for k, v in self.slot.env().items())
             + (f"cpus={','.join(map(str, self.slot.cpus))}\n" if self.slot.of > 1 else ""))
@@ -451,6 +452,7 @@ class Launch:
                 continue
             elif kind == "hello":
                 self.worker_pgids.add(ev["pgid"])
+                self.rank_pids[ev["rank"]] = ev["pid"]
             elif kind == "start":
                 self.current, self.started_any = list(ev["cell_ids"]), True
                 self.sweep.progress.start("running " + ", ".join(self.current))
@@ -514,6 +516,8 @@ class Launch:
         hangs costs only its traces: its cell's row is already recorded."""
         r = self.config.run
         first = len(self.remaining) == len(self.pending)
+        folder = hangs.launch_dir(self.sweep.run_dir, self.k)
+        hangs.dump_stacks(self.rank_pids, folder)  # before the kill: what each rank was doing
         kill_groups(proc, self.worker_pgids)
         if self.profiling is not None or not self.remaining:
             return
@@ -521,6 +525,8 @@ class Launch:
         victims = victims or [next(iter(self.remaining.values()))]
         why = (f"no progress within run.cell_timeout_s={r.cell_timeout_s:g}s"
                + (f" + run.startup_timeout_s={r.startup_timeout_s:g}s" if first else "") + "; launch killed")
+        stuck = hangs.summary(self.sweep.run_dir, folder)
+        why += f"; {stuck}" if stuck else ""
         for cell in victims:
             self.sweep.record(cell, self, "timeout", why)
             self.remaining.pop(cell.cell_id)

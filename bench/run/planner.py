@@ -68,6 +68,7 @@ def plan(config: str, overrides: list[str] = (), *, plan_only: bool = False, nno
     planned_gpus = gpus_per_node if plan_only else None
     resolved = load_config(config, list(overrides),
                            cuda_available=(lambda: True) if planned_gpus else checks.cuda_for_auto)
+    check_model(resolved)
     gpu_count, bf16_ok = checks.machine(resolved)
     if planned_gpus and resolved.run.device == "cuda":
         gpu_count, bf16_ok = planned_gpus, True  # bf16 is the nodes' to check: a cell fails there
@@ -97,6 +98,21 @@ def plan(config: str, overrides: list[str] = (), *, plan_only: bool = False, nno
         cells = prune_memory(cells, resolved, memory_gb, device_bytes)
     return Plan(config=resolved, cells=tuple(cells), preset=resolve_path(config).stem,
                 gpus=gpu_count if resolved.run.device == "cuda" else 0)
+
+
+def check_model(config: BenchConfig) -> None:
+    """A user model that the ranks could not build or step stops here, one line naming the spec and the
+    cause (bench/workloads/preflight.py: a meta-device build and step, nothing allocated), before a run
+    folder exists; a built-in model needs no check."""
+    from bench.workloads import UserModelError, is_user_spec
+    from bench.workloads.preflight import check_user_model
+
+    w = config.workload
+    if is_user_spec(w.model):
+        try:
+            check_user_model(w.model, w.model_size, w.options())
+        except UserModelError as e:
+            raise ConfigError(f"workload: {e}") from None
 
 
 def check_patterns(config: BenchConfig, cells: list[Cell], bf16_ok: bool) -> None:

@@ -32,6 +32,7 @@ from bench import run_folder
 from bench.config import BenchConfig, config_from_dict
 from bench.lifetime import die_with_parent, watch_launcher
 from bench.matrix import Cell
+from bench.run import hangs
 from bench.schema import PASSES, search
 from bench.worker import plan_mode, process
 from bench.worker.cell import Budget, release, run_group
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, ws = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     host = socket.gethostname()
     events = Events(args.events or run_dir / run_folder.EVENTS / f"{host}-{os.getpid()}.jsonl")
+    hangs.register(rank)  # before "hello": the launcher may ask for this rank's stack from then on
     events.emit(event="hello", rank=rank, pid=os.getpid(), pgid=os.getpgid(0), ppid=os.getppid())
 
     plan_run = plan.get("launcher_pid") is None  # the user's own torchrun/srun: see plan_mode
