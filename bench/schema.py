@@ -243,7 +243,7 @@ EXTRA_COLUMNS = (
     "parity_tensor_error",
     "parity_tensor_bound",
     "parity_gate_steps",     # the teacher-forced steps judged (parity.GATE_STEPS)
-    "parity_gate_s",         # seconds the gate took for this cell (the first of a configuration: its reference)
+    "parity_gate_s",         # seconds of the gate for this cell (a configuration's first: its references)
     "parity_gate",           # gated cells: passed | diverged (bench/worker/parity.py)
     "param_bytes_per_rank",  # what the engine should hold per rank by its layout (bench/engines)
     "grad_bytes_per_rank",

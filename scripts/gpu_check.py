@@ -148,12 +148,13 @@ def num(value) -> float | None:
 
 
 def gate_figure(row: dict) -> str:
-    """The gate's distances beside the bounds it used (measured in the run: DRIFT_FACTOR × a rerounded
-    twin's drift, bench/worker/parity.py)."""
-    parts = [("update distance", "param_update_distance", "parity_update_bound"),
-             ("worst tensor", "param_update_distance_max", "parity_tensor_bound"),
-             ("loss distance", "loss_rel_distance", "parity_loss_bound")]
-    out = []
+    """The gate's gradient errors beside the bounds it used (measured in the run: BOUND_FACTOR × torch DDP's
+    own error at the precision, bench/worker/parity.py)."""
+    parts = [("gradient error", "parity_grad_error", "parity_grad_bound"),
+             (f"worst tensor {row.get('parity_tensor') or ''}".rstrip(), "parity_tensor_error",
+              "parity_tensor_bound")]
+    out = [f"torch DDP's own {num(row.get('parity_ddp_error')):.3g}"] if num(row.get("parity_ddp_error")) \
+        is not None else []
     for name, key, bound in parts:
         value, limit = num(row.get(key)), num(row.get(bound))
         out.append(f"{name} —" if value is None else f"{name} {value:.3g} (≤ {limit:.3g})"
@@ -182,8 +183,8 @@ def sweep_claims(rows: list[dict], code: int | None, wall_s: float, estimate: tu
         out.append(Claim(f"parity: {r['cell_id']}", verdict if r["status"] in ("ok", "diverged") else "FAIL",
                          f"{gated}; {gate_figure(r)}" + (f"; compile_s {num(r.get('compile_s')):.0f}"
                                                          if num(r.get("compile_s")) is not None else ""),
-                         "the engine trains like eager torch DDP within its precision's rounding "
-                         "(bench/worker/parity.py)"))
+                         "the engine hands its optimizer torch DDP's gradient at the same weights and "
+                         "batch, within torch DDP's own rounding at the precision (bench/worker/parity.py)"))
     for r in rows:
         if r["engine"] != "fsdp2" or r["world_size"] != "1" or r["status"] not in ("ok", "diverged"):
             continue

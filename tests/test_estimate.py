@@ -218,3 +218,23 @@ def test_gpu_presets_keep_the_reference_step_gpu_bound(preset):
     # host-bound by far: a few % (the bf16 rate is the H200's at GPU-bound sizes; small matmuls run below
     # it, so the real share is higher: the H100 showed 9 % at 12 × 128 tokens, still host-bound)
     assert gpu_busy_fraction(RATES["cuda"], eight, old_flops, *old_counts) < 0.1
+
+
+def test_the_parity_gate_is_counted_for_every_cell_but_plain_torch_ddp():
+    """A gated cell costs GATE_STEPS teacher-forced steps of its three trainers (the reference in fp64 on
+    CPU: twice a step): alone 4 × (1 + 1 + 2) × its step; in a group of 4 its own 4 steps and a quarter
+    of the references' 12; plain torch DDP nothing."""
+    from bench.config import load_config
+    from bench.matrix import expand
+    from bench.run import estimate
+    from bench.worker import parity
+
+    config = load_config("cpu-smoke", ["matrix.world_size=2", "matrix.engine=torch,fsdp2",
+                                       "matrix.grad_accum=1",
+                                       "matrix.scaling=strong"])
+    torch_cell, fsdp2 = sorted(expand(config), key=lambda c: c.engine != "torch")
+    rates = estimate.RATES["cpu"]
+    assert estimate.gate_seconds(rates, torch_cell, 0.1, 10**6) == 0.0
+    assert estimate.gate_seconds(rates, fsdp2, 0.1, 10**6) == pytest.approx(parity.GATE_STEPS * 4 * 0.1)
+    assert estimate.gate_seconds(rates, fsdp2, 0.1, 10**6, 4) == pytest.approx(0.4 + 1.2 / 4)
+    assert parity.GATE_STEPS == 4

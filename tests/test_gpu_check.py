@@ -39,20 +39,21 @@ def test_claims_from_a_sweeps_rows(tmp_path):
     cell fails its parity claim and the sweep's; a budget stop fails the precision claim; 5.0 min of wall
     time is inside an estimate of 4-5 min (±25 %), 7.0 min is not."""
     rows = [row("torch-a", "torch", 1),
-            row("fsdp2-a", "fsdp2", 1, parity_gate="passed", param_update_distance=0.05,
-                param_update_distance_max=0.1, loss_rel_distance=0.004, parity_update_bound=0.125,
-                parity_tensor_bound=0.3, parity_loss_bound=0.01, exposed_comm_ms=0.2,
+            row("fsdp2-a", "fsdp2", 1, parity_gate="passed", parity_grad_error=0.012,
+                parity_grad_bound=0.03, parity_tensor="layers.3.norm.weight", parity_tensor_error=0.02,
+                parity_tensor_bound=0.06, parity_ddp_error=0.0075, exposed_comm_ms=0.2,
                 exposed_comm_ms_ci95_low=-0.5, exposed_comm_ms_ci95_high=0.9),
-            row("fsdp2-b", "fsdp2", 1, status="diverged", parity_gate="diverged", param_update_distance=0.6,
-                param_update_distance_max=1.0, loss_rel_distance=0.1, exposed_comm_ms=3.0,
+            row("fsdp2-b", "fsdp2", 1, status="diverged", parity_gate="diverged", parity_grad_error=1.0,
+                parity_grad_bound=0.03, parity_tensor_error=1.0, exposed_comm_ms=3.0,
                 exposed_comm_ms_ci95_low=2.1, exposed_comm_ms_ci95_high=3.9, stopped_by="budget")]
     claims = {c.name: c for c in gpu_check.sweep_claims(rows, 0, 300.0, (240.0, 300.0), "sweep")}
     assert claims["sweep: every cell ran"].result == "FAIL" and "fsdp2-b: diverged" in claims[
         "sweep: every cell ran"].figure
-    # the bounds the gate measured in the run (parity_*_bound), beside the distances
-    assert claims["parity: fsdp2-a"].result == "PASS" and "update distance 0.05 (≤ 0.125)" in claims[
-        "parity: fsdp2-a"].figure and "loss distance 0.004 (≤ 0.01)" in claims["parity: fsdp2-a"].figure
-    assert "loss distance 0.1 (not judged)" in claims["parity: fsdp2-b"].figure
+    # the bounds the gate measured in the run (parity_*_bound), beside the errors
+    figure = claims["parity: fsdp2-a"].figure
+    assert claims["parity: fsdp2-a"].result == "PASS" and "gradient error 0.012 (≤ 0.03)" in figure
+    assert "worst tensor layers.3.norm.weight 0.02 (≤ 0.06)" in figure and "torch DDP's own 0.0075" in figure
+    assert "worst tensor 1 (not judged)" in claims["parity: fsdp2-b"].figure
     assert claims["parity: fsdp2-b"].result == "FAIL"
     window = [claims[f"fsdp2 window: fsdp2-{x}"].result for x in "ab"]
     assert window == ["PASS", "FAIL"]

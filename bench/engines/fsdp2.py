@@ -141,7 +141,8 @@ class FSDP2(Engine):
             if p.grad is None:
                 out.append(torch.zeros(p.shape, dtype=p.dtype, device=p.device))  # the whole shape
             else:
-                out.append(p.grad.full_tensor().detach() if hasattr(p.grad, "full_tensor") else p.grad.detach())
+                grad = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+                out.append(grad.detach())
         return out
 
     def bucket_sizes_bytes(self, model, bucket_cap_mb):

@@ -196,7 +196,8 @@ def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_p
                           n_params: int, n_tensors: int, at_least: int = 0) -> float:
     """A cell's wall time (its `cell_wall_s`, its profiled pass not included): two builds (the timed
     trainer, the peak-memory pass), its steps (warm-up, the expected timed rounds, phase, memory pass;
-    compute-only without the all-reduce), and the fixed per-cell overhead; then per repeat launch
+    compute-only without the all-reduce), its parity gate (gate_seconds), and the fixed per-cell overhead;
+    then per repeat launch
     (run.launches − 1) a build, the overhead, warm-up, timed and compute-only rounds."""
     r = config.run
     step = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors)
@@ -210,7 +211,27 @@ def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_p
               + r.compute_only_steps * unsynced + (rates.compile_s if compiled else 0.0))
     return (2 * rates.build_s_per_param * n_params + rates.cell_s + synced * step
             + r.compute_only_steps * unsynced + (rates.compile_s if compiled else 0.0)
+            + gate_seconds(rates, cell, step, n_params, engines_per_group(config))
             + (r.launches - 1) * repeat)
+
+
+# The parity gate's steps against its one (the judged cell, torch DDP at its precision, the reference):
+# the reference runs in fp64 on CPU, about twice an fp32 step there. The references are built once per
+# configuration a group gates, so a gated cell carries its group's share of them.
+GATE_STEP_COST = {"cpu": 1 + 1 + 2, "cuda": 1 + 1 + 1}
+
+
+def gate_seconds(rates: Rates, cell: Cell, step: float, n_params: int, sharing: int = 1) -> float:
+    """The parity gate of a cell (every cell but plain torch DDP: bench/worker/parity.py): GATE_STEPS
+    teacher-forced steps of its own, and 1/`sharing` (the cells of its group) of its references': their
+    steps and builds (torch DDP's and the reference's)."""
+    from bench.worker import parity
+
+    if not parity.needs_gate(cell):
+        return 0.0
+    device = "cpu" if rates is RATES["cpu"] else "cuda"
+    shared = parity.GATE_STEPS * (GATE_STEP_COST[device] - 1) * step + 2 * rates.build_s_per_param * n_params
+    return parity.GATE_STEPS * step + shared / max(1, sharing)
 
 
 def workload_sizes(config: BenchConfig) -> tuple[float, int, int]:

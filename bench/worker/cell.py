@@ -9,7 +9,8 @@ The phases (GroupRun.PHASES, each a method that reads what the ones before it le
 still measured): build → warm (compiled cells: until recompilation stops, compile_s) → rounds (timed, side by
 side: the grid's or a race's; the warm-up the changepoint test finds left out) → checks (timed values, the
 phase pass) → gates (parity: ranks agree; every cell but plain torch DDP hands its optimizer torch DDP's
-gradient at the same weights, bench/worker/parity.py) → compute_only (rounds without the gradient sync) → probes (exposed
+gradient at the same weights, bench/worker/parity.py)
+→ compute_only (rounds without the gradient sync) → probes (exposed
 communication, skew, MFU, the all-reduce probe) → memory (the trainers released, then per cell alone: peak
 memory of its training steps). A compiled cell that torch refuses to compile in a known way
 (KNOWN_COMPILE_REFUSALS) leaves the group in its warm-up and is recorded `skipped` with torch's reason.

@@ -31,7 +31,7 @@ from bench import engines
 from bench.config import BenchConfig
 from bench.matrix import Cell, engine_groups
 from bench.race import recipe
-from bench.schema import GROUP_KEYS, LOSSY_COMM_HOOKS, search
+from bench.schema import GROUP_KEYS, search
 from bench.workloads import get_workload, memory
 
 # Bytes a trainer keeps resident per fp32 parameter: the parameter, its gradient, AdamW's two moments and
@@ -107,9 +107,9 @@ def gate_trainers(group: list[Cell]) -> int:
     not hold it."""
     from bench.worker import parity
 
-    ids = {c.cell_id for c in group}
-    baselines = {parity.baseline_cell(c) for c in group if parity.needs_gate(c)}
-    return sum(1 + (b.cell_id not in ids) for b in baselines)
+    held = {parity.gate_key(c) for c in group if c.is_baseline}
+    gated = {parity.gate_key(c) for c in group if parity.needs_gate(c)}
+    return sum(1 + (key not in held) for key in gated)
 
 
 def paired_chunks(group: list[Cell], most: int) -> list[list[Cell]]:

@@ -86,6 +86,13 @@ def baseline_cell(cell: Cell) -> Cell:
     return dataclasses.replace(cell, engine=ref.name, bucket_cap_mb=bucket, **options)
 
 
+def gate_key(cell: Cell) -> tuple:
+    """What the gate's references depend on: the cell's configuration but its engine, options and bucket
+    size (a bucket groups the all-reduces, it does not change the mean they compute), so one reference
+    serves every cell of a group at one precision."""
+    return dataclasses.replace(baseline_cell(cell), bucket_cap_mb=DEFAULT_BUCKET_MB).configuration()
+
+
 def reference_dtype(device: torch.device) -> torch.dtype:
     """fp64 on CPU (torch DDP at fp32 then has a distance of its own to measure); fp32 on a GPU, TF32 off
     (cuBLAS's fp64 is slow on most parts and flash attention has none)."""
@@ -104,7 +111,7 @@ def floor_error(cell: Cell) -> float:
 
 @dataclasses.dataclass
 class Errors:
-    """‖g − g_ref‖² and ‖g_ref‖² per tensor, summed over the gate's steps (`add`), and the errors they give."""
+    """‖g − g_ref‖² and ‖g_ref‖² per tensor, summed over the gate's steps (`add`), and their errors."""
 
     sizes: list[int]
     diff2: list[float] = dataclasses.field(default_factory=list)
@@ -151,7 +158,7 @@ def bounds(ddp: Errors, floor: float, precision: str) -> tuple[float, list[float
     return BOUND_FACTOR * total, [TENSOR_FACTOR * max(e, tensor) for e in ddp.tensors()]
 
 
-# ---- one teacher-forced step --------------------------------------------------------------------------------
+# ---- one teacher-forced step -------------------------------------------------------------------------------
 
 
 @contextmanager
@@ -175,7 +182,8 @@ def any_rank(flag: bool, device: torch.device) -> bool:
 
 def not_finite(model: torch.nn.Module) -> bool:
     """Whether any of this rank's gradients (its shards) holds an inf or a NaN. A sync."""
-    return any(not bool(torch.isfinite(local(p.grad)).all()) for p in model.parameters() if p.grad is not None)
+    return any(not bool(torch.isfinite(local(p.grad)).all())
+               for p in model.parameters() if p.grad is not None)
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
@@ -201,7 +209,7 @@ def synced_gradients(trainer: Trainer, weights: list[torch.Tensor], micro: list,
     trainer.precision.apply()
     trainer.engine.load_full_parameters(trainer.model, weights)
     scale = INIT_SCALE if trainer.precision.scaler.is_enabled() else 1.0
-    for halvings in range(MAX_HALVINGS + 1):
+    for halvings in range(MAX_HALVINGS + 1):  # noqa: B007 - how often it halved is returned
         trainer.optimizer.zero_grad(set_to_none=True)
         seed_generators(seed, trainer.device)
         trainer.accumulate(micro, scale=lambda loss, s=scale: loss * s)
@@ -280,24 +288,25 @@ class Reference:
 
 
 class References:
-    """Per configuration a group gates (baseline_cell), built on
+    """Per configuration a group gates (gate_key), built on
     first use and kept until `release`: the eager torch DDP trainer at the cell's precision (the group's own,
     or one built for the gate), the Reference, and torch DDP's errors (the bound's measure). Collective."""
 
     def __init__(self, trainers: list[Trainer], config, rank: int, world_size: int):
         self.trainers, self.config, self.rank, self.world_size = trainers, config, rank, world_size
         self.seed = config.run.seed + SEED_OFFSET
-        self.built: dict[str, tuple[Reference, Errors]] = {}
+        self.built: dict[tuple, tuple[Reference, Errors]] = {}
 
     def of(self, trainer: Trainer) -> tuple[Reference, Errors]:
-        wanted = baseline_cell(trainer.cell)
-        if wanted.cell_id not in self.built:  # the same micro-steps: baseline_cell keeps micro_splits
-            ddp = next((t for t in self.trainers if t.cell.cell_id == wanted.cell_id), None)
+        key = gate_key(trainer.cell)
+        if key not in self.built:  # the same micro-steps: baseline_cell keeps micro_splits
+            ddp = next((t for t in self.trainers if t.cell.is_baseline and gate_key(t.cell) == key), None)
             if ddp is None:
-                ddp = Trainer(wanted, self.config, trainer.device, self.rank, self.world_size, GATE_STEPS)
+                ddp = Trainer(baseline_cell(trainer.cell), self.config, trainer.device, self.rank,
+                              self.world_size, GATE_STEPS)
             reference = Reference(ddp, self.seed)
-            self.built[wanted.cell_id] = reference, reference.errors(ddp, self.seed)[0]
-        return self.built[wanted.cell_id]
+            self.built[key] = reference, reference.errors(ddp, self.seed)[0]
+        return self.built[key]
 
     def release(self) -> None:
         self.built.clear()

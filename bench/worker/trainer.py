@@ -184,7 +184,8 @@ class Trainer:
         self.cursor += 1
         return micro
 
-    def accumulate(self, micro: list, instrument: Instrument = QUIET, scale=lambda loss: loss) -> torch.Tensor:
+    def accumulate(self, micro: list, instrument: Instrument = QUIET,
+                   scale=lambda loss: loss) -> torch.Tensor:
         """Forward and backward of one step's micro-batches (`micro`: staged indices), all but the last under
         the engine's no_sync, each loss divided by their count and passed through `scale` (GradScaler's
         in a step; the parity gate's own loss scale); returns the last micro-step's loss. After it the
