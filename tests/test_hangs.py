@@ -1,5 +1,5 @@
 """A hung launch leaves what each rank was doing in the run folder and names it in the `timeout` row
-(bench/run/hangs.py): the real CLI, gloo on CPU, rank 1 hung by debug.fault=hang inside its first timed
+(bench/worker/hangs.py): the real CLI, gloo on CPU, rank 1 hung by debug.fault=hang inside its first timed
 step while rank 0 waits for it in the step's collective."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 import pytest
 from test_runner import assert_no_orphans, read_csv, run_bench
 
-from bench.run.hangs import DUMP_WAIT_S
+from bench.worker.hangs import DUMP_WAIT_S
 
 
 @pytest.mark.timeout(120)

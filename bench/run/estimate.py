@@ -211,7 +211,7 @@ def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_p
               + r.compute_only_steps * unsynced + (rates.compile_s if compiled else 0.0))
     return (2 * rates.build_s_per_param * n_params + rates.cell_s + synced * step
             + r.compute_only_steps * unsynced + (rates.compile_s if compiled else 0.0)
-            + gate_seconds(rates, cell, step, n_params, engines_per_group(config))
+            + gate_seconds(rates, cell, step, n_params, engines_per_group(config), r.device)
             + (r.launches - 1) * repeat)
 
 
@@ -221,7 +221,8 @@ def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_p
 GATE_STEP_COST = {"cpu": 1 + 1 + 2, "cuda": 1 + 1 + 1}
 
 
-def gate_seconds(rates: Rates, cell: Cell, step: float, n_params: int, sharing: int = 1) -> float:
+def gate_seconds(rates: Rates, cell: Cell, step: float, n_params: int, sharing: int = 1,
+                 device: str = "cpu") -> float:
     """The parity gate of a cell (every cell but plain torch DDP: bench/worker/parity.py): GATE_STEPS
     teacher-forced steps of its own, and 1/`sharing` (the cells of its group) of its references': their
     steps and builds (torch DDP's and the reference's)."""
@@ -229,7 +230,6 @@ def gate_seconds(rates: Rates, cell: Cell, step: float, n_params: int, sharing: 
 
     if not parity.needs_gate(cell):
         return 0.0
-    device = "cpu" if rates is RATES["cpu"] else "cuda"
     shared = parity.GATE_STEPS * (GATE_STEP_COST[device] - 1) * step + 2 * rates.build_s_per_param * n_params
     return parity.GATE_STEPS * step + shared / max(1, sharing)
 

@@ -31,7 +31,8 @@ from bench import race, run_folder
 from bench.config import BenchConfig, usable_cpus
 from bench.lifetime import die_with_parent, kill_groups
 from bench.matrix import Cell, by_launch
-from bench.run import hangs, nccl_log, packing, results
+from bench.worker import hangs
+from bench.run import nccl_log, packing, results
 from bench.run.merge import MEASURED, LaunchRecords
 from bench.run.packing import ALONE, Slot
 from bench.run.progress import Progress

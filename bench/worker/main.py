@@ -32,7 +32,7 @@ from bench import run_folder
 from bench.config import BenchConfig, config_from_dict
 from bench.lifetime import die_with_parent, watch_launcher
 from bench.matrix import Cell
-from bench.run import hangs
+from bench.worker import hangs
 from bench.schema import PASSES, search
 from bench.worker import plan_mode, process
 from bench.worker.cell import Budget, release, run_group
