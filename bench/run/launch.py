@@ -31,7 +31,6 @@ from bench import race, run_folder
 from bench.config import BenchConfig, usable_cpus
 from bench.lifetime import die_with_parent, kill_groups
 from bench.matrix import Cell, by_launch
-from bench.worker import hangs
 from bench.run import nccl_log, packing, results
 from bench.run.merge import MEASURED, LaunchRecords
 from bench.run.packing import ALONE, Slot
@@ -45,6 +44,7 @@ from bench.schema import (
     error_text,
     search,
 )
+from bench.worker import hangs
 from bench.worker.events import EventReader
 
 POLL_S = 0.05          # events-file poll period

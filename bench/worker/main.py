@@ -32,9 +32,8 @@ from bench import run_folder
 from bench.config import BenchConfig, config_from_dict
 from bench.lifetime import die_with_parent, watch_launcher
 from bench.matrix import Cell
-from bench.worker import hangs
 from bench.schema import PASSES, search
-from bench.worker import plan_mode, process
+from bench.worker import hangs, plan_mode, process
 from bench.worker.cell import Budget, release, run_group
 from bench.worker.events import Events
 from bench.worker.groups import plan_groups
