@@ -31,10 +31,13 @@ TEST_WORKERS ?= 2
 PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile
 
 # pytest exits 5 when it collected no tests: for this suite that means tests went missing, so say so and fail.
+# Tests marked `alone` hold a measured duration to a band the physics sets (a straggler's wait): they run after
+# the parallel part, with the machine to themselves, since the other worker's load moves what they measure.
 test: setup-dev
-	@$(PYTHON) -m pytest -q $(PYTEST_PARALLEL); rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; the suite must not be empty" >&2; fi; \
-	exit $$rc
+	@$(PYTHON) -m pytest -q $(PYTEST_PARALLEL) -m "not alone"; rc=$$?; \
+	$(PYTHON) -m pytest -q -p no:xdist -m alone; rc2=$$?; \
+	if [ $$rc -eq 5 -o $$rc2 -eq 5 ]; then echo "make test: pytest collected no tests; the suite must not be empty" >&2; fi; \
+	if [ $$rc -ne 0 ]; then exit $$rc; fi; exit $$rc2
 
 # The edit-test loop (docs/development.md): unit tests and one short end-to-end sweep, under 2 minutes on 2
 # cores. `make test` (what CI runs) is still the whole suite.

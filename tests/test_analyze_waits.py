@@ -192,11 +192,11 @@ def test_public_two_rank_job_aligns_on_the_collective_ends():
 
 def straggler_run(tmp_path: Path, slow_ms: float) -> Path:
     """A 2-rank CPU run of overlap with accumulation 2 whose rank 1 spins slow_ms at the start of every
-    optimizer step (no fault at 0), 3 profiled steps, analysed: its run folder."""
+    optimizer step (no fault at 0), 5 profiled steps, analysed: its run folder."""
     out = tmp_path / "run"
     sets = ["matrix.world_size=2", "matrix.engine=overlap", "matrix.grad_accum=2", "matrix.scaling=strong",
-            "run.timed_steps=6", "run.compute_only_steps=3", "run.phase_steps=1", "run.probe_iters=2",
-            "profile.warmup=1", "profile.active=3", "run.launches=1"]
+            "run.timed_steps=8", "run.compute_only_steps=3", "run.phase_steps=1", "run.probe_iters=2",
+            "profile.warmup=1", "profile.active=5", "run.launches=1"]
     sets += [f"debug.fault=slow:{slow_ms:g}@overlap-"] if slow_ms else []
     cmd = [sys.executable, "-m", "bench", "run", "--config", "cpu-smoke", "--out", str(out),
            *[a for s in sets for a in ("--set", s)]]
@@ -210,35 +210,53 @@ def straggler_run(tmp_path: Path, slow_ms: float) -> Path:
     return out
 
 
+def straggler_reading(out: Path, slow_ms: float) -> str:
+    """What a straggler run's analysis got wrong against the injected lateness, '' when nothing: the others'
+    wait (the median of the 5 steps: a loaded machine may stall either rank in any one step) and the
+    straggler's lateness are slow_ms ± 30 %, rank 1 waits for nobody; at 0 ms nobody waits 1 ms."""
+    s = pd.read_csv(out / "trace_summary.csv", dtype={"step": str})
+    steps = s[s["step"] != "all"].set_index(["rank", "step"])["wait_ms"]
+    waited, late = steps.loc[0].median(), pd.read_csv(out / "stragglers.csv")
+    if not slow_ms:
+        return "" if waited < 1 and steps.loc[1].median() < 1 else f"waits at 0 ms:\n{steps}"
+    if not 0.7 * slow_ms <= waited <= 1.3 * slow_ms or steps.loc[1].median() >= 0.3 * slow_ms:
+        return f"waits at {slow_ms} ms:\n{steps}"
+    if not 0.7 * slow_ms <= late["late_by_ms"].median() <= 1.3 * slow_ms:
+        return f"lateness at {slow_ms} ms:\n{late}"
+    return "" if late["straggler_rank"].tolist().count(1) >= 2 else f"straggler at {slow_ms} ms:\n{late}"
+
+
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.parametrize("slow_ms", [0.0, 5.0, 40.0])
 def test_straggler_fault_is_the_wait_of_the_others(tmp_path, slow_ms):
     # rank 1 spins slow_ms at the start of every optimizer step: rank 0 reaches the step's first gradient
     # all-reduce that much earlier and waits for it there, once per synced step (accumulation 2: the first
     # micro-step's backward runs under no_sync and syncs nothing); its second all-reduce, issued while the
     # first still waits, waits for the same late rank: counted once, not again. Rank 1 waits for nobody.
-    out = straggler_run(tmp_path, slow_ms)
-    s = pd.read_csv(out / "trace_summary.csv", dtype={"step": str})
-    steps = s[s["step"] != "all"].set_index(["rank", "step"])["wait_ms"]
-    assert len(steps) == 6  # 3 profiled steps × 2 ranks
-    # a rank's rows of collective_wait.csv add up to its step's waiting (the union): no wait counted twice
-    w = pd.read_csv(out / "collective_wait.csv", dtype={"step": str})
-    rows = w[w["collective"] != "barrier"].groupby(["rank", "step"])["wait_ms"].sum()
-    assert np.allclose(rows.loc[steps.index], steps, atol=1e-6), (rows, steps)
-    # the lateness read as itself, ±30 %, on the median of the 3 steps (a loaded machine may stall either
-    # rank in any one step); measured idle: 5.33-6.34 ms at +5, 41.1-41.5 at +40, ≤ 0.53 at 0. Load can
-    # still push it out (rank 1 descheduled after its spin lengthens it: 57.6 ms at +40 at load 9 once)
-    waited, late = steps.loc[0].median(), pd.read_csv(out / "stragglers.csv")
-    if slow_ms:
-        assert 0.7 * slow_ms <= waited <= 1.3 * slow_ms, steps
-        assert 0.7 * slow_ms <= late["late_by_ms"].median() <= 1.3 * slow_ms, late
-        assert steps.loc[1].median() < 0.3 * slow_ms, steps
-        assert late["straggler_rank"].tolist().count(1) >= 2, late
-    else:
-        assert waited < 1 and steps.loc[1].median() < 1, steps
+    # Measured alone: 5.0-5.7 ms per step at +5 (4 runs of 5 steps), 41.1-41.5 at +40, <= 0.53 at 0. Another
+    # process's load moves the real wait itself (CI's other worker once took 3.5 ms from rank 0 in 2 of 3
+    # steps: 5.46, 1.57, 1.38 ms; beside a busy loop steps read 0.7-13 ms, medians 4.3-10.8), so the test is
+    # `alone` (make test runs it after the rest), and a bound on a measurement takes up to three runs
+    # (docs/development.md "Tests that time things"). A double-counted wait (10-12 ms at +5) fails each run.
+    misses = []
+    for attempt in range(3):
+        out = straggler_run(tmp_path / f"try-{attempt}", slow_ms)
+        s = pd.read_csv(out / "trace_summary.csv", dtype={"step": str})
+        steps = s[s["step"] != "all"].set_index(["rank", "step"])["wait_ms"]
+        assert len(steps) == 10  # 5 profiled steps × 2 ranks
+        # a rank's rows of collective_wait.csv add up to its step's waiting (the union): no wait counted twice
+        w = pd.read_csv(out / "collective_wait.csv", dtype={"step": str})
+        rows = w[w["collective"] != "barrier"].groupby(["rank", "step"])["wait_ms"].sum()
+        assert np.allclose(rows.loc[steps.index], steps, atol=1e-6), (rows, steps)
+        misses.append(straggler_reading(out, slow_ms))
+        if not misses[-1]:
+            break
+    assert not misses[-1], "\n".join(misses)
     if slow_ms >= 40:
         # the timers' straggler (compute-only rounds: each rank's own work) is rank 1 too; their rank skew is
         # the same stall, measured by another clock in other steps
+        waited = steps.loc[0].median()
         results = pd.read_csv(out / "results.csv")
         skew = results["rank_skew_ms_p50"].iloc[0]
         assert results["slowest_rank"].tolist() == [1], results
