@@ -38,12 +38,14 @@ from bench.schema import (
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEVICES = ("auto", "cpu", "cuda")
-FAULT_KINDS = ("hang", "crash", "oom", "slow")  # slow takes its milliseconds: slow:<ms>
+FAULT_KINDS = ("hang", "crash", "oom", "skip", "slow")  # slow takes its milliseconds: slow:<ms>
 DEVICE_SECTIONS = ("on_cpu", "on_cuda")
-# run.pg_timeout_s="auto": this much beyond the watchdog's limit. The launcher polls every 50 ms and then
-# needs a few seconds to kill a launch (SIGTERM, a 5 s grace, SIGKILL); a minute leaves room for a loaded
-# launcher host too, and costs nothing but the time a genuinely hung collective waits before it is killed.
-PG_TIMEOUT_MARGIN_S = 60.0
+# run.pg_timeout_s="auto": this share of run.cell_timeout_s, below the watchdog's limit, so that a collective
+# that never completes is reported by the distributed runtime (which collective, its sequence number, NCCL's
+# flight recorder: bench/worker/hangs.py) before the launcher's watchdog kills the launch; the rest of the
+# limit leaves the rank time to write its record and its peers to leave. A collective starts after its cell's
+# clock does, and no healthy collective takes minutes (450 s on the GPU presets, 45 s on cpu-smoke).
+PG_TIMEOUT_SHARE = 0.75
 
 
 class ConfigError(ValueError):
@@ -260,8 +262,8 @@ class RunConfig:
     pin_cpus: bool = True
     cell_timeout_s: float = 600.0   # watchdog: a cell running longer is killed and recorded `timeout`
     startup_timeout_s: float = 120.0  # extra allowance for the first cell of a launch (imports, rendezvous)
-    # torch.distributed process-group timeout: "auto" (process_group_timeout_s) or seconds above the
-    # watchdog's longest limit, so that a hung collective is the watchdog's `timeout`, never a rank's crash
+    # torch.distributed process-group timeout: "auto" (process_group_timeout_s: below the watchdog, so the
+    # runtime names a hung collective first) or seconds
     pg_timeout_s: float | str = "auto"
     skip_world_sizes_above_gpus: bool = False  # true: such cells are `skipped`; false: a config error
     interleave: bool = True         # cells differing only in engine are stepped side by side, round-robin
@@ -298,11 +300,6 @@ class RunConfig:
         if isinstance(self.pg_timeout_s, str):
             if self.pg_timeout_s != "auto":
                 fail("run.pg_timeout_s", self.pg_timeout_s, "must be \"auto\" or a number of seconds")
-        elif self.pg_timeout_s <= self.watchdog_limit_s(first_cell=True):
-            fail("run.pg_timeout_s", self.pg_timeout_s,
-                 f"must exceed the watchdog's limit run.cell_timeout_s={self.cell_timeout_s:g} + "
-                 f"run.startup_timeout_s={self.startup_timeout_s:g}, or a hung collective kills its rank "
-                 "(recorded `failed`) before the watchdog records `timeout`; or use \"auto\"")
 
     @property
     def adaptive(self) -> bool:
@@ -333,11 +330,12 @@ class RunConfig:
 
     @property
     def process_group_timeout_s(self) -> float:
-        """The process-group timeout the ranks use: pg_timeout_s, or for "auto" the watchdog's longest
-        limit plus PG_TIMEOUT_MARGIN_S. A collective starts after its cell's clock does, so with this
-        timeout a hung collective outlasts the watchdog, which kills the launch and records `timeout`."""
+        """The process-group timeout the ranks use: pg_timeout_s, or for "auto" PG_TIMEOUT_SHARE of
+        cell_timeout_s. Below the watchdog's limit, a collective that never completes raises in its rank,
+        which records what it waited in and its cell `timeout` (bench/worker/hangs.py); a value above it
+        leaves the hang to the watchdog, whose row names only each rank's stack."""
         if self.pg_timeout_s == "auto":
-            return self.watchdog_limit_s(first_cell=True) + PG_TIMEOUT_MARGIN_S
+            return PG_TIMEOUT_SHARE * self.cell_timeout_s
         return float(self.pg_timeout_s)
 
     def threads_for(self, ranks_on_node: int) -> int:
@@ -402,9 +400,12 @@ class DebugConfig:
     the last rank, inside the cell's first step after the warm-up (bench/worker/trainer.py):
     "hang@<substring>" leaves the others waiting in that step's collectives; "crash@<substring>" raises there,
     "oom@<substring>" raises torch's out-of-memory error (a failure on one rank only: bench/worker/guard.py
-    Peers); "slow:<ms>@<substring>" keeps it busy <ms> milliseconds (a spin, as slow work) at the start of
-    every optimizer step (timed, compute-only, phase, memory and profiled steps alike): a straggler whose
-    peers wait for it in the step's first gradient collective (bench/analyze/waits.py measures that wait)."""
+    Peers); "skip@<substring>" runs that step's backward without its gradient sync (a collective skipped on
+    one rank: the ranks' collectives then pair up one apart, until one waits in a collective no peer
+    joins, and the process group's timeout names it: bench/worker/hangs.py); "slow:<ms>@<substring>" keeps
+    it busy <ms> milliseconds (a spin, as slow work) at the start of every optimizer step (timed,
+    compute-only, phase, memory and profiled steps alike): a straggler whose peers wait for it in the
+    step's first gradient collective (bench/analyze/waits.py measures that wait)."""
 
     fault: str = ""
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import run_folder
+from bench.analyze import stuck as stuck_ranks
 from bench.analyze import tables as witness_tables
 from bench.analyze.load import find_trace_files
 from bench.analyze.summary import (
@@ -46,14 +47,26 @@ class Analysis:
     witnesses: pd.DataFrame | None = None             # a run folder's two witnesses (witnesses.csv)
     witnesses_note: str = ""                          # why there are none, for a run folder
     seconds: float = 0.0                              # the analysis's wall time
+    stuck: pd.DataFrame | None = None                 # a run folder's hung ranks (hangs.csv), if any
+
+    @property
+    def stuck_lines(self) -> list[str]:
+        if self.stuck is None or not len(self.stuck):
+            return []
+        return [f"hangs: {self.out / stuck_ranks.HANGS_FILE}", *stuck_ranks.lines(self.stuck)]
 
     @property
     def analysed(self) -> int:
         """Trace files that gave rows."""
-        return int(self.tables[SUMMARY_FILE]["trace_file"].nunique())
+        return int(self.tables[SUMMARY_FILE]["trace_file"].nunique()) if self.tables else 0
 
     def lines(self) -> list[str]:
         """What `bench analyze` prints (its errors go to stderr, one line each, before these)."""
+        if not self.tables:  # a run folder with hung ranks and no traces: where they were stuck
+            return [f"no trace files to analyse; {len(self.stuck)} hung rank(s) read", *self.stuck_lines]
+        return self.stuck_lines + self.trace_lines()
+
+    def trace_lines(self) -> list[str]:
         out = self.out
         waits = self.tables[WAIT_FILE]
         lines = [f"collective waits: {out / WAIT_FILE} ({waits['job'].nunique()} multi-rank jobs; "
@@ -138,11 +151,17 @@ def run(path: Path | str, out: Path | str | None = None, workers: int | None = N
     if workers is not None and workers < 1:
         raise AnalyzeInputError(f"--workers {workers}: must be at least 1")
     path = Path(path)
-    jobs, missing, out = plan(path, None if out is None else Path(out))
+    stuck = stuck_ranks.read(path) if is_run_folder(path) else None
+    try:
+        jobs, missing, out = plan(path, None if out is None else Path(out))
+    except NoTraces:
+        if stuck is None or not len(stuck):
+            raise
+        return write_stuck_only(path, None if out is None else Path(out), stuck)
     t0 = time.perf_counter()
     workers = default_workers(len(jobs)) if workers is None else min(workers, len(jobs))
     tables, errors = analyse_tables(jobs, workers, progress)
-    analysis = Analysis(tables=tables, out=out, files=len(jobs), errors=missing + errors)
+    analysis = Analysis(tables=tables, out=out, files=len(jobs), errors=missing + errors, stuck=stuck)
     if not analysis.analysed:  # tables of headers only would read as an analysis that found nothing
         more = " …" if len(errors) > 3 else ""
         raise AnalyzeInputError(f"none of the {len(jobs)} trace file(s) of path {str(path)!r} could be read "
@@ -150,6 +169,8 @@ def run(path: Path | str, out: Path | str | None = None, workers: int | None = N
     with run_folder.writing(out, "analyze", path, FILES) as stage:  # only analyze's own files replaced
         for name, frame in tables.items():
             frame.to_csv(stage / name, index=False)
+        if stuck is not None and len(stuck):
+            stuck.to_csv(stage / stuck_ranks.HANGS_FILE, index=False)
         if is_run_folder(path):
             # the report reads this file and never recomputes it
             try:
@@ -163,5 +184,17 @@ def run(path: Path | str, out: Path | str | None = None, workers: int | None = N
     return analysis
 
 
-# what `bench analyze` writes into its folder: its tables and the witnesses
-FILES = (*TABLES, run_folder.WITNESSES)
+def write_stuck_only(path: Path, out: Path | None, stuck: pd.DataFrame) -> Analysis:
+    """A run folder with no traces but with hung ranks (a launch that timed out before its profiled pass):
+    hangs.csv alone, into `out` (default: the run folder)."""
+    out = out if out is not None else path
+    problem = run_folder.out_problem(out, "analyze", path, FILES)
+    if problem:
+        raise AnalyzeInputError(problem)
+    with run_folder.writing(out, "analyze", path, FILES) as stage:
+        stuck.to_csv(stage / stuck_ranks.HANGS_FILE, index=False)
+    return Analysis(tables={}, out=out, files=0, stuck=stuck)
+
+
+# what `bench analyze` writes into its folder: its tables, the witnesses and where hung ranks were stuck
+FILES = (*TABLES, run_folder.WITNESSES, stuck_ranks.HANGS_FILE)

@@ -544,11 +544,16 @@ class Launch:
         in_flight = [self.remaining[i] for i in self.current if i in self.remaining]
         if in_flight:  # the launch ended inside a group
             killed = killed_by(self.logs / run_folder.launch_file(self.k, "err"))
+            # NCCL's watchdog ends a rank whose collective timed out, after dumping its flight recorder
+            stuck = hangs.read(self.sweep.run_dir)
+            stuck = hangs.lines(stuck[stuck["launch"] == self.k]) if len(stuck) else []
             for cell in in_flight:
                 ev = self.errors.get(cell.cell_id)
                 why = (f"a worker was killed ({killed}) during this cell" if killed
                        else f"launch exited with code {rc}") + f":\n{err_tail}"
-                self.sweep.record(cell, self, *((ev["status"], ev["error"]) if ev else ("failed", why)))
+                status = "timeout" if stuck else "failed"
+                why = "; ".join(stuck) + f"; {why}" if stuck else why
+                self.sweep.record(cell, self, *((ev["status"], ev["error"]) if ev else (status, why)))
                 self.remaining.pop(cell.cell_id)
         elif self.remaining and not self.started_any:  # nothing ran: a start-up failure, same for every cell
             killed = killed_by(self.logs / run_folder.launch_file(self.k, "err"))

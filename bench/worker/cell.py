@@ -454,7 +454,7 @@ def warm_up(trainers: list[Trainer], n: int, device: torch.device, guard: Guard,
                     timers[cell.cell_id].time(trainer.step)
             except Exception as e:  # noqa: BLE001 - a known refusal is a skip; any other failure the cell's
                 if not any(text in str(e) for text in KNOWN_COMPILE_REFUSALS):
-                    guard.step_failed(cell.cell_id, *failure(e))
+                    guard.step_failed(cell.cell_id, *failure(e, cell.cell_id))
                     continue
                 guard.fail(cell.cell_id, "skipped", f"compile={cell.compile}: {type(e).__name__}: " + next(
                     line for line in str(e).splitlines() if any(t in line for t in KNOWN_COMPILE_REFUSALS)))

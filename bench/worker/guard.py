@@ -15,8 +15,8 @@ through the c10d store: the failing rank posts its failure and waits GRACE_S for
 they do not, the rank raises FailedAlone, and the group is over on every rank within seconds — the failing
 rank records its cell's own cause and leaves, the others (their collective broken, or told by the store)
 leave without a word of their own (PeerFailed), the launcher relaunches the group's other cells
-(bench/worker/main.py, bench/run/launch.py) — instead of waiting for the process group's timeout (60 s on
-gloo, 780 s on NCCL) and recording the whole group `timeout` with the cause lost. A failure of the process
+(bench/worker/main.py, bench/run/launch.py) — instead of waiting for the process group's timeout (0.75 ×
+run.cell_timeout_s) and recording the whole group `timeout` with the cause lost. A failure of the process
 group itself (`dist.DistError`) is re-raised as before: the group's "error" event ends the launch.
 """
 
@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from bench.schema import error_text
+from bench.worker import hangs
 
 # How long a rank whose step raised waits for every rank to report the same failure before it calls the
 # failure its own: the ranks of a group are at most one step apart (every step ends in collectives), and a
@@ -105,13 +106,18 @@ class NonFiniteLoss(RuntimeError):
     arithmetic, not the suite's code, is the cause)."""
 
 
-def failure(error: BaseException) -> tuple[str, str]:
-    """(status, error) of an exception: `oom` for a device out of memory, else `failed`; the error is the
-    exception's line first, then its traceback's tail (bench.schema.error_text)."""
+def failure(error: BaseException, cell_id: str = "") -> tuple[str, str]:
+    """(status, error) of an exception: `oom` for a device out of memory; `timeout` for a collective that
+    outlived the process group's timeout (its rank's record written: bench/worker/hangs.py), its error
+    opening with which collective and since when; else `failed`. Then the exception's line and its
+    traceback's tail (bench.schema.error_text)."""
     if isinstance(error, NonFiniteLoss):
         return "failed", str(error)
-    status = "oom" if isinstance(error, torch.OutOfMemoryError) else "failed"
     lines = "".join(traceback.format_exception(error)).strip().splitlines()
+    if hangs.timed_out(error):
+        return "timeout", error_text(f"{hangs.record_timeout(error, cell_id)}; {type(error).__name__}: "
+                                     f"{error}", lines)
+    status = "oom" if isinstance(error, torch.OutOfMemoryError) else "failed"
     return status, error_text(f"{type(error).__name__}: {error}", lines)
 
 
@@ -164,7 +170,7 @@ class Guard:
             if self.peers is not None and self.peers.other_failed_alone(unreachable={}) is not None:
                 raise PeerFailed(f"{cell_id}: {type(e).__name__} after another rank's cell failed alone"
                                  ) from e
-            self.step_failed(cell_id, *failure(e))
+            self.step_failed(cell_id, *failure(e, cell_id))
 
     def step_failed(self, cell_id: str, status: str, error: str) -> None:
         """A step of `cell_id` raised on this rank: keep it as the cell's failure, and (with peers) find out

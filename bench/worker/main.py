@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{config.run.process_group_timeout_s:g} s (run.pg_timeout_s): {type(e).__name__}: "
                         f"{str(e).strip()[:2000]}")
         raise
+    hangs.arm(rank, config.run.process_group_timeout_s, events.emit)
     # Facts of this rank's process that go into every row it finishes.
     facts = {"threads_per_rank": threads, "hostname": host, "rank0_cpus": pinned,
              # the launches at once beside this one and its GPUs (bench/run/packing.py); alone: 1, None
@@ -185,8 +186,8 @@ EXIT_PEER_FAILED = 4   # another rank's did
 class PeerWatch:
     """While a group runs in a launch, a thread that ends this process as soon as the store says another
     rank's cell failed alone (guard.Peers): under NCCL a rank left inside a collective with the departed
-    rank would otherwise wait for the watchdog (780 s); on gloo its collective breaks when the departed
-    rank's sockets close, and the guard ends it the same way (PeerFailed)."""
+    rank would otherwise wait for the process-group timeout (450 s on the GPU presets); on gloo its
+    collective breaks when the departed rank's sockets close, and the guard ends it alike (PeerFailed)."""
 
     def __init__(self, peers: Peers, poll_s: float = 0.5):
         self.peers, self.poll_s = peers, poll_s
@@ -332,6 +333,6 @@ def profile_and_emit(cell: Cell, config: BenchConfig, device: torch.device, run_
 
 def emit_error(events: Events, cell_ids: list[str], error: Exception, phase: str) -> None:
     """An "error" event: status oom or failed, the exception first, then the traceback's tail."""
-    status, text = failure(error)
+    status, text = failure(error, ",".join(cell_ids))
     events.emit(event="error", cell_ids=cell_ids, rank=dist.get_rank(), status=status, phase=phase,
                 error=text)

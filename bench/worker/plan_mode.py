@@ -15,7 +15,7 @@ compute nodes, so the ranks do it themselves.
 - Under NCCL the failing rank also says so at once through the store (FailureWatch): every other rank
   watches that key while it runs the group and aborts its communicator when it appears, so a peer left
   inside a collective with the failed rank raises within a second instead of waiting out the
-  process-group timeout (780 s on the GPU presets), after which NCCL's watchdog would have killed it and
+  process-group timeout (450 s on the GPU presets), after which NCCL's watchdog would have killed it and
   the rest of its world size. gloo's abort does not end a collective in progress (checked: torch 2.13), so
   on gloo the peers still wait for run.pg_timeout_s, and then carry on.
 """

@@ -206,12 +206,14 @@ class Trainer:
         """One optimizer step; returns the last micro-step's loss (not divided by the micro-steps): the cell's
         micro_steps forwards (grad_accum × the memory rule's splits), all but the last under no_sync."""
         self.precision.apply()  # process-wide flags: this trainer's, whatever stepped before it
-        if self.fault and self.cursor == self.fault_step:
+        skip = self.fault == "skip" and self.cursor == self.fault_step
+        if self.fault and self.cursor == self.fault_step and not skip:
             inject_fault(self.fault, self.cell.cell_id, self.rank)
         if self.straggle_s:  # the injected straggler: late to this step's first gradient collective
             straggle(self.straggle_s)
         inst = instrument
-        loss = self.accumulate(self.next_micro_batches(), inst, self.precision.scaler.scale)
+        with self.engine.no_sync(self.model) if skip else nullcontext():  # debug.fault skip: no sync
+            loss = self.accumulate(self.next_micro_batches(), inst, self.precision.scaler.scale)
         with inst.phase("sync_grads"):
             inst.wait_for_gradients()
         with inst.phase("opt_step"):
@@ -270,7 +272,7 @@ def index_schedule(sampler: DistributedSampler, n_steps: int, grad_accum: int,
     return [[idx[s, m] for m in range(grad_accum)] for s in range(n_steps)]
 
 
-STEP_FAULTS = ("crash", "oom", "hang")  # debug.fault kinds injected inside a step
+STEP_FAULTS = ("crash", "oom", "hang", "skip")  # debug.fault kinds injected inside a step
 
 
 def inject_fault(fault: str, cell_id: str, rank: int) -> None:
