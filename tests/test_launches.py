@@ -351,21 +351,34 @@ def test_compare_corrects_its_cell_verdicts_for_their_number_and_says_what_it_kn
 
     # 20 cells, b 5 % slower in each: ratio 1/1.05, each side [97, 103] % → the ratio's log half-widths
     # √(ln(100/97)² + ln(1.03)²) = 0.04244 both ways, se = 0.04244/1.96 = 0.02166, z = ln(1.05)/0.02166 =
-    # 2.25, p = 0.024 each: slower alone, not after Holm (the smallest must be ≤ 0.05/20 = 0.0025)
+    # 2.25, p = 0.024 each: slower alone against 1. That 5 % common to every cell is the launch shift
+    # (median 1/1.05, MAD 0 so σ = the cells' se: √(π/2)·0.02166/√20 = 0.006070, × t_{0.975,19} 2.093 =
+    # 0.01270), and each cell relative to it is within noise, alone and after Holm
     a, b = _pair_of_runs(tmp_path, 2, [1.05] * 20)
     joined = compare.join_cells([load_run(a), load_run(b)])
     se = math.hypot(math.log(100 / 97), math.log(103 / 100)) / stats.Z95
     p = 2 * (1 - __import__("statistics").NormalDist().cdf(math.log(1.05) / se))
     assert joined["p_b_vs_a"].tolist() == pytest.approx([p] * 20, rel=1e-3)
     assert set(joined["verdict_b_vs_a"]) == {"slower"} and set(joined["verdict_holm"]) == {"within noise"}
+    assert joined["launch_shift_x"].tolist() == pytest.approx([1 / 1.05] * 20)
+    assert joined["launch_shift_ci95_high_x"].iloc[0] == pytest.approx(math.exp(0.01270) / 1.05, rel=1e-4)
+    assert joined["p_vs_shift"].tolist() == pytest.approx([1.0] * 20)
+    assert set(joined["verdict_vs_shift"]) == {"within noise"}
     text = (write_compare_page([a, b], tmp_path / "cmp").parent / "summary.md").read_text()
+    assert ("b is 5 % slower than a across every cell: the shift common to all cells is 0.952× [0.940, 0.965]"
+            in text)
+    assert "cannot be told from a launch effect unless the runs have several launches each" in text
+    # 1.96·√(2²/2 + 2²/2) = 3.9 %, against ln(1.05) = 4.9 %
+    assert "would give a common shift within ±3.9 % (95 %), which this one exceeds" in text
     assert "20 within noise once corrected for the 20 comparisons" in text
-    assert "each cell alone: 20 slower" in text
+    assert "each cell alone against the shift: 20 within noise" in text
+    assert "against no difference (the shift left in), each cell alone: 20 slower" in text
     assert "a timed each cell in 2 launches, whose medians spread by 2.0 %" in text
     # one cell 40 % slower: its p survives the correction; one-launch runs are said to leave the noise unknown
     a1, b1 = _pair_of_runs(tmp_path / "one", 1, [1.0] * 19 + [1.4])
     text = (write_compare_page([a1, b1], tmp_path / "cmp1").parent / "summary.md").read_text()
     assert "1 slower, 19 within noise once corrected" in text
+    assert "At least one of them timed each cell in one launch, so that cannot be said here" in text
     assert "a and b timed each cell in one launch, so their between-launch variance is unknown" in text
 
 

@@ -7,6 +7,7 @@ in reading order.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -103,18 +104,34 @@ def summary_section(
                      f"{int(r['cells'])} cells measured on both (range {r['min']:.2f}× to {r['max']:.2f}×): "
                      + median_words(label, r["median"], floors.get(label, float("nan")))
                      + " " + launch_words(labels[0], label, launches.loc[label]))
-    counts = compare.verdict_counts(joined).set_index("run_b") if len(joined) else pd.DataFrame()
-    raw = (compare.verdict_counts(joined, "verdict_b_vs_a").set_index("run_b") if len(joined)
-           else pd.DataFrame())
+    shifts = compare.launch_shifts(joined) if len(joined) else pd.DataFrame()
+    counts, alone, raw = ((compare.verdict_counts(joined, col).set_index("run_b") if len(joined)
+                           else pd.DataFrame())
+                          for col in ("verdict_holm", "verdict_vs_shift", "verdict_b_vs_a"))
     for label in labels[1:]:
-        if label in counts.index:
-            m = comparisons(counts, label)
+        if label not in counts.index:
+            continue
+        m = comparisons(counts, label)
+        holm = (f" once corrected for the {m} comparisons (Holm's correction, as the run report's: a pair of "
+                "runs of the same code then shows no faster or slower cell in at least 95 % of comparisons)")
+        shift = shifts.loc[label]
+        if pd.notna(shift["launch_shift_x"]):
+            sec.para(shift_words(labels[0], label, shift, launches.loc[label]))
+            sec.para(f"{label} against {labels[0]}, cell by cell against that common shift (each cell's "
+                     "ratio over the shift, its own 95 % interval and the shift's together, so a verdict "
+                     "says the cell differs from the rest of the run): " + count_words(counts.loc[label])
+                     + holm
+                     + "; each cell alone against the shift: " + count_words(alone.loc[label])
+                     + "; against no difference (the shift left in), each cell alone: "
+                     + count_words(raw.loc[label]) + ".")
+        else:
             sec.para(f"{label} against {labels[0]}, cell by cell with both sides' 95 % intervals: "
-                     + count_words(counts.loc[label]) + f" once corrected for the {m} "
-                     "comparisons (Holm's correction, as the run report's: a pair of runs of the same code "
-                     "then shows no faster or slower cell in at least 95 % of comparisons); each cell alone: "
+                     + count_words(counts.loc[label]) + holm + "; each cell alone: "
                      + count_words(raw.loc[label]) + " (faster or slower only when the whole interval of the "
-                     "ratio is on one side of 1).")
+                     f"ratio is on one side of 1). With {int(shift['launch_shift_cells'])} cells with an "
+                     f"interval on both sides (fewer than {compare.MIN_SHIFT_CELLS}) there is no shift "
+                     "common to all cells to estimate, so each cell is tested against no difference and a "
+                     "launch effect would show as cells that differ.")
     if not len(ratios):
         sec.para("No configuration was measured successfully on both sides, so there is no ratio.", "note")
     return sec.para(f"{n_one_side} configurations were measured on one side only (listed below).")
@@ -130,6 +147,27 @@ def comparisons(counts: pd.DataFrame, label: str) -> int:
     """The cells of a run that were compared (those with an interval on both sides)."""
     row = counts.loc[label]
     return int(sum(row[w] for w in ("faster", "slower", "within noise") if w in row))
+
+
+def shift_words(label_a: str, label_b: str, shift: pd.Series, medians: pd.Series) -> str:
+    """The shift common to every cell (compare.launch_shift) in words, with what the runs' launches say of
+    it: whether it exceeds what their between-launch spread would give, where both ran several launches."""
+    x, low, high = (shift[f"launch_shift{c}_x"] for c in ("", "_ci95_low", "_ci95_high"))
+    way = "faster" if x >= 1 else "slower"
+    text = (f"{label_b} is {abs(x - 1) * 100:.0f} % {way} than {label_a} across every cell: the shift common "
+            f"to all cells is {x:.3f}× [{low:.3f}, {high:.3f}] (95 %; the median over "
+            f"{int(shift['launch_shift_cells'])} cells of the log throughput ratio, its interval that of a "
+            "median from the cells' spread); a shift common to all cells cannot be told from a launch effect "
+            "unless the runs have several launches each.")
+    spread = compare.launch_spread_pct(*(medians.get(f"{c}_{side}") for side in ("a", "b")
+                                         for c in ("launches", "between_launch_cv_pct")))
+    if spread is None:
+        return text + " At least one of them timed each cell in one launch, so that cannot be said here."
+    beyond = abs(math.log(x)) * 100 > spread
+    return text + (" Both did: their between-launch spread (median between_launch_cv_pct over their "
+                   f"launches) would give a common shift within ±{spread:.1f} % (95 %), which this one "
+                   + ("exceeds: more than a launch effect of theirs would explain." if beyond
+                      else "does not exceed: it may be a launch effect."))
 
 
 def launch_words(label_a: str, label_b: str, medians: pd.Series) -> str:
@@ -194,7 +232,10 @@ def cells_section(joined: pd.DataFrame) -> Section:
     sec.para(
         "Joined on " + ", ".join(CONFIG_KEYS) + ". ratio = throughput b / throughput a (> 1: b "
         "is faster); delta % = (b − a) / a × 100; efficiency per side as in each run's report "
-        "(against its own world-size-1 cell).",
+        "(against its own world-size-1 cell). launch_shift_x = the shift common to all cells (median of the "
+        "cells' log ratios, with its 95 % interval); ratio_vs_shift_x = ratio / launch_shift_x, its p "
+        "(p_vs_shift) and verdict (verdict_vs_shift); verdict_holm = that verdict after Holm's correction "
+        "over the pair's cells (against 1, p_b_vs_a, where fewer than 4 cells leave no shift).",
         "formula",
     )
     return sec.table(joined, "tables/cells.csv")
