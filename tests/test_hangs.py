@@ -1,5 +1,5 @@
 """A hung launch leaves what each rank was doing in the run folder and names it in the `timeout` row
-(bench/worker/hangs.py), and `bench analyze` reads it (bench/analyze/stuck.py): the real CLI, gloo on CPU.
+(bench/worker/hangs.py), and `bench analyze` reads it (hangs.read): the real CLI, gloo on CPU.
 Rank 1 hung by debug.fault=hang inside its first timed step while rank 0 waits for it (the watchdog's
 stacks), or skipping that step's gradient all-reduce (debug.fault=skip: the process group's timeout)."""
 
@@ -14,7 +14,7 @@ import time
 import pytest
 from test_runner import REPO, assert_no_orphans, read_csv, run_bench
 
-from bench.analyze import stuck
+from bench.worker import hangs
 from bench.worker.hangs import DUMP_WAIT_S
 
 
@@ -66,7 +66,7 @@ def test_a_skipped_collective_is_named_by_the_process_group_timeout_and_read_by_
                           text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stderr
     said = done.stdout
-    hung = read_csv_frame(out / stuck.HANGS_FILE)
+    hung = read_csv_frame(out / hangs.HANGS_FILE)
     assert set(hung["rank"]) == {0, 1}, hung
     by_rank = hung.set_index("rank")
     assert by_rank.loc[1, "collective"] == "barrier"  # rank 1's round barrier, its seq one behind rank 0's
@@ -104,12 +104,12 @@ def test_analyze_reads_nccls_flight_recorder_and_the_ranks_records(tmp_path):
                                                              "entries": entries}))
     (folder / "rank-1.json").write_text(json.dumps({"rank": 1, "cell_id": "c", "collective": "barrier",
                                                     "seq": 4, "since": 1.7e9 + 4}))
-    hung = stuck.read(tmp_path)
+    hung = hangs.read(tmp_path)
     assert hung[["launch", "rank", "collective", "seq"]].values.tolist() == [[2, 0, "all_reduce", 5],
                                                                              [2, 1, "barrier", 4]]
     assert hung.loc[0, "since"] == pytest.approx(1.7e9 + 5)
     assert hung.loc[0, "source"] == "NCCL flight recorder"
-    said = stuck.lines(hung)
+    said = hangs.lines(hung)
     assert said[0] == ("rank 0 stuck in all_reduce #5 since 2023-11-14 22:13:25.000 UTC (launch 2; NCCL "
                        "flight recorder)")
     assert said[1].startswith("rank 1 stuck in barrier #4 since 2023-11-14 22:13:24.000 UTC (launch 2, "
@@ -117,15 +117,13 @@ def test_analyze_reads_nccls_flight_recorder_and_the_ranks_records(tmp_path):
     assert "rank 0: all_reduce #5, rank 1: barrier #4): a collective mismatch" in said[2]
     # every entry completed: nothing stuck; a pickle naming a class is refused, never loaded
     (folder / "nccl-trace-rank-0").write_bytes(pickle.dumps({"entries": entries[1:]}))
-    assert stuck.read(tmp_path)["rank"].tolist() == [1]
+    assert hangs.read(tmp_path)["rank"].tolist() == [1]
     classy = pickle.dumps({"entries": [], "x": __import__("datetime").timedelta(1)})
     (folder / "nccl-trace-rank-0").write_bytes(classy)
-    assert stuck.flight_recorder_stuck(folder / "nccl-trace-rank-0") is None
+    assert hangs.flight_recorder_stuck(folder / "nccl-trace-rank-0") is None
 
 
 def test_which_errors_are_a_collective_timeout_and_what_they_name():
-    from bench.worker import hangs
-
     gloo = RuntimeError("[../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 4500ms for recv "
                         "operation to complete")
     closed = RuntimeError("Application timeout caused pair closure")  # DDP's second bucket, same timeout

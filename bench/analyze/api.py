@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 
 from bench import run_folder
-from bench.analyze import stuck as stuck_ranks
 from bench.analyze import tables as witness_tables
 from bench.analyze.load import find_trace_files
 from bench.analyze.summary import (
@@ -25,6 +24,7 @@ from bench.analyze.summary import (
     analyse_tables,
     default_workers,
 )
+from bench.worker import hangs  # the hang records' owner writes them in the ranks and reads them back
 
 
 class AnalyzeInputError(Exception):
@@ -53,7 +53,7 @@ class Analysis:
     def stuck_lines(self) -> list[str]:
         if self.stuck is None or not len(self.stuck):
             return []
-        return [f"hangs: {self.out / stuck_ranks.HANGS_FILE}", *stuck_ranks.lines(self.stuck)]
+        return [f"hangs: {self.out / hangs.HANGS_FILE}", *hangs.lines(self.stuck)]
 
     @property
     def analysed(self) -> int:
@@ -151,7 +151,7 @@ def run(path: Path | str, out: Path | str | None = None, workers: int | None = N
     if workers is not None and workers < 1:
         raise AnalyzeInputError(f"--workers {workers}: must be at least 1")
     path = Path(path)
-    stuck = stuck_ranks.read(path) if is_run_folder(path) else None
+    stuck = hangs.read(path) if is_run_folder(path) else None
     try:
         jobs, missing, out = plan(path, None if out is None else Path(out))
     except NoTraces:
@@ -170,7 +170,7 @@ def run(path: Path | str, out: Path | str | None = None, workers: int | None = N
         for name, frame in tables.items():
             frame.to_csv(stage / name, index=False)
         if stuck is not None and len(stuck):
-            stuck.to_csv(stage / stuck_ranks.HANGS_FILE, index=False)
+            stuck.to_csv(stage / hangs.HANGS_FILE, index=False)
         if is_run_folder(path):
             # the report reads this file and never recomputes it
             try:
@@ -192,9 +192,9 @@ def write_stuck_only(path: Path, out: Path | None, stuck: pd.DataFrame) -> Analy
     if problem:
         raise AnalyzeInputError(problem)
     with run_folder.writing(out, "analyze", path, FILES) as stage:
-        stuck.to_csv(stage / stuck_ranks.HANGS_FILE, index=False)
+        stuck.to_csv(stage / hangs.HANGS_FILE, index=False)
     return Analysis(tables={}, out=out, files=0, stuck=stuck)
 
 
 # what `bench analyze` writes into its folder: its tables, the witnesses and where hung ranks were stuck
-FILES = (*TABLES, run_folder.WITNESSES, stuck_ranks.HANGS_FILE)
+FILES = (*TABLES, run_folder.WITNESSES, hangs.HANGS_FILE)

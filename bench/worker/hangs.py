@@ -112,9 +112,9 @@ def collective_of(error: BaseException) -> tuple[str, int | None]:
         return work["op"].lower(), int(work["seq"])
     frames = [f.name for f in traceback.extract_tb(error.__traceback__)][::-1]
     name = next((f for f in frames if _COLLECTIVE_FRAME.match(f)), None)
-    if name is None:
-        name = "a gradient collective (backward)" if any("backward" in f for f in frames) else frames[0] \
-            if frames else "a collective"
+    if name is None and any("backward" in f for f in frames):
+        name = "a gradient collective (backward)"
+    name = name or (frames[0] if frames else "a collective")
     try:
         import torch.distributed as dist
 
