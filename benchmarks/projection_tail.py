@@ -30,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.project.physics import Physics
-from bench.project.published import read_corpus, validate
+from projection_lab.published import read_corpus, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "published_scaling" / "train.csv"

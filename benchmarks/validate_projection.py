@@ -37,22 +37,18 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from bench.project.interval import (
-    POOLED,
+from bench.project.interval import POOLED, band_name, basis_of, family_of, read_bands
+from bench.project.physics import DEFAULT_INTERFERENCE, DEFAULT_STEP_CV, Physics
+from projection_lab.fitting import (
     Residual,
     all_names,
-    band_name,
-    basis_of,
     calibrated_levels,
-    family_of,
     fit_bands,
     held_out_bands,
     held_out_coverage,
-    read_bands,
     write_bands,
 )
-from bench.project.physics import DEFAULT_INTERFERENCE, DEFAULT_STEP_CV, Physics
-from bench.project.published import (
+from projection_lab.published import (
     assumed,
     bases_of,
     interval_pct,

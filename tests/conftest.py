@@ -11,8 +11,14 @@ Also the one fixture several modules share: `one_rank_group`, a gloo group of on
 from __future__ import annotations
 
 import fcntl
+import sys
+from pathlib import Path
 
 import pytest
+
+# the projection's calibration lab (benchmarks/projection_lab/) is not in the package users import: tests
+# import it from beside its validator, as the validator does
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 INTEGRATION = {
     "test_worker.py", "test_ddp_parity.py", "test_ddp_features.py", "test_ddp_lifetime.py", "test_sync.py",

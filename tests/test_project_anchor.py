@@ -10,12 +10,14 @@ import pandas as pd
 import pytest
 
 from bench.project import interval
-from bench.project.interval import ANCHORED, POOLED, band_name, fit_bands
+from bench.project.interval import ANCHORED, POOLED, band_name
 from bench.project.network import custom_network
 from bench.project.physics import OFF
 from bench.project.project import Configuration, project
-from bench.project.published import validate
 from bench.project.simulate import Buckets, Compute
+from projection_lab import fitting
+from projection_lab.fitting import fit_bands
+from projection_lab.published import validate
 
 
 def _row(gpus: int, per_gpu: float, nodes: int = 1, notes: str = "", per_gpu_unit: bool = False) -> pd.Series:
@@ -89,7 +91,7 @@ def test_bands_per_basis():
     alone = fit_bands(base, 0.9)
     assert (alone["nvlink anchored"].low, alone["nvlink anchored"].high) == (alone[POOLED].low,
                                                                             alone[POOLED].high)
-    levels = interval.calibrated_levels(base + anchored)
+    levels = fitting.calibrated_levels(base + anchored)
     assert set(levels) == {band_name(g, b) for g in (*interval.REGIMES, POOLED) for b in interval.BASES}
 
 
@@ -133,13 +135,13 @@ def test_levels_hold_out_model_families_too():
     # held out by family 85 % at 0.90, 86.25 % at 0.91, 88.75 % at 0.92 (first at or above HELD_OUT, 87 %).
     # The band takes the larger level, 0.92, and reports the smaller coverage there (by family: 88.75 %;
     # by source 95 %).
-    rows = [interval.Residual(f"s{i % 4}", "nvlink", off + 0.001 * i, family)
+    rows = [fitting.Residual(f"s{i % 4}", "nvlink", off + 0.001 * i, family)
             for family, off in zip("ABCD", (0.0, 0.002, 0.004, 0.006)) for i in range(20)]
     at_90 = {POOLED: 0.9, "nvlink": 0.90}
-    assert interval.held_out_coverage(rows, at_90, ["nvlink"], "source") == pytest.approx(0.90)
-    assert interval.held_out_coverage(rows, at_90, ["nvlink"], "family") == pytest.approx(0.85)
-    assert interval.held_out_coverage(rows, {POOLED: 0.9, "nvlink": 0.87}, ["nvlink"], "source") == 0.875
-    assert interval.calibrated_levels(rows)["nvlink"] == (0.92, pytest.approx(0.8875))
+    assert fitting.held_out_coverage(rows, at_90, ["nvlink"], "source") == pytest.approx(0.90)
+    assert fitting.held_out_coverage(rows, at_90, ["nvlink"], "family") == pytest.approx(0.85)
+    assert fitting.held_out_coverage(rows, {POOLED: 0.9, "nvlink": 0.87}, ["nvlink"], "source") == 0.875
+    assert fitting.calibrated_levels(rows)["nvlink"] == (0.92, pytest.approx(0.8875))
     assert [interval.family_of(m) for m in ("ResNet-50 v1.5", "Transformer-XL Base", "efficientnet-b0",
                                             "MPT-7b seq2048")] == ["resnet", "transformer", "efficientnet",
                                                                    "mpt"]
@@ -157,9 +159,9 @@ def test_the_shortest_window_holds_only_what_a_clamped_interval_can():
     values = [unit * i for i in range(10)]
     caps = [math.inf] * 10
     caps[2] = caps[3] = unit
-    assert interval.shortest(values, 0.5) == (0.0, 5 * unit)
-    assert interval.shortest(values, 0.5, caps) == (4 * unit, 9 * unit)
-    assert interval.shortest(values[:4], 0.9, caps[:4]) == (0.0, unit)
+    assert fitting.shortest(values, 0.5) == (0.0, 5 * unit)
+    assert fitting.shortest(values, 0.5, caps) == (4 * unit, 9 * unit)
+    assert fitting.shortest(values[:4], 0.9, caps[:4]) == (0.0, unit)
 
 
 def test_a_band_is_clamped_at_the_limit():
@@ -212,7 +214,7 @@ def test_a_row_without_a_smaller_row_of_its_recipe_is_predicted_from_another():
     assert four.error_pct == pytest.approx(100 * 3.2 / 28.8, rel=1e-3)
     assert not p[2].other_recipe and p[2].basis == ""
     # the two 1-GPU rows are what the others are predicted from: listed with why, not predicted
-    from bench.project.published import without_base
+    from projection_lab.published import without_base
 
     alone = without_base(table)
     assert [int(r["per_gpu_batch"]) for r, _ in alone] == [16, 64]
@@ -246,7 +248,7 @@ def test_the_notes_say_how_wide_each_band_is_and_why(tmp_path):
     stored = tmp_path / "model_error.csv"
     bands = {"nvlink": interval.Band("nvlink", 20, -8.0, 1.0),
              "nvlink anchored": interval.Band("nvlink anchored", 20, -0.1, 0.05, pooled=True)}
-    interval.write_bands(bands, {"nvlink": 0.93, band_name(POOLED, ANCHORED): 0.91}, stored)
+    fitting.write_bands(bands, {"nvlink": 0.93, band_name(POOLED, ANCHORED): 0.91}, stored)
     notes = interval.width_notes(["nvlink", "nvlink anchored (pooled band)", "none (one rank: T1's interval)",
                                   "nvlink"], stored)
     assert len(notes) == 2

@@ -14,12 +14,18 @@ import pytest
 
 from bench.project import interval
 from bench.project.collectives import allgather_cost, hierarchical, reduce_scatter_cost, ring
-from bench.project.interval import Band, bounds, fit_bands, held_out_bands, shortest, t1_relative_90
+from bench.project.interval import Band, bounds, t1_relative_90
 from bench.project.network import Network, custom_network, flat_fabric, preset_network
 from bench.project.physics import OFF, Physics
 from bench.project.powersgd import compress
 from bench.project.project import Configuration, project, step_of
-from bench.project.published import (
+from bench.project.sharded import Sharding, estimated_blocks, simulate_sharded
+from bench.project.simulate import Buckets, Compute
+from bench.project.systems import system_of
+from bench.report.projection_section import interval_by_world_size
+from projection_lab import fitting
+from projection_lab.fitting import fit_bands, held_out_bands, shortest
+from projection_lab.published import (
     LAST_LINE,
     base_of,
     calibrate,
@@ -28,10 +34,6 @@ from bench.project.published import (
     units_per_sample,
     validate,
 )
-from bench.project.sharded import Sharding, estimated_blocks, simulate_sharded
-from bench.project.simulate import Buckets, Compute
-from bench.project.systems import system_of
-from bench.report.projection_section import interval_by_world_size
 
 ROOT = Path(__file__).resolve().parent.parent
 MULTINODE = ROOT / "tests" / "data" / "published_multinode" / "train.csv"
@@ -183,12 +185,12 @@ def test_calibration_takes_the_bases_own_communication_out():
     net = system_of("A100-SXM4-80GB", "8x 200 Gb/s HDR", 16, 2).network()
     physics = Physics()
     m = calibrate(120.0, 2, 32, 100_000_000, None, net, 16, physics)
-    from bench.project.published import _compute, _simulate
+    from projection_lab.published import _compute, _simulate
 
     assert _simulate(_compute(m, 2, 32), 100_000_000, None, net, 16, physics).step_ms == pytest.approx(120.0,
                                                                                                       rel=1e-9)
     assert m < 60.0
-    from bench.project.published import Skip
+    from projection_lab.published import Skip
 
     with pytest.raises(Skip, match="shorter than its modelled communication"):
         calibrate(0.01, 1, 32, 10_000_000_000, None, net, 16, physics)
@@ -233,7 +235,7 @@ def test_sharding_and_units_from_the_rows_text():
     assert units_per_sample("Llama 3 8B", "tokens per second", "seq len 2048, FSDP")[0] == 2048.0
     assert units_per_sample("WaveGlow", "samples/s")[0] == 16000.0   # a model's own rule first
     # a per-GPU throughput is not divided by the GPUs again
-    from bench.project.published import per_gpu
+    from projection_lab.published import per_gpu
 
     assert per_gpu(_row(16, 500.0, throughput_unit="sequences/s per GPU"), 1.0) == 500.0
     assert per_gpu(_row(16, 500.0), 1.0) == 500.0 / 16
@@ -279,9 +281,9 @@ def test_levels_are_raised_until_held_out_sources_fall_inside():
     rows = [(src, "nvlink", off + 0.001 * i) for src, off in zip("ABCD", (0.0, 0.002, 0.004, 0.006))
             for i in range(20)]
     assert interval.HELD_OUT == 0.87
-    assert interval.calibrated_levels(rows)["nvlink"] == (0.92, 0.8875)
-    assert interval.held_out_coverage(rows, {"pooled": 0.9, "nvlink": 0.85}, ["nvlink"]) == 0.80
-    assert interval.held_out_coverage(rows, {"pooled": 0.9, "nvlink": 0.90}, ["nvlink"]) == 0.85
+    assert fitting.calibrated_levels(rows)["nvlink"] == (0.92, 0.8875)
+    assert fitting.held_out_coverage(rows, {"pooled": 0.9, "nvlink": 0.85}, ["nvlink"]) == 0.80
+    assert fitting.held_out_coverage(rows, {"pooled": 0.9, "nvlink": 0.90}, ["nvlink"]) == 0.85
 
 
 def test_interval_bounds_and_t1():
@@ -310,7 +312,7 @@ def test_a_band_is_in_units_of_the_models_predicted_loss():
     # three sources' rows: predicted 98 % (s 0.02) published 2 % slower, r = ln(0.98) ≈ −0.0202 → −1.01 s;
     # predicted 90 % (s 0.10) published 20 % slower, r = ln(0.8) ≈ −0.223 → −2.23 s; predicted 95 % (s 0.05)
     # exactly right → 0. Scaled, the window holding all three is [−2.23, 0] (in s).
-    rows = [interval.Residual(src, "nvlink", math.log(pub / pred), "", interval.cap_of(pred),
+    rows = [fitting.Residual(src, "nvlink", math.log(pub / pred), "", interval.cap_of(pred),
                               interval.scale_of("", pred))
             for src, pred, pub in (("A", 0.98, 0.98 * 0.98), ("B", 0.90, 0.90 * 0.8), ("C", 0.95, 0.95))]
     pooled = fit_bands(rows, 0.99)["pooled"]
@@ -437,7 +439,7 @@ def test_stored_bands_are_the_fit_of_the_in_project_corpora():
     finally:
         sys.path.pop(0)
     residuals = training_residuals(TRAINING, Physics())
-    levels = {name: level for name, (level, _) in interval.calibrated_levels(residuals).items()}
+    levels = {name: level for name, (level, _) in fitting.calibrated_levels(residuals).items()}
     stored, stored_levels = interval.read_bands()
     assert stored_levels == levels
     for name, band in fit_bands(residuals, levels).items():

@@ -15,7 +15,10 @@ import pytest
 from bench.project.collectives import ring
 from bench.project.network import FABRICS, NVLINK_EFFICIENCY, custom_network, preset_network
 from bench.project.physics import OFF, Physics, expected_max_normal
-from bench.project.published import (
+from bench.project.simulate import Buckets, Compute, simulate_step
+from bench.project.spec import ddp_buckets
+from bench.project.systems import intra_of
+from projection_lab.published import (
     LAST_LINE,
     Skip,
     predict_row,
@@ -23,9 +26,6 @@ from bench.project.published import (
     summary_line,
     validate,
 )
-from bench.project.simulate import Buckets, Compute, simulate_step
-from bench.project.spec import ddp_buckets
-from bench.project.systems import intra_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "published_scaling" / "train.csv"

@@ -7,7 +7,7 @@ so validation never sees the step times it predicts. On the run's own network (`
 preset the user says the run measured on (`bench project --measured-on`), a projection to n is anchored to
 the largest world size the run measured between the base and n (anchor_of): the model's step times the
 measured step over the model's step there, the model predicting the change from that measurement
-(docs/design.md "Anchored projections"; checked on the published tables by bench/project/published.py).
+(docs/design.md "Anchored projections"; checked on the published tables by benchmarks/projection_lab/published.py).
 Another preset describes another machine, whose error the run did not measure: no anchor there.
 """
 

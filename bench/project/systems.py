@@ -1,5 +1,5 @@
 """The network of a published system, read from what its table states: the hardware name, the interconnect
-text, and the GPU and node counts (bench/project/published.py; docs/projection.md).
+text, and the GPU and node counts (benchmarks/projection_lab/published.py; docs/projection.md).
 
 Inside a node: the first rule of INTRA_RULES whose hardware and interconnect patterns both match (case-
 blind re.search); a part whose form factor is not stated (e.g. "A100-40GB") is taken as NVIDIA's 8-GPU
