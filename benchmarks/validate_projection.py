@@ -37,8 +37,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from bench.project import protocol
 from bench.project.interval import POOLED, band_name, basis_of, family_of, read_bands
 from bench.project.physics import DEFAULT_INTERFERENCE, DEFAULT_STEP_CV, Physics
+from projection_lab import protocols
 from projection_lab.fitting import (
     Residual,
     all_names,
@@ -52,6 +54,7 @@ from projection_lab.published import (
     assumed,
     bases_of,
     interval_pct,
+    line_of,
     read_corpus,
     score,
     stats_of,
@@ -146,6 +149,65 @@ def _table(title: str, key, scored) -> None:
               f"{st['width']:6.1f}")
 
 
+def _protocol_training(training, name: str, physics: Physics) -> list:
+    """The judged rows of every training corpus under a protocol (what protocol_bands.csv is fitted on)."""
+    return [j for path in training for j in protocols.PROTOCOLS[name](read_corpus(path), physics)[0]]
+
+
+def _fit_protocol_bands(training, physics: Physics) -> None:
+    """Write bench/project/protocol_bands.csv from the training corpora (a band per protocol) and print each
+    with its held-out (leave-one-source-out) coverage and width per reach class."""
+    bands = {}
+    for name in protocol.PROTOCOLS:
+        judged = [j for j in _protocol_training(training, name, physics) if not j.held_out]
+        band = bands[name] = protocols.fit_band(judged, name)
+        inside, width = protocols.held_out(judged, band.level, band.power)
+        print(f"{name}: {band.rows} rows of {band.sources} sources, level {band.level:.2f}, reach power "
+              f"{band.power:g}, shift {band.shift:+.4f}, [{band.low:+.4f}, {band.high:+.4f}]·s; held out by "
+              f"source: inside {100 * inside:.1f} %, median width {width:.1f} points")
+    protocols.write_bands(bands)
+    print(f"wrote {protocol.STORED.relative_to(ROOT)}")
+
+
+def _protocol_main(args, corpus, training, physics: Physics) -> int:
+    """--protocol: every askable row of the corpus judged as bench project would print it from the
+    protocol's measured rows (benchmarks/projection_lab/protocols.py), the agreed line last."""
+    judged, skipped, askable = protocols.PROTOCOLS[args.protocol](corpus, physics)
+    scored = protocols.score(judged, protocol.read_bands(), _protocol_training(training, args.protocol,
+                                                                                 physics))
+    headline = [s for s in scored if not s.judged.held_out]
+    print(f"{'source':22} {'model':26} {'hardware':20} {'prec':8} {'bs':>5} {'base':>4} {'N':>4} "
+          f"{'band':14} {'pub eff':>7} {'model':>7} {'printed':>7} {'90 % interval':>15} {'|err| %':>7}")
+    for s in scored:
+        j, r = s.judged, s.judged.prediction.row
+        low, high = s.band.bounds(100 * j.model_eff, j.reach)
+        mark = "" if s.inside else " *outside*"
+        print(f"{str(r['source_id'])[:22]:22} {str(r['model'])[:26]:26} {str(r['hardware'])[:20]:20} "
+              f"{str(r['precision'])[:8]:8} {str(r['per_gpu_batch'])[:5]:>5} "
+              f"{int(j.prediction.base['gpus']):4d} {int(r['gpus']):4d} {j.band:14} "
+              f"{100 * j.published_eff:6.1f}% {100 * j.model_eff:6.1f}% {100 * s.predicted_eff:6.1f}% "
+              f"{f'{low:.1f}–{high:.1f} %':>15} {s.error_pct:7.1f}{mark}"
+              + (f"  [{j.fixed_cost}]" if j.fixed_cost else "")
+              + (f"  [held out: {j.held_out}]" if j.held_out else ""))
+    print("\nper reach (headline rows; bands fitted without the row's source where it is a training one)")
+    for name in protocol.all_classes():
+        mine = [s for s in headline if s.judged.band == name]
+        if mine:
+            print(f"  {name:16} {line_of(protocols.stats(mine))}")
+    apart = [s for s in scored if s.judged.held_out]
+    print(f"\nheld out of the headline: {len(apart)} rows (FLAGged data, or superlinear against their base)")
+    if apart:
+        print(f"  held-out rows: {line_of(protocols.stats(apart))}")
+    print(f"skipped {len(skipped)} rows")
+    for r, why in skipped:
+        print(f"  {str(r['source_id'])[:22]:22} {str(r['model'])[:26]:26} {int(r['gpus']):4d}  {why}")
+    counted = askable - len(apart)
+    print(f"protocol {args.protocol}: predicted {len(headline)} of {counted} askable rows not held out "
+          f"({100 * len(headline) / counted if counted else 0:.1f} %)")
+    print(line_of(protocols.stats(headline)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--corpus", type=Path, required=True, help="a published_scaling/multinode CSV")
@@ -159,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit", action="store_true", help="print the (σ, γ) grid instead of the rows")
     parser.add_argument("--fit-interval", action="store_true",
                         help="refit bench/project/model_error.csv from --training and print the bands")
+    parser.add_argument("--protocol", choices=protocol.PROTOCOLS,
+                        help="judge the corpus on what a user measures: `node` (one node → several), "
+                             "`two-gpus` (1 and 2 GPUs → one node); with --fit-interval, refit "
+                             "bench/project/protocol_bands.csv")
     parser.add_argument("--anchored", action="store_true",
                         help="anchor each row to the largest published row of its group below it "
                              "(default: from the base alone)")
@@ -176,9 +242,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         _fit(corpus)
         return 0
+    if args.fit_interval and args.protocol:
+        _fit_protocol_bands(training, physics)
+        return 0
     if args.fit_interval:
         _fit_interval(training, physics)
         return 0
+    if args.protocol:
+        return _protocol_main(args, corpus, training, physics)
     anchored, skipped, eligible = validate(corpus, physics, anchor=True)
     residuals = training_residuals(training, physics, {args.corpus.resolve(): anchored})
     levels = read_bands()[1]   # each regime's level, calibrated on held-out sources (--fit-interval)

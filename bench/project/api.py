@@ -27,6 +27,7 @@ from bench.project.project import (
     Configuration,
     cells_table,
     configurations,
+    fixed_cost_needed,
     median_abs_error,
     projection_table,
     validation_table,
@@ -239,6 +240,8 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
             tables.append(cells_table(mine, chosen, {name: at}, world_sizes, algorithm, anchored=anchored))
     table = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
     notes += interval.width_notes(table["interval_regime"].dropna())
+    notes += [c.fixed_source for c in configs if c.fixed_source]
+    notes += [why for c in configs if (why := fixed_cost_needed(c, table))]
     projection = Projection(projection=table, notes=notes, physics=physics,
                             validation=validation_table(configs, measured, run.env.get("cpu_cores")),
                             fits=fits_table(fits), configurations=len(configs))

@@ -4,7 +4,8 @@ The model's own error, per band: r = ln(published / predicted) of the published 
 predicts (benchmarks/validate_projection.py; rows it holds out of its headline are not used). A band is
 named by the regime and the basis of the prediction (band_name). Two bases: a prediction from the base
 alone, and one `anchored` to a measured world size between the base and the projected one (the model
-predicts the change from that measurement: benchmarks/projection_lab/published.py, project.py). Anchored rows have
+predicts the change from that measurement: benchmarks/projection_lab/published.py, project.py).
+Anchored rows have
 their own bands because most of the model's error is already there at the first world size above the
 base (a harness's data pipeline, clocks, launcher: no input of the model shows it) and the anchor has
 measured it; what is left is the error of the change, about half as wide on the corpora
@@ -36,10 +37,12 @@ The bands of the in-project corpora are stored in model_error.csv (`validate_pro
 --fit-interval` writes it; a test checks it is current).
 
 A third basis, `other recipe`: a row predicted from a base of another per-GPU batch or accumulation in the
-same table (benchmarks/projection_lab/published.py: no smaller row of its own recipe), its compute per sample taken
+same table (benchmarks/projection_lab/published.py: no smaller row of its own recipe), its compute per
+sample taken
 from that base. Its band is the hull of its regime's from-base band and the window fitted on the
 other-recipe residuals of every regime at their own calibrated level: a recipe change adds the error of
-"compute scales with the batch" to the model's, never less (module docstring of benchmarks/projection_lab/published.py).
+"compute scales with the batch" to the model's, never less (module docstring of
+benchmarks/projection_lab/published.py).
 
 The physical limit (LIMIT_PCT): no interval reaches past 100 % efficiency (nor, for samples/s, past the
 linear bound, N × T1's rate). A band's ends are clamped there (bounds), and a row is inside its interval

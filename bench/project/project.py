@@ -7,7 +7,10 @@ so validation never sees the step times it predicts. On the run's own network (`
 preset the user says the run measured on (`bench project --measured-on`), a projection to n is anchored to
 the largest world size the run measured between the base and n (anchor_of): the model's step times the
 measured step over the model's step there, the model predicting the change from that measurement
-(docs/design.md "Anchored projections"; checked on the published tables by benchmarks/projection_lab/published.py).
+(docs/design.md "Anchored projections"; checked on the published tables by the lab,
+benchmarks/projection_lab/). When what was measured is a validated protocol (a whole node, projected
+across nodes; 1 and 2 GPUs, projected within the node: bench/project/protocol.py), the row prints that
+protocol's band and its median correction instead of the regime's band (protocol_of).
 Another preset describes another machine, whose error the run did not measure: no anchor there.
 """
 
@@ -21,7 +24,7 @@ from itertools import accumulate
 import pandas as pd
 
 from bench import engines, metrics
-from bench.project import interval
+from bench.project import interval, protocol
 from bench.project.evidence import TraceEvidence, host_ms_of, interference_of
 from bench.project.inputs import COMM_DTYPE_WIRE, InputError, ReadyTimes, timeline_buckets
 from bench.project.measured import Measured
@@ -40,7 +43,7 @@ PROJECTION_COLUMNS = ("cell_id",) + CONFIG_COLUMNS + (
     "comm_bandwidth_ms", "bottleneck", "timeline_source", "network_source", "reason", "straggler_ms",
     "interference_ms", "host_floor_ms", "dominant_term", "efficiency_pct_low", "efficiency_pct_high",
     "predicted_samples_per_s_low", "predicted_samples_per_s_high", "interval_regime", "anchor_world_size",
-    "anchor_step_ratio")
+    "anchor_step_ratio", "protocol", "fixed_ms")
 VALIDATION_COLUMNS = ("cell_id", "world_size", "measured_step_ms", "predicted_step_ms", "error_pct",
                       "base_cell_id", "measured_compute_only_ms", "predicted_compute_ms",
                       "measured_exposed_comm_ms", "predicted_exposed_comm_ms",
@@ -62,6 +65,7 @@ class Configuration:
     physics_source: str = ""
     sharded: tuple[Sharding, tuple[int, ...]] | None = None   # a sharded engine: how, and its blocks
     extra_compute_ms: float = 0.0   # compute a comm hook adds once per synced step (PowerSGD's compression)
+    fixed_source: str = ""          # where compute.fixed_ms came from ("" none measured: 0)
 
     @property
     def micro_batch(self) -> int:
@@ -236,7 +240,57 @@ def configurations(results: pd.DataFrame, timeline: pd.DataFrame | None,
             raise
         except ValueError as exc:
             out.append(Configuration(base, rows, None, None, reason=str(exc)))
+    return with_fixed_costs(out)
+
+
+def _micro_ms(config: Configuration) -> float:
+    return (config.compute.forward_ms + config.compute.backward_ms) / config.compute.grad_accum
+
+
+def with_fixed_costs(configs: list[Configuration]) -> list[Configuration]:
+    """Each configuration with its micro-step's fixed cost (protocol.fixed_cost_ms) when the run measured it
+    at a second per-rank batch: another configuration that differs only in the batch, with its base at the
+    same world size (the farthest batch of those). Only base cells are used, so validation still never
+    sees the step times it predicts."""
+    def sibling_key(c: Configuration) -> tuple:
+        return config_key(c.base)[:len(CONFIG_COLUMNS)] + config_key(c.base)[len(CONFIG_COLUMNS) + 1:] + (
+            int(c.base["world_size"]),)
+
+    out = []
+    for config in configs:
+        if config.compute is None or config.sharded is not None:
+            out.append(config)
+            continue
+        b = int(config.base["per_rank_batch"])
+        others = [c for c in configs if c.compute is not None and c is not config
+                  and sibling_key(c) == sibling_key(config) and int(c.base["per_rank_batch"]) != b]
+        if not others:
+            out.append(config)
+            continue
+        other = max(others, key=lambda c: abs(int(c.base["per_rank_batch"]) - b))
+        b2 = int(other.base["per_rank_batch"])
+        fixed = protocol.fixed_cost_ms(b, _micro_ms(config), b2, _micro_ms(other))
+        out.append(replace(config, compute=replace(config.compute, fixed_ms=fixed),
+                           fixed_source=f"fixed cost {fixed:.3g} ms per micro-step from per-rank batches {b} "
+                                        f"({config.base['cell_id']}) and {b2} ({other.base['cell_id']})"))
     return out
+
+
+def fixed_cost_needed(config: Configuration, table: pd.DataFrame) -> str:
+    """A note when the configuration's projected rows change the per-rank batch and no second batch was
+    measured ("" otherwise): the fixed cost is then 0, compute in proportion to the batch."""
+    if config.compute is None or config.fixed_source:
+        return ""
+    mine = table[(table["cell_id"] == config.base["cell_id"]) & table["per_rank_batch"].notna()]
+    changed = mine[mine["per_rank_batch"].astype(int) != int(config.base["per_rank_batch"])]
+    if changed.empty:
+        return ""
+    smallest = int(changed["per_rank_batch"].min())
+    return (f"{config.base['cell_id']}: the per-rank batch changes from {int(config.base['per_rank_batch'])} "
+            f"to {smallest} and no second batch was measured at world size {int(config.base['world_size'])}: "
+            "the step's fixed cost is taken as 0 (compute in proportion to the batch), which overstates "
+            "strong scaling; measure the same configuration at a second workload.per_rank_batch (e.g. half) "
+            "to fit it (docs/projection.md \"Fixed cost\")")
 
 
 def workload_shapes(workload_table: dict) -> Callable[[pd.Series], list]:
@@ -277,6 +331,23 @@ def step_of(config: Configuration, compute: Compute, net: Network | None, n: int
     return simulate_step(compute, config.buckets, net, n, algorithm, physics)
 
 
+def protocol_of(config: Configuration, anchor: tuple[int, float] | None, net: Network | None, n: int
+                ) -> tuple[str, float, protocol.ProtocolBand] | None:
+    """(protocol, reach, its band) when what the run measured is one of the validated protocols
+    (bench/project/protocol.py): anchored to a whole node and projected across nodes (`node`), or from 1 GPU
+    anchored at 2 and projected within the node (`two-gpus`); None otherwise (the regime bands)."""
+    if anchor is None or net is None or net.gpus_per_node <= 1:
+        return None
+    m = anchor[0]
+    if m == net.gpus_per_node and net.nodes(n) > 1:
+        name = protocol.NODE
+    elif m == 2 and int(config.base["world_size"]) == 1 and net.nodes(n) == 1:
+        name = protocol.TWO_GPUS
+    else:
+        return None
+    return name, n / m, protocol.read_bands()[name]
+
+
 def bands() -> dict:
     """The stored model-error bands (bench/project/interval.py, model_error.csv)."""
     return interval.read_bands()[0]
@@ -314,7 +385,7 @@ def interval_of(config: Configuration, compute: Compute, net: Network | None, n:
     rate = interval.bounds(samples, band, delta_bw + t1_rel, linear, scale)
     return dict(efficiency_pct_low=eff[0], efficiency_pct_high=eff[1], predicted_samples_per_s_low=rate[0],
                 predicted_samples_per_s_high=rate[1],
-                interval_regime=name + (" (pooled band)" if band.pooled else ""))
+                interval_regime=name + (" (pooled band)" if band.pooled else ""), delta=delta_bw)
 
 
 Z90 = 1.2816  # the standard normal's 90th percentile
@@ -439,6 +510,21 @@ def project(config: Configuration, network_name: str, network_at: NetworkAt, wor
                else metrics.weak_scaling_efficiency(t1, step_ms))
         global_batch = per_rank * n * k
         samples = metrics.throughput(global_batch, step_ms)
+        columns = interval_of(config, compute, net, n, algorithm, physics, step, eff * 100, samples,
+                              band_table, anchored=anchor is not None)
+        measured = protocol_of(config, anchor, net, n)
+        if measured is not None:   # what the user measured has a validated band: print that one
+            name, reach, band = measured
+            printed = band.predicted(eff, reach)
+            step_ms, samples = step_ms * eff / printed, samples * printed / eff
+            low, high = band.bounds(eff * 100, reach, columns.pop("delta"))
+            t1_rel = interval.t1_relative_90(config.base.get("step_time_half_width_pct"))
+            columns |= dict(efficiency_pct_low=low, efficiency_pct_high=high,
+                            predicted_samples_per_s_low=samples * low / (printed * 100) * math.exp(-t1_rel),
+                            predicted_samples_per_s_high=samples * high / (printed * 100) * math.exp(t1_rel),
+                            interval_regime=f"{protocol.band_of(name, reach)} (protocol {name})")
+            eff = printed
+        columns.pop("delta", None)
         rows.append(_row(
             config, **row, algorithm="+".join(step.algorithms) or "none",
             nodes=_nodes(net, n), per_rank_batch=per_rank, global_batch=global_batch,
@@ -449,8 +535,7 @@ def project(config: Configuration, network_name: str, network_at: NetworkAt, wor
             straggler_ms=step.straggler_ms, interference_ms=step.interference_ms,
             host_floor_ms=step.host_floor_ms, dominant_term=step.dominant_term,
             anchor_world_size=anchor[0] if anchor else None, anchor_step_ratio=anchor[1] if anchor else None,
-            **interval_of(config, compute, net, n, algorithm, physics, step, eff * 100, samples, band_table,
-                          anchored=anchor is not None)))
+            protocol=measured[0] if measured else "", fixed_ms=compute.fixed_ms, **columns))
     return rows
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from bench.project.collectives import allreduce_cost
 from bench.project.network import Network
 from bench.project.physics import OFF, Physics, host_floor_ms, interference_ms, straggler_ms
+from bench.project.protocol import micro_at
 
 BOTTLENECKS = ("compute", "bandwidth", "latency", "overlap-limited")
 # what N ranks add to the compute, each a Step field `<term>_ms` (Step.dominant_term names the largest)
@@ -37,18 +38,25 @@ COMPUTE_BOUND_EXPOSED = 0.05  # exposed communication at most this fraction of t
 @dataclass(frozen=True)
 class Compute:
     """The compute side of one optimizer step on one rank (ms): forward and backward summed over the
-    grad_accum micro-steps, the optimizer once."""
+    grad_accum micro-steps, the optimizer once. `fixed_ms`: the part of one micro-step's forward and
+    backward that does not shrink with the batch (bench/project/protocol.py "fixed cost"; 0 unless two
+    per-rank batches were measured)."""
 
     forward_ms: float
     backward_ms: float
     optimizer_ms: float
     grad_accum: int
     per_rank_batch: int
+    fixed_ms: float = 0.0
 
     def at_batch(self, per_rank_batch: int) -> Compute:
-        """Forward and backward in proportion to the per-rank batch, the optimizer unchanged (its work is
-        per parameter, not per sample)."""
-        f = per_rank_batch / self.per_rank_batch
+        """Forward and backward at another per-rank batch: their fixed part unchanged, the rest in
+        proportion to the batch (protocol.micro_at); the optimizer unchanged (its work is per parameter,
+        not per sample)."""
+        micro = (self.forward_ms + self.backward_ms) / self.grad_accum
+        if micro <= 0:
+            return replace(self, per_rank_batch=per_rank_batch)
+        f = micro_at(micro, self.per_rank_batch, per_rank_batch, self.fixed_ms) / micro
         return replace(self, forward_ms=self.forward_ms * f, backward_ms=self.backward_ms * f,
                        per_rank_batch=per_rank_batch)
 

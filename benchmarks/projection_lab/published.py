@@ -70,6 +70,7 @@ from bench.project.interval import (
     scale_of,
 )
 from bench.project.physics import Physics
+from bench.project.protocol import micro_at
 from bench.project.sharded import Sharding, estimated_blocks, simulate_sharded, uniform_blocks
 from bench.project.simulate import Compute, simulate_step
 from bench.project.spec import DEFAULT_BACKWARD_SHARE, ddp_buckets
@@ -318,10 +319,24 @@ def calibrate(step_ms: float, k: int, batch: int, params: int, sharding, net, n:
     return (lo + hi) / 2
 
 
-def predict_row(row: pd.Series, base: pd.Series, physics: Physics, other_recipe: bool = False) -> Prediction:
+def calibrated_micro(base: pd.Series, physics: Physics) -> float:
+    """The base row's micro-step compute (ms): its published step with its own modelled communication,
+    straggler and interference taken out (calibrate, on the base's own system)."""
+    n, batch = _int(base["gpus"], "gpus"), _int(base["per_gpu_batch"], "per_gpu_batch")
+    k, _ = accumulation(base)
+    units, _ = units_per_sample(_text(base["model"]), _text(base["throughput_unit"]), _text(base["notes"]))
+    system = system_of(_text(base["hardware"]), base["interconnect"], n, base.get(NODES), NODES in base.index)
+    sharding, _ = sharding_of(base)
+    step = batch * k / per_gpu(base, units) * 1e3
+    return calibrate(step, k, batch, _int(base["params"], "params"), sharding, system.network(), n, physics)
+
+
+def predict_row(row: pd.Series, base: pd.Series, physics: Physics, other_recipe: bool = False,
+                fixed_ms: float = 0.0) -> Prediction:
     """One row from its group's base (module docstring), or with `other_recipe` from its table's base of
     another batch or accumulation (efficiency then against that base's linear bound); Skip with the
-    reason."""
+    reason. `fixed_ms`: the micro-step's fixed cost (bench/project/protocol.py), which does not shrink with
+    the per-GPU batch."""
     params = _int(row["params"], "params")
     n, nb = _int(row["gpus"], "gpus"), _int(base["gpus"], "gpus")
     batch, batch_b = _int(row["per_gpu_batch"], "per_gpu_batch"), _int(base["per_gpu_batch"], "per_gpu_batch")
@@ -344,7 +359,7 @@ def predict_row(row: pd.Series, base: pd.Series, physics: Physics, other_recipe:
     base_rate, row_rate = per_gpu(base, units), per_gpu(row, units)   # samples/s per GPU
     step_b = batch_b * kb / base_rate * 1e3
     micro_b = calibrate(step_b, kb, batch_b, params, sharding, net, nb, physics)
-    compute = _compute(micro_b * batch / batch_b, k, batch)
+    compute = _compute(micro_at(micro_b, batch_b, batch, fixed_ms), k, batch)
     step = _simulate(compute, params, sharding, net, n, physics)
     predicted_rate = batch * k / step.step_ms * 1e3
     # 100 %: the base's per-GPU rate; from another recipe, the linear bound of the base's compute
@@ -569,19 +584,27 @@ def _quantile(xs: list[float], q: float) -> float:
 
 def stats_of(scored: list[Scored]) -> dict:
     """rows, mean, median, p90 and worst |error| %, % inside the interval, median width (points)."""
-    errors = [s.prediction.error_pct for s in scored]
+    return stats_from([s.prediction.error_pct for s in scored], [s.inside for s in scored],
+                      [s.width_points for s in scored])
+
+
+def stats_from(errors: list[float], inside: list[bool], widths: list[float]) -> dict:
+    """stats_of from the rows' |error| %, inside flags and widths."""
     if not errors:
         return dict(rows=0, mean=float("nan"), median=float("nan"), p90=float("nan"), worst=float("nan"),
                     inside=float("nan"), width=float("nan"))
     return dict(rows=len(errors), mean=sum(errors) / len(errors), median=_quantile(errors, 0.5),
                 p90=_quantile(errors, 0.9), worst=max(errors),
-                inside=100 * sum(s.inside for s in scored) / len(scored),
-                width=_quantile([s.width_points for s in scored], 0.5))
+                inside=100 * sum(inside) / len(inside), width=_quantile(widths, 0.5))
 
 
 def summary_line(scored: list[Scored]) -> str:
     """The validator's last line (the issue's format)."""
-    s = stats_of(scored)
+    return line_of(stats_of(scored))
+
+
+def line_of(s: dict) -> str:
+    """The agreed line from stats_from's dict."""
     return (f"rows {s['rows']} · mean |error| {s['mean']:.1f} % · median |error| {s['median']:.1f} % · "
             f"p90 {s['p90']:.1f} % · worst {s['worst']:.1f} % · inside 90 % interval {s['inside']:.1f} % · "
             f"median width {s['width']:.1f} points")
