@@ -201,6 +201,11 @@ def _protocol_main(args, corpus, training, physics: Physics) -> int:
     print(f"skipped {len(skipped)} rows")
     for r, why in skipped:
         print(f"  {str(r['source_id'])[:22]:22} {str(r['model'])[:26]:26} {int(r['gpus']):4d}  {why}")
+    with_f, without = protocols.fixed_cost_check(corpus)
+    if with_f:
+        print(f"fixed cost (strong scaling's term, alone): {len(with_f)} (table, GPUs) pairs, the step at "
+              f"the smaller per-GPU batch from the larger's, F from the 1-GPU rows: mean |error| "
+              f"{statistics.mean(with_f):.1f} % (F = 0, compute ∝ batch: {statistics.mean(without):.1f} %)")
     counted = askable - len(apart)
     print(f"protocol {args.protocol}: predicted {len(headline)} of {counted} askable rows not held out "
           f"({100 * len(headline) / counted if counted else 0:.1f} %)")

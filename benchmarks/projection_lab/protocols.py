@@ -35,9 +35,11 @@ from projection_lab.published import (
     data_flags,
     group_key,
     is_strong,
+    per_gpu,
     predict_row,
     stats_from,
     table_key,
+    units_per_sample,
 )
 
 
@@ -285,3 +287,32 @@ def score(judged: list[Judged], stored: dict[str, protocol.ProtocolBand],
 def stats(scored: list[ScoredRow]) -> dict:
     return stats_from([s.error_pct for s in scored], [s.inside for s in scored],
                       [s.width_points for s in scored])
+
+
+def fixed_cost_check(corpus: pd.DataFrame) -> tuple[list[float], list[float]]:
+    """(|error| % with the fixed cost, |error| % without) of the step at a table's smaller per-GPU batch
+    predicted from its larger one at the same GPU count, the fixed cost fitted from the table's 1-GPU rows
+    at those two batches (protocol.fixed_cost_ms): the term checked on its own, where tables print two
+    batches."""
+    with_f, without = [], []
+    corpus = _typed(corpus)
+    for _, table in corpus.groupby(corpus.apply(table_key, axis=1), sort=False):
+        steps = {}
+        for _, r in table.iterrows():
+            try:
+                units, _ = units_per_sample(str(r["model"]), str(r["throughput_unit"]), str(r["notes"]))
+            except Skip:
+                continue
+            batch = int(r["per_gpu_batch"])
+            steps[(int(r["gpus"]), batch)] = batch / per_gpu(r, units) * 1e3
+        ones = sorted(b for g, b in steps if g == 1)
+        if len(ones) < 2:
+            continue
+        small, large = ones[0], ones[-1]
+        fixed = protocol.fixed_cost_ms(small, steps[1, small], large, steps[1, large])
+        for n in sorted({g for g, _ in steps} - {1}):
+            if (n, small) in steps and (n, large) in steps:
+                truth = steps[n, small]
+                for out, f in ((with_f, fixed), (without, 0.0)):
+                    out.append(100 * abs(protocol.micro_at(steps[n, large], large, small, f) - truth) / truth)
+    return with_f, without
