@@ -206,10 +206,16 @@ class WorkloadConfig:
     # the memory rule: the most samples a rank runs through one forward; a per-rank micro-step above it is
     # run as equal smaller ones, their gradients accumulated (bench.matrix.micro_splits). None: no limit
     micro_batch: int | None = None
+    # a second per-rank batch measured at the smallest world size (every configuration there, weak
+    # scaling): two batches give the step's fixed cost, which `bench project` and `bench advise` need when
+    # the per-GPU batch changes (bench/project/protocol.py; docs/projection.md "Fixed cost"). None: none
+    fixed_cost_batch: int | None = None
 
     def __post_init__(self):
         _check_min("workload.global_batch", [self.global_batch], 1, maximum=MAX_BATCH)
         _check_min("workload.per_rank_batch", [self.per_rank_batch], 1, maximum=MAX_BATCH)
+        if self.fixed_cost_batch is not None:
+            _check_min("workload.fixed_cost_batch", [self.fixed_cost_batch], 1, maximum=MAX_BATCH)
         if self.micro_batch is not None:
             _check_min("workload.micro_batch", [self.micro_batch], 1, maximum=MAX_BATCH)
         if self.seq_len is not None:

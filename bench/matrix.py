@@ -191,7 +191,23 @@ def expand(config: BenchConfig, bf16_supported: bool = True, gpu_count: int | No
             if not any(fnmatch.fnmatchcase(cell.cell_id, p) for p in m.cells):
                 continue
             cells.setdefault(cell.cell_id, cell)
+    for cell in fixed_cost_cells(list(cells.values()), w.fixed_cost_batch, w.micro_batch):
+        cells.setdefault(cell.cell_id, cell)
     return same_configuration_skipped(list(cells.values()))
+
+
+def fixed_cost_cells(cells: list[Cell], batch: int | None, most: int | None) -> list[Cell]:
+    """workload.fixed_cost_batch: each runnable cell of the smallest world size again at that per-rank
+    batch (weak scaling), the second batch bench/project fits a micro-step's fixed cost from
+    (project.with_fixed_costs). None: no cells."""
+    runnable = [c for c in cells if not c.skip_reason]
+    if batch is None or not runnable:
+        return []
+    smallest = min(c.world_size for c in runnable)
+    return [dataclasses.replace(c, scaling="weak", per_rank_batch=batch,
+                                micro_splits=micro_splits(batch, most),
+                                global_batch=batch * c.world_size * c.grad_accum)
+            for c in runnable if c.world_size == smallest and c.per_rank_batch != batch]
 
 
 def same_configuration_skipped(cells: list[Cell]) -> list[Cell]:

@@ -49,6 +49,7 @@ def run_cli(*argv: str) -> int:
         (["debug.fault=slow:nan@x"], "debug.fault", "slow:nan@x"),
         (["debug.fault=hang:5@x"], "debug.fault", "hang:5@x"),           # only slow takes a number
         (["debug.fault=slow:5"], "debug.fault", "slow:5"),               # no cell-id substring
+        (["workload.fixed_cost_batch=0"], "workload.fixed_cost_batch", "0"),
     ],
 )
 def test_bad_values_exit_2_naming_key_and_value(tmp_path, capsys, overrides, key, value):

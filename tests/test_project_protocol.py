@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from bench.config import load_config
+from bench.matrix import expand
 from bench.project import protocol
 from bench.project.network import preset_network
 from bench.project.physics import OFF, Physics
@@ -205,6 +207,19 @@ def test_a_second_batch_at_the_base_gives_the_fixed_cost_and_its_absence_is_said
     net = preset_network("h100-nvlink")
     table = pd.DataFrame(project(alone, "h100", lambda n, d: (net, "h100"), [1, 8], "auto", physics=OFF))
     assert "no second batch was measured" in fixed_cost_needed(alone, table)
+
+
+def test_fixed_cost_batch_measures_the_smallest_world_size_again_at_a_second_batch():
+    plain = expand(load_config("cpu-smoke", cuda_available=False))
+    more = expand(load_config("cpu-smoke", ["workload.fixed_cost_batch=4"], cuda_available=False))
+    added = [c for c in more if c.cell_id not in {p.cell_id for p in plain}]
+    smallest = min(c.world_size for c in plain)
+    # one per configuration of the smallest world size: its strong and weak cells meet at the new batch
+    base = {(c.engine, c.bucket_cap_mb, c.precision, c.comm_dtype, c.grad_accum, c.engine_options)
+            for c in plain if c.world_size == smallest and not c.skip_reason}
+    assert len(added) == len(base) > 0
+    assert all((c.world_size, c.scaling, c.per_rank_batch) == (smallest, "weak", 4) for c in added)
+    assert all(c.global_batch == 4 * c.world_size * c.grad_accum for c in added)
 
 
 # ---- the validator -----------------------------------------------------------------------------------------

@@ -253,8 +253,11 @@ def with_fixed_costs(configs: list[Configuration]) -> list[Configuration]:
     same world size (the farthest batch of those). Only base cells are used, so validation still never
     sees the step times it predicts."""
     def sibling_key(c: Configuration) -> tuple:
-        return config_key(c.base)[:len(CONFIG_COLUMNS)] + config_key(c.base)[len(CONFIG_COLUMNS) + 1:] + (
-            int(c.base["world_size"]),)
+        # the configuration less its batch and batch rule (at one world size strong and weak scaling run
+        # the same trainers), at its base's world size
+        key = config_key(c.base)
+        kept = [v for col, v in zip(CONFIG_COLUMNS, key) if col != "scaling"]
+        return tuple(kept) + key[len(CONFIG_COLUMNS) + 1:] + (int(c.base["world_size"]),)
 
     out = []
     for config in configs:
