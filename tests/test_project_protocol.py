@@ -152,6 +152,17 @@ def test_strong_scaling_takes_its_fixed_cost_from_two_one_node_batches():
     assert "assumed 0" in plain[0].fixed_cost
 
 
+@pytest.mark.parametrize("unit,value", [("ms/step", 500.0), ("s/iter", 0.5), ("sec per step", 0.5),
+                                        ("it/s", 2.0), ("updates/s", 2.0)])
+def test_a_table_of_step_times_or_rates_is_a_per_gpu_rate(unit, value):
+    # 16 samples per micro-step × 2 micro-steps per step on every GPU, a step every 500 ms: 64/s per GPU
+    from projection_lab.published import per_gpu, units_per_sample
+
+    row = pd.Series(dict(throughput=value, throughput_unit=unit, per_gpu_batch=16, grad_accum=2, gpus=8,
+                         notes=""))
+    assert per_gpu(row, units_per_sample("M", unit)[0]) == pytest.approx(64.0)
+
+
 def test_two_gpus_protocol_anchors_at_two_and_predicts_the_node():
     corpus = pd.DataFrame([_row(1, 40.0), _row(2, 38.0), _row(4, 36.0), _row(8, 34.0)])
     judged, skipped, askable = protocols.two_gpus(corpus, OFF)

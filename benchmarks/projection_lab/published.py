@@ -122,6 +122,14 @@ CONVERSIONS: tuple[tuple[str, str, float, str], ...] = (
 # WaveGlow "samples/s" is audio samples).
 BATCH_UNITS = re.compile(r"^(images?|img|sequences?|seqs?|samples?|sentences?|utterances?|items?)\s*"
                          r"(/\s*s|/\s*sec|per second)$", re.I)
+# Units of optimizer steps, where a table prints the step time or the step rate instead of a throughput:
+# every GPU runs per_gpu_batch × grad_accum samples per step (per_gpu)
+STEP_TIME = re.compile(r"^(ms|s|sec|seconds?|min|minutes?)\s*(?:/|per)\s*(?:step|iter(?:ation)?|it|batch)$",
+                       re.I)
+STEP_TIME_SECONDS = {"ms": 1e-3, "s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0, "min": 60.0,
+                     "minute": 60.0, "minutes": 60.0}
+STEP_RATE = re.compile(r"^(?:steps?|iter(?:ation)?s?|it|updates?|ups|batch(?:es)?)"
+                       r"\s*(?:/\s*s(?:ec)?|per second)$", re.I)
 PER_GPU_UNIT = re.compile(r"\s*(?:/|per )\s*GPU\b", re.I)
 # A sequence length the model name or the notes state ("seq2048", "seq len 2048", "sequence length 1024",
 # "seq_len=8192"): tokens per sequence for a tokens/s unit.
@@ -217,13 +225,23 @@ def units_per_sample(model: str, unit: str, notes: str = "") -> tuple[float, str
             return float(m.group(1)), f"sequence length {m.group(1)} stated in the {where}"
     if BATCH_UNITS.match(unit):
         return 1.0, "batch in its own unit"
+    if STEP_TIME.match(unit) or STEP_RATE.match(unit):
+        return 1.0, "optimizer steps: per_gpu_batch × grad_accum samples per GPU each"
     raise Skip(f"no conversion of {unit!r} to samples of the batch for {model!r} in the source")
 
 
 def per_gpu(row: pd.Series, units: float) -> float:
-    """Samples per second per GPU: the table's aggregate over its GPUs, unless its unit says per GPU."""
-    tput = float(row["throughput"]) / units
-    return tput if PER_GPU_UNIT.search(_text(row["throughput_unit"])) else tput / int(row["gpus"])
+    """Samples per second per GPU: the table's aggregate over its GPUs, unless its unit says per GPU; a
+    unit of steps (STEP_TIME, STEP_RATE) is the row's per-GPU batch × accumulation per step."""
+    unit = _text(row["throughput_unit"]).strip()
+    value = float(row["throughput"])
+    if (m := STEP_TIME.match(unit)) or STEP_RATE.match(unit):
+        per_step = float(row["per_gpu_batch"]) * accumulation(row)[0]
+        if m:
+            return per_step / (value * STEP_TIME_SECONDS[m.group(1).lower()])
+        return per_step * value
+    tput = value / units
+    return tput if PER_GPU_UNIT.search(unit) else tput / int(row["gpus"])
 
 
 def _int(value, key: str) -> int:
