@@ -12,6 +12,7 @@ import pytest
 from report_fixtures import CPU_ENV, H100_ENV, row, write_run
 
 from bench.__main__ import main
+from bench.project import protocol
 from bench.project.physics import DEFAULT_INTERFERENCE
 
 
@@ -96,10 +97,19 @@ def test_a_preset_the_run_measured_on_is_anchored_to_its_cells(tmp_path):
     ratio = 6.5 / plain.loc[2, "predicted_step_ms"]
     assert on.loc[2, "predicted_step_ms"] == plain.loc[2, "predicted_step_ms"] and pd.isna(
         on.loc[2, "anchor_world_size"])
+    # 1 and 2 ranks measured, 4 and 8 on the node: the two-gpus protocol (bench/project/protocol.py), whose
+    # band moves the anchored efficiency by its median miss at the reach (×2, ×4)
+    band = protocol.read_bands()[protocol.TWO_GPUS]
+    t1 = plain.loc[1, "predicted_step_ms"]
     for n in (4, 8):
         assert on.loc[n, "anchor_world_size"] == 2 and on.loc[n, "anchor_step_ratio"] == pytest.approx(ratio)
-        assert on.loc[n, "predicted_step_ms"] == pytest.approx(plain.loc[n, "predicted_step_ms"] * ratio)
-        assert on.loc[n, "interval_regime"].startswith("nvlink anchored")
+        anchored = plain.loc[n, "predicted_step_ms"] * ratio
+        ideal = t1 / n if on.loc[n, "scaling"] == "strong" else t1   # the step at 100 % efficiency
+        printed = band.predicted(ideal / anchored, n / 2)
+        assert on.loc[n, "predicted_step_ms"] == pytest.approx(ideal / printed)
+        assert on.loc[n, "efficiency_pct"] == pytest.approx(100 * printed)
+        assert on.loc[n, "protocol"] == protocol.TWO_GPUS
+        assert on.loc[n, "interval_regime"].startswith(protocol.band_of(protocol.TWO_GPUS, n / 2))
     assert plain["anchor_world_size"].isna().all()
 
 
