@@ -21,7 +21,6 @@ from bench.project.powersgd import compress
 from bench.project.project import Configuration, project, step_of
 from bench.project.sharded import Sharding, estimated_blocks, simulate_sharded
 from bench.project.simulate import Buckets, Compute
-from bench.project.systems import system_of
 from bench.report.projection_section import interval_by_world_size
 from projection_lab import fitting
 from projection_lab.fitting import fit_bands, held_out_bands, shortest
@@ -34,6 +33,7 @@ from projection_lab.published import (
     units_per_sample,
     validate,
 )
+from projection_lab.systems import system_of
 
 ROOT = Path(__file__).resolve().parent.parent
 MULTINODE = ROOT / "tests" / "data" / "published_multinode" / "train.csv"

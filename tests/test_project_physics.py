@@ -17,7 +17,6 @@ from bench.project.network import FABRICS, NVLINK_EFFICIENCY, custom_network, pr
 from bench.project.physics import OFF, Physics, expected_max_normal
 from bench.project.simulate import Buckets, Compute, simulate_step
 from bench.project.spec import ddp_buckets
-from bench.project.systems import intra_of
 from projection_lab.published import (
     LAST_LINE,
     Skip,
@@ -26,6 +25,7 @@ from projection_lab.published import (
     summary_line,
     validate,
 )
+from projection_lab.systems import intra_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "published_scaling" / "train.csv"

@@ -13,14 +13,16 @@ powersgd     PowerSGD's compressed messages and compression FLOPs
 physics      the terms beyond compute and all-reduce: straggler, interference, host floor
 interval     the 90 % interval: model-error bands per regime and basis (model_error.csv), widened by
              the inputs
+protocol     what the user measured (a node; 1 and 2 GPUs): the band validated on it per reach
+             (protocol_bands.csv); a micro-step's fixed cost from two batches
 spec         what-if without a run: `project_spec(...)` (also `bench.project.project_spec`)
-published    the model against published multi-GPU and multi-node tables (benchmarks/validate_projection.py)
-systems      the network of a published system from its hardware and interconnect text
 api          the functions under the command: `run(run_dir, ...)`, `what_if(keys)` → Projection
 cli          `python -m bench project`: parses, calls api, prints
 
 Only `layout` imports torch (through bench.workloads and bench.engines, to build a model on the meta
-device), and only when a configuration has no bucket timeline; nothing here uses torch.distributed.
+device), and only when a configuration has no bucket timeline; nothing here uses torch.distributed. The
+fitted bands are data here; what fits them (the published corpora, their systems, the validation) is the
+lab beside the validator, benchmarks/projection_lab/.
 """
 
 

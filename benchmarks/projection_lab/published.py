@@ -74,7 +74,7 @@ from bench.project.protocol import micro_at
 from bench.project.sharded import Sharding, estimated_blocks, simulate_sharded, uniform_blocks
 from bench.project.simulate import Compute, simulate_step
 from bench.project.spec import DEFAULT_BACKWARD_SHARE, ddp_buckets
-from bench.project.systems import gpus_per_node_of, system_of
+from projection_lab.systems import gpus_per_node_of, system_of
 
 CORPUS_COLUMNS = ("source_id", "model", "params", "framework", "hardware", "interconnect", "precision",
                   "per_gpu_batch", "grad_accum", "gpus", "throughput", "throughput_unit", "notes")
