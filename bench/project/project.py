@@ -351,6 +351,40 @@ def protocol_of(config: Configuration, anchor: tuple[int, float] | None, net: Ne
     return name, n / m, protocol.read_bands()[name]
 
 
+CALIBRATION_HALVINGS = 40   # bisection steps: the compute factor to 2^-40 of its bracket
+
+
+def _scaled(compute: Compute, c: float) -> Compute:
+    return replace(compute, forward_ms=compute.forward_ms * c, backward_ms=compute.backward_ms * c,
+                   optimizer_ms=compute.optimizer_ms * c, fixed_ms=compute.fixed_ms * c)
+
+
+def node_calibrated(config: Configuration, compute: Compute, net: Network, n: int, anchor: tuple[int, float],
+                    network_at: NetworkAt, algorithm: str, physics: Physics) -> tuple[Step, float]:
+    """(step at n, the ratio still to apply) under the node protocol: the compute scaled by the factor c
+    whose simulated step on the measured node equals the measured one (the node's own communication,
+    straggler and interference taken out, as the lab calibrates a published node row:
+    benchmarks/projection_lab/published.py calibrate), then simulated at n; ratio 1. When even c → 0 is
+    slower than the measurement (the model's communication alone exceeds it), the anchor's step ratio, as
+    on any other anchored row."""
+    m, ratio = anchor
+    net_m, _ = network_at(m, COMM_DTYPE_WIRE[config.base["comm_dtype"]])
+    at_m = config.compute.at_batch(per_rank_of(config, m)[0])
+    target = ratio * step_of(config, at_m, net_m, m, algorithm, physics).step_ms
+    if step_of(config, _scaled(at_m, 1e-9), net_m, m, algorithm, physics).step_ms > target:
+        return step_of(config, compute, net, n, algorithm, physics), ratio
+    lo, hi = 0.0, max(1.0, ratio) * 2
+    while step_of(config, _scaled(at_m, hi), net_m, m, algorithm, physics).step_ms < target:
+        hi *= 2
+    for _ in range(CALIBRATION_HALVINGS):
+        mid = (lo + hi) / 2
+        if step_of(config, _scaled(at_m, mid), net_m, m, algorithm, physics).step_ms > target:
+            hi = mid
+        else:
+            lo = mid
+    return step_of(config, _scaled(compute, (lo + hi) / 2), net, n, algorithm, physics), 1.0
+
+
 def bands() -> dict:
     """The stored model-error bands (bench/project/interval.py, model_error.csv)."""
     return interval.read_bands()[0]
@@ -504,18 +538,21 @@ def project(config: Configuration, network_name: str, network_at: NetworkAt, wor
             rows.append(_row(config, **row, per_rank_batch=per_rank, reason=str(exc).strip("'\"")))
             continue
         anchor = anchor_of(config, n, network_at, algorithm, physics) if anchored and n > 1 else None
+        measured = protocol_of(config, anchor, net, n)
+        ratio = anchor[1] if anchor else 1.0
+        if measured is not None and measured[0] == protocol.NODE:   # the lab's node protocol, exactly
+            step, ratio = node_calibrated(config, compute, net, n, anchor, network_at, algorithm, physics)
         t1 = config.compute.at_batch(t1_batch).step_ms
         # never faster than linear (the physical limit): an anchor measured below the model's step does
         # not carry N past T1 (weak scaling) or T1 / N (strong)
         ideal = t1 / n if config.base["scaling"] == "strong" else t1
-        step_ms = max(step.step_ms * (anchor[1] if anchor else 1.0), ideal)
+        step_ms = max(step.step_ms * ratio, ideal)
         eff = (metrics.strong_scaling_efficiency(t1, step_ms, n) if config.base["scaling"] == "strong"
                else metrics.weak_scaling_efficiency(t1, step_ms))
         global_batch = per_rank * n * k
         samples = metrics.throughput(global_batch, step_ms)
         columns = interval_of(config, compute, net, n, algorithm, physics, step, eff * 100, samples,
                               band_table, anchored=anchor is not None)
-        measured = protocol_of(config, anchor, net, n)
         if measured is not None:   # what the user measured has a validated band: print that one
             name, reach, band = measured
             printed = band.predicted(eff, reach)
