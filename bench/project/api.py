@@ -16,7 +16,7 @@ import pandas as pd
 
 from bench import run_folder
 from bench.config import MAX_WORLD_SIZE
-from bench.project import interval
+from bench.project import interval, protocol
 from bench.project.collectives import ALGORITHMS
 from bench.project.evidence import read_evidence
 from bench.project.inputs import read_sweep, read_timeline
@@ -98,8 +98,9 @@ class Projection:
         lines.append(f"network fit: {out / run_folder.NETWORK_FIT} ({len(self.fits)} fits)")
         lines += [f"note: {note}" for note in self.notes]
         if self.physics:
-            lines.append(f"note: where each configuration's straggler, interference and host-floor terms "
-                         f"came from: {out / run_folder.PROJECTION_NOTES} ({len(self.physics)} lines)")
+            lines.append("note: where each configuration's straggler, interference, host-floor and "
+                         f"fixed-cost terms came from: {out / run_folder.PROJECTION_NOTES} "
+                         f"({len(self.physics)} lines)")
         return lines
 
     def write(self, out: Path) -> None:
@@ -226,8 +227,9 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
         notes.append("no bucket_timeline.csv (run `bench analyze` on a profiled run): buckets are assumed "
                      "ready uniformly over backward")
     # one line per configuration: notes.txt keeps them all, the printout only says where they are
-    physics = [f"{run_folder.PHYSICS_NOTE}{c.base['cell_id']}: {c.physics_source}"
-               for c in configs if c.physics_source]
+    physics = [f"{run_folder.PHYSICS_NOTE}{c.base['cell_id']}: "
+               + "; ".join(x for x in (c.physics_source, c.fixed_source) if x)
+               for c in configs if c.physics_source or c.fixed_source]
     gpu_configs = [gpu_physics(c) for c in configs] if run.device == "cpu" else configs
     anchored = (MEASURED, measured_on or MEASURED)
     tables = []
@@ -240,8 +242,10 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
             tables.append(cells_table(mine, chosen, {name: at}, world_sizes, algorithm, anchored=anchored))
     table = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
     notes += interval.width_notes(table["interval_regime"].dropna())
-    notes += [c.fixed_source for c in configs if c.fixed_source]
-    notes += [why for c in configs if (why := fixed_cost_needed(c, table))]
+    notes += protocol.notes(table["protocol"].dropna())
+    if needed := [why for c in configs if (why := fixed_cost_needed(c, table))]:
+        notes.append(needed[0] + (f" (and {len(needed) - 1} more configurations like it)" if len(needed) > 1
+                                  else ""))
     projection = Projection(projection=table, notes=notes, physics=physics,
                             validation=validation_table(configs, measured, run.env.get("cpu_cores")),
                             fits=fits_table(fits), configurations=len(configs))

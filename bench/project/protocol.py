@@ -138,3 +138,25 @@ def read_bands(path: Path = STORED) -> dict[str, ProtocolBand]:
     return {r["band"]: ProtocolBand(r["band"], int(r["rows"]), int(r["sources"]), float(r["shift"]),
                                     float(r["low"]), float(r["high"]), float(r["level"]), float(r["power"]))
             for _, r in df.iterrows()}
+
+
+WORDS = {NODE: "a whole node measured, projected across nodes",
+         TWO_GPUS: "1 and 2 GPUs measured, projected within the node"}
+NOTE_REACHES = (2, 16)   # the reaches a note quotes a band's low end at
+
+
+def notes(names, path: Path = STORED) -> list[str]:
+    """A line per protocol the projected rows take (projection.csv's `protocol`): its band and how far below
+    the model it reaches at NOTE_REACHES."""
+    bands = read_bands(path)
+    out = []
+    for name in dict.fromkeys(str(n) for n in names if str(n) in bands):
+        b = bands[name]
+        below = ", ".join(f"{100 * (1 - math.exp(b.low * reach_scale(r, b.power))):.0f} % at ×{r}"
+                          for r in NOTE_REACHES)
+        out.append(f"protocol {name} ({WORDS[name]}): 90 % interval from ln(published / model) in "
+                   f"[{b.low:+.3f}·s, {b.high:+.3f}·s], s = log2(reach)^{b.power:g}, the printed efficiency "
+                   f"the model's × e^({b.shift:+.4f}·s), fitted on {b.rows} published rows of {b.sources} "
+                   f"sources held out by source (level {b.level:.2f}; docs/projection.md \"Protocols\"): "
+                   f"down to {below} below the model, at most 100 %")
+    return out
