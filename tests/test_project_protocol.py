@@ -90,6 +90,16 @@ def test_a_band_widens_with_the_reach_and_never_passes_100():
     assert protocol.capped(1.03) == 1.0
 
 
+def test_the_note_says_how_far_below_the_model_a_band_reaches(tmp_path):
+    # low ln(0.9) at power 1: 10 % below the model at ×2 (s = 1), 1 − 0.9^4 = 34 % at ×16 (s = 4)
+    path = tmp_path / "bands.csv"
+    protocols.write_bands({"node": protocol.ProtocolBand("node", 40, 5, -0.01, math.log(0.9), 0.02, 0.9, 1.0)},
+                          path)
+    (line,) = protocol.notes(["node", "nan", "two-gpus"], path)
+    assert line.startswith("protocol node (a whole node measured, projected across nodes)")
+    assert "down to 10 % at ×2, 34 % at ×16 below the model" in line and "40 published rows of 5" in line
+
+
 def test_two_gpus_carries_the_anchors_miss():
     # the model says 98 % at 2 GPUs and 90 % at 8; 2 GPUs measured 93 %: 8 GPUs 90 · 93/98 = 85.4 %
     assert protocol.anchored_eff(0.90, 0.98, 0.93, 8) == pytest.approx(0.90 * 0.93 / 0.98)
