@@ -93,8 +93,8 @@ def test_a_band_widens_with_the_reach_and_never_passes_100():
 def test_the_note_says_how_far_below_the_model_a_band_reaches(tmp_path):
     # low ln(0.9) at power 1: 10 % below the model at ×2 (s = 1), 1 − 0.9^4 = 34 % at ×16 (s = 4)
     path = tmp_path / "bands.csv"
-    protocols.write_bands({"node": protocol.ProtocolBand("node", 40, 5, -0.01, math.log(0.9), 0.02, 0.9, 1.0)},
-                          path)
+    band = protocol.ProtocolBand("node", 40, 5, -0.01, math.log(0.9), 0.02, 0.9, 1.0)
+    protocols.write_bands({"node": band}, path)
     (line,) = protocol.notes(["node", "nan", "two-gpus"], path)
     assert line.startswith("protocol node (a whole node measured, projected across nodes)")
     assert "down to 10 % at ×2, 34 % at ×16 below the model" in line and "40 published rows of 5" in line
