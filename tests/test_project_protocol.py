@@ -173,6 +173,18 @@ def test_a_table_of_step_times_or_rates_is_a_per_gpu_rate(unit, value):
     assert per_gpu(row, units_per_sample("M", unit)[0]) == pytest.approx(64.0)
 
 
+def test_strong_scaling_bases_on_the_nodes_smallest_batch():
+    # two batches on the whole node: the base is the smaller (nearer the multi-node rows' 16), F from both:
+    # 640 ms at 64, 500 ms at 32 → F 360 ms; at 16: 360 + 140 · 16/32 = 430 ms, as from the larger base
+    strong = "STRONG SCALING"
+    rows = [_row(8, 100.0, 64, notes=strong), _row(8, 64.0, 32, notes=strong),
+            _row(16, 40.0, 16, nodes=2, notes=strong)]
+    (two,) = protocols.node(pd.DataFrame(rows), OFF)[0]
+    assert int(two.prediction.base["per_gpu_batch"]) == 32
+    assert "fixed cost 360.0 ms from batches 32 and 64" in two.fixed_cost
+    assert two.model_eff == pytest.approx(16 / 430 * 1e3 / 64, rel=1e-3)
+
+
 def test_two_gpus_protocol_anchors_at_two_and_predicts_the_node():
     corpus = pd.DataFrame([_row(1, 40.0), _row(2, 38.0), _row(4, 36.0), _row(8, 34.0)])
     judged, skipped, askable = protocols.two_gpus(corpus, OFF)

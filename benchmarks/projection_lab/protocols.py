@@ -111,7 +111,9 @@ def node(corpus: pd.DataFrame, physics: Physics) -> tuple[list[Judged], list[tup
             many = group[[_nodes_of(r) > 1 for _, r in group.iterrows()]]
             if one.empty or many.empty:
                 continue
-            base = one.sort_values("gpus").iloc[-1]
+            # the largest one-node row; strong scaling (several batches on one node): of those at that
+            # size the smallest per-GPU batch, the nearest to the multi-node rows' shrinking ones
+            base = one.sort_values(["gpus", "per_gpu_batch"], ascending=[False, True]).iloc[0]
             if (one["gpus"] == base["gpus"]).sum() > 1 and not is_strong(base):
                 skipped += [(r, f"{(one['gpus'] == base['gpus']).sum()} one-node rows at the base's size")
                             for _, r in many.iterrows()]
