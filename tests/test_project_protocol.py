@@ -157,6 +157,9 @@ def test_strong_scaling_takes_its_fixed_cost_from_two_one_node_batches():
     (two,) = judged
     assert "fixed cost 360.0 ms from batches 64 and 32" in two.fixed_cost
     assert two.model_eff == pytest.approx(16 / 430 * 1e3 / 100, rel=1e-3)
+    # MLPerf's way, no accumulation stated while the batch shrinks: none (grad_accum 1), the same rows
+    unstated = [dict(r, grad_accum=None) for r in rows]
+    assert protocols.node(pd.DataFrame(unstated), OFF)[0][0].model_eff == pytest.approx(two.model_eff)
     plain, _, _ = protocols.node(pd.DataFrame([rows[0], rows[2]]), OFF)
     assert plain[0].model_eff == pytest.approx(1.0, abs=1e-3)
     assert "assumed 0" in plain[0].fixed_cost

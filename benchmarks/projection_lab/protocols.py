@@ -10,8 +10,9 @@ the reach and the band; this module only reads the corpora into it).
 
 A group is published.group_key (per-GPU batch kept apart unless STRONG SCALING). Strong scaling (the
 per-GPU batch changes with N): the group's one-node rows at two per-GPU batches give the step's fixed
-cost (protocol.fixed_cost_ms); with one batch only, none is assumed and the row says so (`fixed cost
-assumed 0`). Rows are predicted by published.predict_row (the physics, calibrated to the base's step); the
+cost (protocol.fixed_cost_ms; the base is the node's smallest batch, the nearest to the multi-node rows');
+with one batch only, none is assumed and the row says so (`fixed cost assumed 0`). A strong table whose
+batch shrinks and that states no accumulation accumulates nothing (shrinking_batch_accumulation). Rows are predicted by published.predict_row (the physics, calibrated to the base's step); the
 protocol's anchor (two-gpus) and the fixed cost are bench.project.protocol's.
 """
 
@@ -106,6 +107,7 @@ def node(corpus: pd.DataFrame, physics: Physics) -> tuple[list[Judged], list[tup
     judged, skipped, askable = [], [], 0
     corpus = _typed(corpus)
     for _, table in corpus.groupby(corpus.apply(table_key, axis=1), sort=False):
+        table = shrinking_batch_accumulation(table)
         for _, group in table.groupby(table.apply(group_key, axis=1), sort=False):
             one = _one_node(group)
             many = group[[_nodes_of(r) > 1 for _, r in group.iterrows()]]
@@ -131,6 +133,17 @@ def node(corpus: pd.DataFrame, physics: Physics) -> tuple[list[Judged], list[tup
                 p = _base_flags(p, base)
                 judged.append(_judge(p, protocol.NODE, int(base["gpus"]), p.predicted_eff, fixed_words))
     return judged, skipped, askable
+
+
+def shrinking_batch_accumulation(table: pd.DataFrame) -> pd.DataFrame:
+    """A STRONG SCALING table whose per-GPU batch changes with N and that states no accumulation (MLPerf's
+    way: the global batch spread over more GPUs) accumulates nothing: grad_accum 1 where empty. A table
+    whose batch stays put must state its accumulation (published.accumulation skips it otherwise)."""
+    strong = table.apply(is_strong, axis=1)
+    if strong.any() and table.loc[strong, "per_gpu_batch"].nunique() > 1:
+        table = table.copy()
+        table.loc[strong, "grad_accum"] = table.loc[strong, "grad_accum"].fillna(1)
+    return table
 
 
 def two_gpus(corpus: pd.DataFrame, physics: Physics) -> tuple[list[Judged], list[tuple[pd.Series, str]],
