@@ -351,6 +351,23 @@ def protocol_of(config: Configuration, anchor: tuple[int, float] | None, net: Ne
     return name, n / m, protocol.read_bands()[name]
 
 
+def protocol_columns(config: Configuration, measured: tuple[str, float, protocol.ProtocolBand], eff: float,
+                     step_ms: float, samples: float, delta: float) -> tuple[float, float, float, dict]:
+    """(efficiency, step ms, samples/s, interval columns) a protocol's row prints: the model's efficiency
+    moved by the band's median miss at the reach, and the band around the model's, widened by δ (the
+    busbw fit's, and T1's for samples/s: interval_of), at most 100 % (protocol.ProtocolBand)."""
+    name, reach, band = measured
+    printed = band.predicted(eff, reach)
+    step_ms, samples = step_ms * eff / printed, samples * printed / eff
+    low, high = band.bounds(eff * 100, reach, delta)
+    t1_rel = interval.t1_relative_90(config.base.get("step_time_half_width_pct"))
+    return printed, step_ms, samples, dict(
+        efficiency_pct_low=low, efficiency_pct_high=high,
+        predicted_samples_per_s_low=samples * low / (printed * 100) * math.exp(-t1_rel),
+        predicted_samples_per_s_high=samples * high / (printed * 100) * math.exp(t1_rel),
+        interval_regime=f"{protocol.band_of(name, reach)} (protocol {name})")
+
+
 CALIBRATION_HALVINGS = 40   # bisection steps: the compute factor to 2^-40 of its bracket
 
 
@@ -553,18 +570,11 @@ def project(config: Configuration, network_name: str, network_at: NetworkAt, wor
         samples = metrics.throughput(global_batch, step_ms)
         columns = interval_of(config, compute, net, n, algorithm, physics, step, eff * 100, samples,
                               band_table, anchored=anchor is not None)
+        delta = columns.pop("delta", 0.0)
         if measured is not None:   # what the user measured has a validated band: print that one
-            name, reach, band = measured
-            printed = band.predicted(eff, reach)
-            step_ms, samples = step_ms * eff / printed, samples * printed / eff
-            low, high = band.bounds(eff * 100, reach, columns.pop("delta"))
-            t1_rel = interval.t1_relative_90(config.base.get("step_time_half_width_pct"))
-            columns |= dict(efficiency_pct_low=low, efficiency_pct_high=high,
-                            predicted_samples_per_s_low=samples * low / (printed * 100) * math.exp(-t1_rel),
-                            predicted_samples_per_s_high=samples * high / (printed * 100) * math.exp(t1_rel),
-                            interval_regime=f"{protocol.band_of(name, reach)} (protocol {name})")
-            eff = printed
-        columns.pop("delta", None)
+            eff, step_ms, samples, printed_columns = protocol_columns(config, measured, eff, step_ms, samples,
+                                                                      delta)
+            columns |= printed_columns
         rows.append(_row(
             config, **row, algorithm="+".join(step.algorithms) or "none",
             nodes=_nodes(net, n), per_rank_batch=per_rank, global_batch=global_batch,
