@@ -127,3 +127,27 @@ def test_the_report_section_shows_the_run_and_each_cell(tmp_path):
     assert run_table.loc["timed", "share_pct"] == pytest.approx(30.0)
     cells = pd.read_csv(out / "tables" / "anatomy_cells.csv").set_index("cell_id")
     assert list(cells["total_s"]) == [4.0, 1.5] and cells.iloc[0]["timed"] == 3.0
+
+
+def test_a_compiled_graph_is_paid_once_per_launch_by_the_options_outside_it():
+    import dataclasses
+
+    from bench.run.estimate import compiling, graph_key
+
+    torch_c = hand_cell(compile="inductor")
+    hooked = dataclasses.replace(torch_c, comm_hook="powersgd")
+    bf16 = dataclasses.replace(torch_c, precision="bf16")
+    other_ws = dataclasses.replace(torch_c, world_size=2)
+    assert graph_key(torch_c) == graph_key(hooked) != graph_key(bf16)
+    # the hook runs outside the graph: its cell reuses torch's graphs; bf16 compiles its own; so does another
+    # world size (another launch, another process); an eager cell compiles nothing
+    assert compiling([torch_c, hooked, bf16, other_ws, hand_cell()]) == {
+        torch_c.cell_id, bf16.cell_id, other_ws.cell_id}
+    # Rates.compile_s 20 s: the reusing cell's warm-up holds none of it, in each of its launches
+    rates = dataclasses.replace(HAND, compile_s=20.0)
+    config = load_config("cpu-smoke", ["run.warmup_steps=5", "run.timed_steps=20", "run.repeats=1",
+                                       "run.phase_steps=3", "run.compute_only_steps=10", "run.launches=2"])
+    pays = cell_parts(config, rates, torch_c, 1e10, 10_000_000, 100, compiles=True)
+    reuses = cell_parts(config, rates, hooked, 1e10, 10_000_000, 100, compiles=False)
+    assert pays["warmup"] - reuses["warmup"] == pytest.approx(2 * 20.0)  # two launches: each compiles
+    assert pays["warmup"] == pytest.approx(2 * (5 * 0.30 + 20.0))

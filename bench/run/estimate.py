@@ -34,7 +34,7 @@ class Rates:
     # the adaptive rounds are expected to need, (this / target_ci_pct)² rounds; None: not measured on this
     # device, and the estimate is a range (estimate_range) from the fewest rounds to the caps
     half_width_sqrt_n_pct: float | None
-    compile_s: float = 0.0      # per compiled cell (matrix.compile): torch.compile in its warm-up
+    compile_s: float = 0.0      # per compiled graph and launch (`compiling`): torch.compile in a warm-up
 
 
 # A micro-step costs max(compute, floor): compute = FLOPs / flops[precision]; floor = host_s_per_tensor ×
@@ -70,7 +70,7 @@ RATES = {
         half_width_sqrt_n_pct=HALF_WIDTH_CPU,
         # inductor, mlp.small, world size 2 under load (2026-11-25, default's peers slice): torch DDP's
         # model 17.8 s, fsdp2's blocks 5.3 s; a later identical model in the launch reuses the graphs
-        # (0 s), so charging every compiled cell the larger figure is an upper bound
+        # (0 s: `compiling` charges the first of each graph_key); the larger figure is an upper bound
         compile_s=17.8),
     # One H100 80GB HBM3 (VM), torch 2.11+cu130, smollm2-135m (134.5M parameters in 273 tensors), seq 128,
     # world size 1, 2026-11-25: tests/data/estimate/h100-{default-partial,diag,hostbound.log} and a build
@@ -199,8 +199,38 @@ def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_p
     return sum(cell_parts(config, rates, cell, flops_per_sample, n_params, n_tensors, at_least).values())
 
 
+# The options a compiled cell's graph does not depend on: torch DDP's comm hooks (PowerSGD and its rank,
+# comm_dtype's bf16/fp16 hooks) run in the reducer, outside the compiled graph; fsdp2's resharding in its
+# hooks. Measured (GRU language model, world size 2, CPU, one launch): after fsdp2 raf1 compiled in 3.0 s,
+# raf0 took 0.0 s, and torch DDP + PowerSGD 0.0 s after torch DDP (dynamo's guards are on the code, shapes
+# and dtypes, not on the module object: a later identical model in the process reuses the graphs).
+OUTSIDE_THE_GRAPH = ("comm_hook", "powersgd_rank", "comm_dtype", "reshard_after_forward")
+
+
+def graph_key(cell: Cell) -> tuple:
+    """What a compiled cell's graphs depend on: the cell less its scaling, batch rule and OUTSIDE_THE_GRAPH
+    options (its micro-batch, precision, engine, bucket size and the rest stay)."""
+    left_out = (*OUTSIDE_THE_GRAPH, "cell_id", "scaling", "global_batch", "skip_reason")
+    return tuple(sorted((k, repr(v)) for k, v in cell.to_dict().items() if k not in left_out))
+
+
+def compiling(cells: list[Cell]) -> set[str]:
+    """The compiled cells of one world size's launch that compile: the first of each graph_key; the others
+    reuse its graphs (their warm-up's compile_s is 0, as measured). A packed world size keeps a
+    configuration's options in one group, so in one slot's process (bench/run/packing.py)."""
+    seen, paying = set(), set()
+    for cell in cells:
+        if cell.compile in (None, "none"):
+            continue
+        key = (cell.world_size, graph_key(cell))
+        if key not in seen:
+            seen.add(key)
+            paying.add(cell.cell_id)
+    return paying
+
+
 def cell_parts(config: BenchConfig, rates: Rates, cell: Cell, flops_per_sample: float, n_params: int,
-               n_tensors: int, at_least: int = 0) -> dict[str, float]:
+               n_tensors: int, at_least: int = 0, compiles: bool | None = None) -> dict[str, float]:
     """A cell's wall time by the cost anatomy's parts (schema.ANATOMY_PARTS), its profiled pass not included:
     build (the timed trainer), warmup (its steps; a compiled cell's compile), timed (the expected rounds, at
     least `at_least`), phase (its steps), gate (gate_seconds), compute_only (without the all-reduce),
@@ -208,12 +238,15 @@ def cell_parts(config: BenchConfig, rates: Rates, cell: Cell, flops_per_sample: 
     repeat launch (run.launches − 1) a build, the overhead, warm-up, timed and compute-only rounds again.
     Worked (tests/test_anatomy.py): step 0.30 s (0.24 without sync), 20 rounds, 5 warm-up, 3 phase, 10
     compute-only, builds of 0.1 s, cell_s 0.5, one launch → build 0.1, warmup 1.5, timed 6.0, phase 0.9,
-    compute_only 2.4, memory 0.1 + 3 × 0.30 = 1.0, other 0.5: 12.4 s, estimate_cell_seconds'."""
+    compute_only 2.4, memory 0.1 + 3 × 0.30 = 1.0, other 0.5: 12.4 s, estimate_cell_seconds'. `compiles`:
+    whether a compiled cell pays Rates.compile_s in each launch (None: it does; `compiling` says which
+    do)."""
     r = config.run
     step = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors)
     timed = max(at_least, expected_timed_steps(config, rates, engines_per_group(config) * step))
     unsynced = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors, sync=False)
-    compile_s = rates.compile_s if cell.compile not in (None, "none") else 0.0
+    compiled = cell.compile not in (None, "none") and compiles is not False
+    compile_s = rates.compile_s if compiled else 0.0
     build = rates.build_s_per_param * n_params
     repeats = r.launches - 1  # each builds the trainer again, warms it up, times its rounds, compute-only
     return {"build": build * (1 + repeats),
@@ -280,12 +313,12 @@ def cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, sizes: tuple[flo
     return sum(grid_cell_parts(config, rates, cell, sizes).values())
 
 
-def grid_cell_parts(config: BenchConfig, rates: Rates, cell: Cell,
-                    sizes: tuple[float, int, int]) -> dict[str, float]:
+def grid_cell_parts(config: BenchConfig, rates: Rates, cell: Cell, sizes: tuple[float, int, int],
+                    compiles: bool | None = None) -> dict[str, float]:
     """cell_seconds by the anatomy's parts: cell_parts and its profiled pass (`profile`)."""
     flops, n_params, n_tensors = sizes
     step = estimate_step_seconds(rates, cell, flops, n_params, n_tensors)
-    return cell_parts(config, rates, cell, flops, n_params, n_tensors) | {
+    return cell_parts(config, rates, cell, flops, n_params, n_tensors, compiles=compiles) | {
         "profile": _profiled_seconds(config, rates, cell, step, n_params)}
 
 
@@ -337,7 +370,8 @@ def estimate_parts(config: BenchConfig, cells: list[Cell], rates: Rates | None =
     runnable = [c for c in cells if not c.skip_reason]
     out = [fixed_parts(config, rates, runnable)]
     for ws, launch in by_launch(runnable).items():
-        parts = {c.cell_id: grid_cell_parts(config, rates, c, sizes) for c in launch}
+        paying = compiling(launch)
+        parts = {c.cell_id: grid_cell_parts(config, rates, c, sizes, c.cell_id in paying) for c in launch}
         seconds = {c: sum(p.values()) for c, p in parts.items()}
         out.append(scaled_parts(parts, over_slots(config, ws, gpus, seconds, launch)))
     return schema.anatomy_total(out)
@@ -398,6 +432,7 @@ def _race_scenario(config: BenchConfig, rates: Rates, runnable: list[Cell], flop
         parts: dict[str, dict[str, float]] = {}  # what each cell of the world size costs in this scenario
         if search(r.search).carries_over:
             launch = [c for c in launch if not _carried_out(c, survived)]
+        paying = compiling(launch)  # every launched candidate is built and warmed up
         recipes: dict[tuple, list[Cell]] = {}
         for cell in launch:
             recipes.setdefault(race.recipe(cell), []).append(cell)
@@ -417,11 +452,12 @@ def _race_scenario(config: BenchConfig, rates: Rates, runnable: list[Cell], flop
                 survived[key] = survived.get(key, False) or alive
                 if alive:
                     parts[cell.cell_id] = (
-                        cell_parts(config, rates, cell, flops, n_params, n_tensors, first)
+                        cell_parts(config, rates, cell, flops, n_params, n_tensors, first,
+                                   cell.cell_id in paying)
                         | {"profile": _profiled_seconds(config, rates, cell, step[cell.cell_id], n_params)})
                 else:
                     parts[cell.cell_id] = _raced_out_parts(config, rates, cell, step[cell.cell_id],
-                                                           n_params, first)
+                                                           n_params, first, cell.cell_id in paying)
         seconds = {c: sum(p.values()) for c, p in parts.items()}
         total.append(scaled_parts(parts, over_slots(config, ws, gpus, seconds, launch)))
     return schema.anatomy_total(total)
@@ -435,9 +471,10 @@ def _carried_out(cell: Cell, survived: dict[tuple, bool]) -> bool:
 
 
 def _raced_out_parts(config: BenchConfig, rates: Rates, cell: Cell, step: float, n_params: int,
-                     rounds: int) -> dict[str, float]:
-    """An eliminated candidate: one build, the fixed per-cell overhead, warm-up and its rounds, compiling."""
-    compiled = cell.compile not in (None, "none")
+                     rounds: int, compiles: bool = True) -> dict[str, float]:
+    """An eliminated candidate: one build, the fixed per-cell overhead, warm-up and its rounds, compiling
+    (`compiles`: the first of its graph_key in the launch)."""
+    compiled = cell.compile not in (None, "none") and compiles
     return {"build": rates.build_s_per_param * n_params, "other": rates.cell_s,
             "warmup": config.run.warmup_steps * step + (rates.compile_s if compiled else 0.0),
             "timed": rounds * step}
