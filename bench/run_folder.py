@@ -40,6 +40,7 @@ ENV = "env.json"                  # machine and software fingerprint
 CELLS = "cells.jsonl"             # append-only records, the source of truth
 RESULTS = "results.csv"           # derived from cells.jsonl after every cell
 SWEEP = "allreduce_sweep.csv"     # the probe's size sweep, derived with results.csv
+ANATOMY = "anatomy.json"          # where the last `bench run` into it spent its time (schema.ANATOMY_PARTS)
 LOCK = ".lock"                    # held by the run writing into the folder
 LOGS = "logs"                     # launch plans, commands, outputs, events, NCCL logs
 EVENTS = "events"                 # the workers' events of a run launched by the user's own torchrun/srun
@@ -114,8 +115,8 @@ class RunError(ValueError):
 # it). OWNED names each entry's writer (a file's name too: no folder may take it). An --out may also be
 # a new folder inside the run under a name no command uses (`--out RUN/my-report`), or any folder outside.
 OWNED = {PROJECTION_DIR: "project", ADVICE_DIR: "advise",
-              **{name: "run" for name in (CONFIG, ENV, CELLS, RESULTS, SWEEP, LOCK, LOGS, EVENTS, PLAN,
-                                          SBATCH, TRACES)},
+              **{name: "run" for name in (CONFIG, ENV, CELLS, RESULTS, SWEEP, ANATOMY, LOCK, LOGS, EVENTS,
+                                          PLAN, SBATCH, TRACES)},
               **{name: "analyze" for name in (TRACE_SUMMARY, BUCKET_TIMELINE, IDLE_BREAKDOWN, LAUNCH_STATS,
                                               STRAGGLERS, KERNEL_CLASSES, WITNESSES, COLLECTIVE_WAIT,
                                               RANK_TIMELINE)}}
@@ -441,6 +442,16 @@ def read_records(run_dir: Path | str) -> list[dict]:
         if isinstance(row, dict) and "cell_id" in row:
             rows[row["cell_id"]] = row  # dict order: first appearance; value: the last line
     return list(rows.values())
+
+
+def read_anatomy(run_dir: Path | str) -> dict | None:
+    """anatomy.json (where the last `bench run` into the folder spent its wall time, schema.ANATOMY_PARTS), or
+    None for a folder without one (older runs, plan runs)."""
+    path = Path(run_dir) / ANATOMY
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 def read_results_csv(run_dir: Path | str) -> pd.DataFrame:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import engines, race, run_folder
+from bench import engines, race, run_folder, schema
 from bench.advise import api as advise
 from bench.config import load_config
 from bench.matrix import expand
@@ -81,6 +81,23 @@ def test_a_race_on_cpu_smoke_eliminates_the_slow_candidate(tmp_path, monkeypatch
     assert set(tables.raced_out(run.results)["cell_id"]) == {r["cell_id"] for r in rows
                                                               if r["status"] == "raced_out"}
     assert "raced_out" not in set(tables.not_measured(run.results)["status"])
+    # the cost anatomy (schema.ANATOMY_PARTS): the run's parts in anatomy.json and printed; a raced-out cell
+    # paid for its build, warm-up and rounds only, a survivor for every phase
+    assert "where the time went (anatomy.json" in proc.stdout
+    data = run_folder.read_anatomy(out)
+    assert {"start", "spawn", "rendezvous", "teardown", "writing", "build", "timed"} <= set(data["parts"])
+    assert schema.anatomy_added(data["parts"]) <= data["wall_s"] and len(data["launches"]) == launches
+    for r in slow:
+        parts = records[r["cell_id"]]["anatomy_s"]
+        assert {"build", "warmup", "timed"} <= set(parts)
+        assert not {"phase", "gate", "compute_only", "probe", "memory", "profile"} & set(parts)
+    for r in survivors:
+        assert {"build", "warmup", "timed", "gate", "compute_only", "memory"} <= set(
+            records[r["cell_id"]]["anatomy_s"])
+    shown = tables.anatomy_run_table(data)
+    added = shown[~shown["part"].isin(schema.ANATOMY_CONCURRENT)]["seconds"].sum()
+    assert list(shown["part"])[-1] == "unaccounted" and added == pytest.approx(data["wall_s"], abs=0.05)
+    assert set(tables.anatomy_cells_table(list(records.values()))["cell_id"]) == set(records)
 
 
 def test_a_race_does_not_launch_what_a_smaller_world_size_raced_out(tmp_path):

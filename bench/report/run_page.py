@@ -19,7 +19,7 @@ from bench.report.environment import environment_table
 from bench.report.projection_section import projection_section
 from bench.report.render import Section, page_folder, write_csv, write_page
 from bench.report.why_section import why_section
-from bench.run_folder import Run, load_run
+from bench.run_folder import Run, load_run, read_anatomy, read_records
 from bench.schema import DEFAULT_BUCKET_MB, partial_race_row
 
 
@@ -56,6 +56,7 @@ def write_sections(run: Run, out_dir: Path, final: Path) -> Path:
         *sweep_sections(df, out_dir),
         phases_section(df, out_dir),
         memory_section(df, out_dir),
+        *([anatomy_section(run, out_dir)] if read_anatomy(run.path) is not None else []),
         why_section(run.path, df, out_dir),
         projection_section(run.path, out_dir, run.results),
         cells_section(run, out_dir, files, final),
@@ -155,6 +156,20 @@ def raced_out_section(df: pd.DataFrame, out_dir: Path) -> Section:
                  "step time is left out here and in results.csv (cells.jsonl keeps each launch's rows); "
                  "race_slowdown compares it within that launch.", "note")
     return sec.table(table, _csv(table, out_dir, "raced_out"))
+
+
+def anatomy_section(run: Run, out_dir: Path) -> Section:
+    """Where the run's wall time went, by the cost anatomy's parts (schema.ANATOMY_PARTS), and each cell's."""
+    sec = Section("Where the time went", "anatomy")
+    sec.para("The run's wall time by part (anatomy.json): per run, per launch and per cell, a phase its "
+             "group ran side by side shared among the cells that entered it (a race's timed rounds by the "
+             "rounds each stepped). `bench run --dry-run` prints the estimate by the same parts.")
+    sec.table(tables.anatomy_run_table(read_anatomy(run.path)), _csv(
+        tables.anatomy_run_table(read_anatomy(run.path)), out_dir, "anatomy"))
+    cells = tables.anatomy_cells_table(read_records(run.path))
+    if len(cells):
+        sec.table(cells, _csv(cells, out_dir, "anatomy_cells"), summary=f"{len(cells)} cells")
+    return sec
 
 
 def scaling_section(df: pd.DataFrame, scaling: str, table: pd.DataFrame, out_dir: Path) -> Section:

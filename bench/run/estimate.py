@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from bench import race, stats
+from bench import race, schema, stats
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell, by_launch, engines_per_group, group_budget_s
 from bench.run import packing
@@ -34,7 +34,7 @@ class Rates:
     # the adaptive rounds are expected to need, (this / target_ci_pct)² rounds; None: not measured on this
     # device, and the estimate is a range (estimate_range) from the fewest rounds to the caps
     half_width_sqrt_n_pct: float | None
-    compile_s: float = 0.0      # per compiled cell (matrix.compile): torch.compile in its warm-up
+    compile_s: float = 0.0      # per compiled graph and launch (`compiling`): torch.compile in a warm-up
 
 
 # A micro-step costs max(compute, floor): compute = FLOPs / flops[precision]; floor = host_s_per_tensor ×
@@ -70,7 +70,7 @@ RATES = {
         half_width_sqrt_n_pct=HALF_WIDTH_CPU,
         # inductor, mlp.small, world size 2 under load (2026-11-25, default's peers slice): torch DDP's
         # model 17.8 s, fsdp2's blocks 5.3 s; a later identical model in the launch reuses the graphs
-        # (0 s), so charging every compiled cell the larger figure is an upper bound
+        # (0 s: `compiling` charges the first of each graph_key); the larger figure is an upper bound
         compile_s=17.8),
     # One H100 80GB HBM3 (VM), torch 2.11+cu130, smollm2-135m (134.5M parameters in 273 tensors), seq 128,
     # world size 1, 2026-11-25: tests/data/estimate/h100-{default-partial,diag,hostbound.log} and a build
@@ -194,25 +194,69 @@ def expected_timed_steps(config: BenchConfig, rates: Rates, round_s: float) -> i
 
 def estimate_cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, flops_per_sample: float,
                           n_params: int, n_tensors: int, at_least: int = 0) -> float:
-    """A cell's wall time (its `cell_wall_s`, its profiled pass not included): two builds (the timed
-    trainer, the peak-memory pass), its steps (warm-up, the expected timed rounds, phase, memory pass;
-    compute-only without the all-reduce), its parity gate (gate_seconds), and the fixed per-cell overhead;
-    then per repeat launch
-    (run.launches − 1) a build, the overhead, warm-up, timed and compute-only rounds."""
+    """A cell's wall time (its `cell_wall_s`, its profiled pass not included): the sum of its parts
+    (cell_parts)."""
+    return sum(cell_parts(config, rates, cell, flops_per_sample, n_params, n_tensors, at_least).values())
+
+
+# The options a compiled cell's graph does not depend on: torch DDP's comm hooks (PowerSGD and its rank,
+# comm_dtype's bf16/fp16 hooks) run in the reducer, outside the compiled graph; fsdp2's resharding in its
+# hooks. Measured (GRU language model, world size 2, CPU, one launch): after fsdp2 raf1 compiled in 3.0 s,
+# raf0 took 0.0 s, and torch DDP + PowerSGD 0.0 s after torch DDP (dynamo's guards are on the code, shapes
+# and dtypes, not on the module object: a later identical model in the process reuses the graphs).
+OUTSIDE_THE_GRAPH = ("comm_hook", "powersgd_rank", "comm_dtype", "reshard_after_forward")
+
+
+def graph_key(cell: Cell) -> tuple:
+    """What a compiled cell's graphs depend on: the cell less its scaling, batch rule and OUTSIDE_THE_GRAPH
+    options (its micro-batch, precision, engine, bucket size and the rest stay)."""
+    left_out = (*OUTSIDE_THE_GRAPH, "cell_id", "scaling", "global_batch", "skip_reason")
+    return tuple(sorted((k, repr(v)) for k, v in cell.to_dict().items() if k not in left_out))
+
+
+def compiling(cells: list[Cell]) -> set[str]:
+    """The compiled cells of one world size's launch that compile: the first of each graph_key; the others
+    reuse its graphs (their warm-up's compile_s is 0, as measured). A packed world size keeps a
+    configuration's options in one group, so in one slot's process (bench/run/packing.py)."""
+    seen, paying = set(), set()
+    for cell in cells:
+        if cell.compile in (None, "none"):
+            continue
+        key = (cell.world_size, graph_key(cell))
+        if key not in seen:
+            seen.add(key)
+            paying.add(cell.cell_id)
+    return paying
+
+
+def cell_parts(config: BenchConfig, rates: Rates, cell: Cell, flops_per_sample: float, n_params: int,
+               n_tensors: int, at_least: int = 0, compiles: bool | None = None) -> dict[str, float]:
+    """A cell's wall time by the cost anatomy's parts (schema.ANATOMY_PARTS), its profiled pass not included:
+    build (the timed trainer), warmup (its steps; a compiled cell's compile), timed (the expected rounds, at
+    least `at_least`), phase (its steps), gate (gate_seconds), compute_only (without the all-reduce),
+    memory (a second build and MEMORY_STEPS steps), other (the fixed per-cell overhead, Rates.cell_s); per
+    repeat launch (run.launches − 1) a build, the overhead, warm-up, timed and compute-only rounds again.
+    Worked (tests/test_anatomy.py): step 0.30 s (0.24 without sync), 20 rounds, 5 warm-up, 3 phase, 10
+    compute-only, builds of 0.1 s, cell_s 0.5, one launch → build 0.1, warmup 1.5, timed 6.0, phase 0.9,
+    compute_only 2.4, memory 0.1 + 3 × 0.30 = 1.0, other 0.5: 12.4 s, estimate_cell_seconds'. `compiles`:
+    whether a compiled cell pays Rates.compile_s in each launch (None: it does; `compiling` says which
+    do)."""
     r = config.run
     step = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors)
     timed = max(at_least, expected_timed_steps(config, rates, engines_per_group(config) * step))
-    synced = r.warmup_steps + timed + r.phase_steps + MEMORY_STEPS
     unsynced = estimate_step_seconds(rates, cell, flops_per_sample, n_params, n_tensors, sync=False)
-    compiled = cell.compile not in (None, "none")
-    # each repeat launch (run.launches) builds the trainer again, warms it up, times its rounds and its
-    # compute-only rounds
-    repeat = (rates.build_s_per_param * n_params + rates.cell_s + (r.warmup_steps + timed) * step
-              + r.compute_only_steps * unsynced + (rates.compile_s if compiled else 0.0))
-    return (2 * rates.build_s_per_param * n_params + rates.cell_s + synced * step
-            + r.compute_only_steps * unsynced + (rates.compile_s if compiled else 0.0)
-            + gate_seconds(rates, cell, step, n_params, engines_per_group(config), r.device)
-            + (r.launches - 1) * repeat)
+    compiled = cell.compile not in (None, "none") and compiles is not False
+    compile_s = rates.compile_s if compiled else 0.0
+    build = rates.build_s_per_param * n_params
+    repeats = r.launches - 1  # each builds the trainer again, warms it up, times its rounds, compute-only
+    return {"build": build * (1 + repeats),
+            "warmup": (r.warmup_steps * step + compile_s) * (1 + repeats),
+            "timed": timed * step * (1 + repeats),
+            "phase": r.phase_steps * step,
+            "gate": gate_seconds(rates, cell, step, n_params, engines_per_group(config), r.device),
+            "compute_only": r.compute_only_steps * unsynced * (1 + repeats),
+            "memory": build + MEMORY_STEPS * step,
+            "other": rates.cell_s * (1 + repeats)}
 
 
 # The parity gate's steps against its one (the judged cell, torch DDP at its precision, the reference):
@@ -246,7 +290,13 @@ def workload_sizes(config: BenchConfig) -> tuple[float, int, int]:
 
 def fixed_seconds(config: BenchConfig, rates: Rates, runnable: list[Cell]) -> float:
     """The run's own overhead and every launch's start-up: run.launches per world size."""
-    return rates.run_s + rates.launch_s * len(by_launch(runnable)) * config.run.launches
+    return sum(fixed_parts(config, rates, runnable).values())
+
+
+def fixed_parts(config: BenchConfig, rates: Rates, runnable: list[Cell]) -> dict[str, float]:
+    """fixed_seconds by the anatomy's parts: the run's own (start) and the launches' (spawn: Rates.launch_s
+    holds start-up and tear-down, whose split was not measured)."""
+    return {"start": rates.run_s, "spawn": rates.launch_s * len(by_launch(runnable)) * config.run.launches}
 
 
 def expected_rounds(config: BenchConfig, cells: list[Cell], rates: Rates | None = None) -> list[int]:
@@ -260,10 +310,25 @@ def expected_rounds(config: BenchConfig, cells: list[Cell], rates: Rates | None 
 def cell_seconds(config: BenchConfig, rates: Rates, cell: Cell, sizes: tuple[float, int, int]) -> float:
     """A cell's wall time with its profiled pass (`sizes`: workload_sizes): what a sweep spends on it, and
     what packing (bench/run/packing.py) spreads over the slots."""
+    return sum(grid_cell_parts(config, rates, cell, sizes).values())
+
+
+def grid_cell_parts(config: BenchConfig, rates: Rates, cell: Cell, sizes: tuple[float, int, int],
+                    compiles: bool | None = None) -> dict[str, float]:
+    """cell_seconds by the anatomy's parts: cell_parts and its profiled pass (`profile`)."""
     flops, n_params, n_tensors = sizes
     step = estimate_step_seconds(rates, cell, flops, n_params, n_tensors)
-    return (estimate_cell_seconds(config, rates, cell, flops, n_params, n_tensors)
-            + _profiled_seconds(config, rates, cell, step, n_params))
+    return cell_parts(config, rates, cell, flops, n_params, n_tensors, compiles=compiles) | {
+        "profile": _profiled_seconds(config, rates, cell, step, n_params)}
+
+
+def scaled_parts(parts: dict[str, dict[str, float]], seconds: float) -> dict[str, float]:
+    """One world size's cells' parts (cell id → parts) summed, scaled to the `seconds` its launches take
+    (over_slots: packed, the longest slot, less than their sum): the parts then add up to the estimate.
+    Worked: two cells of {timed: 3, build: 1} each in two slots at once (4 s each) → timed 3, build 1."""
+    summed = schema.anatomy_total(parts.values())
+    whole = sum(summed.values())
+    return {p: v * seconds / whole for p, v in summed.items()} if whole else summed
 
 
 def slot_shares(config: BenchConfig, cells: list[Cell], n: int) -> list[list[Cell]]:
@@ -293,14 +358,23 @@ def estimate_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None
     """A wall-time estimate of the sweep (RATES[run.device] unless `rates`): launches + cells + profiled
     passes (a build, warm-up and the profiled steps, the trace export); a world size packed on a node of
     `gpus` GPUs (0: not packed) costs its longest slot."""
+    return sum(estimate_parts(config, cells, rates, gpus).values())
+
+
+def estimate_parts(config: BenchConfig, cells: list[Cell], rates: Rates | None = None,
+                   gpus: int = 0) -> dict[str, float]:
+    """estimate_seconds by the cost anatomy's parts (schema.ANATOMY_PARTS), in PARTS order: what `--dry-run`
+    prints beside its total, and what the run then measures by the same names."""
     rates = rates or RATES[config.run.device]
     sizes = workload_sizes(config)
     runnable = [c for c in cells if not c.skip_reason]
-    total = fixed_seconds(config, rates, runnable)
+    out = [fixed_parts(config, rates, runnable)]
     for ws, launch in by_launch(runnable).items():
-        seconds = {c.cell_id: cell_seconds(config, rates, c, sizes) for c in launch}
-        total += over_slots(config, ws, gpus, seconds, launch)
-    return total
+        paying = compiling(launch)
+        parts = {c.cell_id: grid_cell_parts(config, rates, c, sizes, c.cell_id in paying) for c in launch}
+        seconds = {c: sum(p.values()) for c, p in parts.items()}
+        out.append(scaled_parts(parts, over_slots(config, ws, gpus, seconds, launch)))
+    return schema.anatomy_total(out)
 
 
 def estimate_range(config: BenchConfig, cells: list[Cell], rates: Rates | None = None,
@@ -335,22 +409,30 @@ def race_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = N
     cell's L − 1 repeats) and an eliminated one only in the launch that eliminated it (raced_out ends a
     cell), taken as the first. Packed on a node of `gpus` GPUs (bench/run/packing.py), a world size costs its
     longest slot of whole recipes."""
+    return tuple(sum(parts.values()) for parts in race_parts(config, cells, rates, gpus))
+
+
+def race_parts(config: BenchConfig, cells: list[Cell], rates: Rates | None = None,
+               gpus: int = 0) -> tuple[dict[str, float], ...]:
+    """race_seconds' (low, high) by the anatomy's parts (schema.ANATOMY_PARTS)."""
     rates = rates or RATES[config.run.device]
     flops, n_params, n_tensors = workload_sizes(config)
     runnable = [c for c in cells if not c.skip_reason]
-    base = fixed_seconds(config, rates, runnable)
-    return tuple(base + _race_scenario(config, rates, runnable, flops, n_params, n_tensors, scenario, gpus)
+    base = fixed_parts(config, rates, runnable)
+    return tuple(schema.anatomy_total([base, _race_scenario(config, rates, runnable, flops, n_params,
+                                                            n_tensors, scenario, gpus)])
                  for scenario in RACE_SCENARIOS)
 
 
 def _race_scenario(config: BenchConfig, rates: Rates, runnable: list[Cell], flops: float, n_params: int,
-                   n_tensors: int, scenario: str, gpus: int = 0) -> float:
-    r, total = config.run, 0.0
+                   n_tensors: int, scenario: str, gpus: int = 0) -> dict[str, float]:
+    r, total = config.run, []
     survived: dict[tuple, bool] = {}  # (world size, its carried choices) → survived some recipe there
     for ws, launch in by_launch(runnable).items():
-        seconds: dict[str, float] = {}  # what each cell of the world size costs in this scenario
+        parts: dict[str, dict[str, float]] = {}  # what each cell of the world size costs in this scenario
         if search(r.search).carries_over:
             launch = [c for c in launch if not _carried_out(c, survived)]
+        paying = compiling(launch)  # every launched candidate is built and warmed up
         recipes: dict[tuple, list[Cell]] = {}
         for cell in launch:
             recipes.setdefault(race.recipe(cell), []).append(cell)
@@ -369,14 +451,16 @@ def _race_scenario(config: BenchConfig, rates: Rates, runnable: list[Cell], flop
                 key = (ws, tuple(getattr(cell, k) for k in race.carry_keys(ws)))
                 survived[key] = survived.get(key, False) or alive
                 if alive:
-                    seconds[cell.cell_id] = (
-                        estimate_cell_seconds(config, rates, cell, flops, n_params, n_tensors, first)
-                        + _profiled_seconds(config, rates, cell, step[cell.cell_id], n_params))
+                    parts[cell.cell_id] = (
+                        cell_parts(config, rates, cell, flops, n_params, n_tensors, first,
+                                   cell.cell_id in paying)
+                        | {"profile": _profiled_seconds(config, rates, cell, step[cell.cell_id], n_params)})
                 else:
-                    seconds[cell.cell_id] = _raced_out_seconds(config, rates, cell, step[cell.cell_id],
-                                                               n_params, first)
-        total += over_slots(config, ws, gpus, seconds, launch)
-    return total
+                    parts[cell.cell_id] = _raced_out_parts(config, rates, cell, step[cell.cell_id],
+                                                           n_params, first, cell.cell_id in paying)
+        seconds = {c: sum(p.values()) for c, p in parts.items()}
+        total.append(scaled_parts(parts, over_slots(config, ws, gpus, seconds, launch)))
+    return schema.anatomy_total(total)
 
 
 def _carried_out(cell: Cell, survived: dict[tuple, bool]) -> bool:
@@ -386,12 +470,14 @@ def _carried_out(cell: Cell, survived: dict[tuple, bool]) -> bool:
                for (ws, key), alive in survived.items())
 
 
-def _raced_out_seconds(config: BenchConfig, rates: Rates, cell: Cell, step: float, n_params: int,
-                       rounds: int) -> float:
-    """An eliminated candidate: one build, the fixed per-cell overhead, warm-up and its rounds, compiling."""
-    compiled = cell.compile not in (None, "none")
-    return (rates.build_s_per_param * n_params + rates.cell_s + (config.run.warmup_steps + rounds) * step
-            + (rates.compile_s if compiled else 0.0))
+def _raced_out_parts(config: BenchConfig, rates: Rates, cell: Cell, step: float, n_params: int,
+                     rounds: int, compiles: bool = True) -> dict[str, float]:
+    """An eliminated candidate: one build, the fixed per-cell overhead, warm-up and its rounds, compiling
+    (`compiles`: the first of its graph_key in the launch)."""
+    compiled = cell.compile not in (None, "none") and compiles
+    return {"build": rates.build_s_per_param * n_params, "other": rates.cell_s,
+            "warmup": config.run.warmup_steps * step + (rates.compile_s if compiled else 0.0),
+            "timed": rounds * step}
 
 
 def _profiled_seconds(config: BenchConfig, rates: Rates, cell: Cell, step: float, n_params: int) -> float:

@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench import race, run_folder
+from bench import race, run_folder, schema
 from bench.config import BenchConfig, usable_cpus
 from bench.lifetime import die_with_parent, kill_groups
 from bench.matrix import Cell, by_launch
@@ -194,13 +194,19 @@ class Sweep:
         self.records = LaunchRecords(run_dir, config, fresh)
         self.restarts: Counter = Counter()  # world size → launches relaunched after a worker was killed
         self.carried_s = 0.0  # timed-rounds budget the launches so far left unspent (worker.cell.Budget)
+        # the run's and its launches' parts of the cost anatomy (schema.ANATOMY_PARTS); the cells' are in rows
+        self.anatomy: dict[str, float] = {}
+        self.launch_anatomy: list[dict] = []
+        self.first_spawn: float | None = None  # perf_counter() at the first launch's start
         (run_dir / run_folder.LOGS).mkdir(parents=True, exist_ok=True)
         # A resumed run keeps the earlier launches' logs: number the new ones after them.
         self.first_launch = len(list((run_dir / run_folder.LOGS).glob(run_folder.launch_file("*", "cmd"))))
 
     def record(self, cell: Cell, launch: Launch, status: str, error: str | None, row: dict | None = None,
                nccl_transport: str | None = None) -> None:
+        t0 = time.perf_counter()
         record = self.records.outcome(cell, launch.repeat, launch.full, status, error, row, nccl_transport)
+        schema.anatomy_add(self.anatomy, "writing", time.perf_counter() - t0)
         self.finish(record)
 
     def finish(self, record: dict) -> None:
@@ -257,6 +263,8 @@ class Sweep:
             launch = Launch(self, ws, cells, to_profile, self.first_launch + self.stats.launches, j, slot,
                             carried_s)
             self.stats.launches += 1
+            if self.first_spawn is None:
+                self.first_spawn = time.perf_counter()
             launch.start()
             live.append(launch)
 
@@ -341,6 +349,8 @@ class Launch:
         self.profiling: str | None = None  # the cell whose profiled pass is in flight
         self.profile_errors: dict[str, str] = {}  # cell → why its profiled pass failed (its row is kept)
         self.started_any = False
+        self.times: dict[str, float] = {}  # the events' times its anatomy reads (hello, start, last)
+        self.spawned_at = time.time()
         # launch start; last finish (overhead figure); last sign of progress
         self.started_at = self.mark = self.heard = time.time()
         # NCCL's INFO log (which transport it chose): ours per rank, or the user's own NCCL_DEBUG_FILE
@@ -373,6 +383,7 @@ class Launch:
             die_with_parent()
             slot.enter()
 
+        self.spawned_at = time.time()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                      start_new_session=True, preexec_fn=enter)
         self.logs_open = [CappedLog(pipe, self.logs / run_folder.launch_file(self.k, part))
@@ -410,11 +421,26 @@ class Launch:
         abnormally), record what it leaves unfinished; returns the cells to relaunch."""
         kill_groups(self.proc, self.worker_pgids)
         self.close_logs()
+        self.sweep.launch_anatomy.append({"launch": self.k, "world_size": self.ws, "repeat": self.repeat,
+                                          "parts": self.anatomy(time.time())})
         if self.stopped:
             return list(self.remaining.values())
         if self.config.run.device == "cuda":
             nccl_log.record_launch(self.sweep.run_dir, self.k, self.ws, self.nccl_files(), self.nccl_vars)
         return self.after_exit(self.proc.returncode)
+
+    def anatomy(self, ended_at: float) -> dict[str, float]:
+        """The launch's parts of the cost anatomy (schema.ANATOMY_PARTS) from its events' times: spawn (to the
+        last rank's hello), rendezvous (to its first group's start), teardown (its last event to its end)."""
+        hello, first, last = self.times.get("hello"), self.times.get("start"), self.times.get("last")
+        parts = {}
+        if hello is not None:
+            parts["spawn"] = max(0.0, hello - self.spawned_at)
+            if first is not None:
+                parts["rendezvous"] = max(0.0, first - hello)
+        if last is not None:
+            parts["teardown"] = max(0.0, ended_at - last)
+        return parts
 
     def nccl_files(self) -> list[Path]:
         """This launch's NCCL log files (a user's fixed file name: only if written since the launch began);
@@ -441,13 +467,17 @@ class Launch:
         """Read the events written since the last call; record finished cells and their traces."""
         for ev in self.reader.read():
             kind = ev["event"]
-            self.heard = ev["t"]
+            self.heard = self.times["last"] = ev["t"]
+            if kind == "hello":  # the last hello ends the spawn, the first start the rendezvous
+                self.times["hello"] = max(self.times.get("hello", 0.0), ev["t"])
+            elif kind == "start":
+                self.times.setdefault("start", ev["t"])
             if kind == "finish" and ev["cell_id"] in self.remaining:
                 self.finished(self.remaining.pop(ev["cell_id"]), ev)
             elif kind == "traced" and ev["cell_id"] in self.untraced:
                 self.untraced.pop(ev["cell_id"])
                 self.profiling = None
-                self.traced(ev["cell_id"], ev["trace_dir"])
+                self.traced(ev["cell_id"], ev["trace_dir"], ev.get("profile_s"))
                 self.sweep.progress.profiled_pass()
             elif outcomes_only:
                 continue
@@ -483,9 +513,12 @@ class Launch:
             where = self.sweep.run_dir / run_folder.TRACES / ev["cell_ids"][0]
             raise OSError(full, os.strerror(full), str(where))
 
-    def traced(self, cell_id: str, trace_dir: str) -> None:
-        """Complete a recorded cell with its traces: a new line for it in cells.jsonl supersedes the old."""
-        self.sweep.records.with_traces(cell_id, trace_dir)
+    def traced(self, cell_id: str, trace_dir: str, profile_s: float | None = None) -> None:
+        """Complete a recorded cell with its traces (and its profiled pass's seconds): a new line for it in
+        cells.jsonl supersedes the old."""
+        t0 = time.perf_counter()
+        self.sweep.records.with_traces(cell_id, trace_dir, profile_s)
+        schema.anatomy_add(self.sweep.anatomy, "writing", time.perf_counter() - t0)
 
     def finished(self, cell: Cell, ev: dict) -> None:
         """Record a finished cell and the launcher's overhead beyond its steps."""

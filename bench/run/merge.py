@@ -26,7 +26,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 
-from bench import metrics, stats
+from bench import metrics, schema, stats
 from bench.run import between, results
 
 MEASURED = ("ok", "diverged")  # a launch's outcomes that carry steps (diverged: measured, ranks differ)
@@ -132,6 +132,7 @@ def merged_row(entries: list[dict], lists: dict[str, list], global_batch: int,
     row["outlier_steps"] = None if None in outliers else sum(outliers)
     for key in WALL:
         row[key] = sum(r.get(key) or 0.0 for r in rows)
+    row["anatomy_s"] = schema.anatomy_total(r.get("anatomy_s") or {} for r in rows)  # summed, as WALL
     spread = spread_of(entries, lists["step_times_ms"])
     if len(measured) == 1 or spread is None:  # one launch, or no steps to merge: its own row
         return row | {"between_launch_cv_pct": None}
@@ -158,6 +159,20 @@ def merged_row(entries: list[dict], lists: dict[str, list], global_batch: int,
     if all(ratio_parts):  # paired with torch in every launch: the launches' rounds pooled
         row |= stats.speed_vs_torch_columns([x for part in ratio_parts for x in part])
     return row
+
+
+def profiled_s(record: dict) -> float | None:
+    """The seconds of the record's profiled pass (its anatomy's `profile` part), None before it ran."""
+    return (record.get("anatomy_s") or {}).get("profile")
+
+
+def with_profile(record: dict, profile_s: float | None) -> dict:
+    """The record with its profiled pass's seconds as its anatomy's `profile` part (set, not added: a record
+    merged again keeps the one figure)."""
+    if profile_s is None:
+        return record
+    parts = {k: v for k, v in (record.get("anatomy_s") or {}).items() if k != "profile"}
+    return record | {"anatomy_s": schema.anatomy_total([parts, {"profile": profile_s}])}
 
 
 def merged_status(entries: list[dict], total: int) -> tuple[str, str | None]:
@@ -224,12 +239,17 @@ class LaunchRecords:
         entries.append(entry)
         for key in LISTS:
             lists[key] += new[key]
-        record = self.merged(cell, entries, lists, previous.get("trace_dir"))
+        record = self.merged(cell, entries, lists, previous.get("trace_dir"), profiled_s(previous))
         self.write([record])
         return record
 
-    def merged(self, cell, entries: list[dict], lists: dict[str, list], trace_dir: str | None) -> dict:
-        """The cell's record from its launches' entries and pooled lists, under its family's prior."""
+    def merged(self, cell, entries: list[dict], lists: dict[str, list], trace_dir: str | None,
+               profile_s: float | None = None) -> dict:
+        """The cell's record from its launches' entries and pooled lists, under its family's prior; its
+        profiled pass's seconds (`profile_s`, recorded with its traces) kept in its anatomy."""
+        return with_profile(self._merged(cell, entries, lists, trace_dir), profile_s)
+
+    def _merged(self, cell, entries: list[dict], lists: dict[str, list], trace_dir: str | None) -> dict:
         status, error = merged_status(entries, self.launches)
         measured = [e for e in entries if e["status"] in MEASURED]
         if status not in MEASURED:  # a failure ends the cell: no row; the launches before it stay listed.
@@ -257,16 +277,17 @@ class LaunchRecords:
             if not record or not record.get("launch_rows"):
                 continue
             again = self.merged(cell, record["launch_rows"], {k: record.get(k) or [] for k in LISTS},
-                                record.get("trace_dir"))
+                                record.get("trace_dir"), profiled_s(record))
             if again != record:
                 changed.append(again)
         self.write(changed)
 
-    def with_traces(self, cell_id: str, trace_dir: str) -> None:
-        """The cell's record again with its profiled pass's trace folder."""
+    def with_traces(self, cell_id: str, trace_dir: str, profile_s: float | None = None) -> None:
+        """The cell's record again with its profiled pass's trace folder (and its seconds: the anatomy's
+        `profile` part)."""
         record = self.latest.get(cell_id)
         if record is not None:
-            self.write([self.results.record_with_traces(record, trace_dir)])
+            self.write([with_profile(self.results.record_with_traces(record, trace_dir), profile_s)])
 
     def write(self, records: list[dict]) -> None:
         if records:

@@ -183,8 +183,11 @@ def describe(plan: Plan) -> list[str]:
     packed = packed_words(config, runnable, plan.gpus)
     if packed:
         lines.append(packed)
+    if runnable:
+        lines += parts_lines(config, cells, plan.gpus)
     if schema.search(r.search).races and runnable:
         lines.append(race_line(config, cells, plan.gpus))
+        lines += parts_lines(config, cells, plan.gpus, race=True)
     if r.adaptive and runnable and noise_measured:
         rounds = sorted(expected_rounds(config, cells))
         median = rounds[len(rounds) // 2]
@@ -195,6 +198,28 @@ def describe(plan: Plan) -> list[str]:
         lines.append(f"timed rounds per cell: {r.min_timed_steps} to {r.max_timed_steps}, until "
                      f"±{r.target_ci_pct:g} % (run.target_ci_pct) or {r.max_group_s:g} s a group")
     return lines
+
+
+def parts_lines(config, cells: list[Cell], gpus: int = 0, race: bool = False) -> list[str]:
+    """`--dry-run`: the estimate by the cost anatomy's parts (schema.ANATOMY_PARTS: what the run measures and
+    prints by the same names at its end). A device whose step-time noise is not measured gives both ends of
+    its range; a race, its low and high scenarios."""
+    from bench import schema
+    from bench.run.estimate import RATES, estimate_parts, race_parts, replace
+
+    r = config.run
+    if race:
+        low, high = race_parts(config, cells, gpus=gpus)
+        return [f"  race's parts, low: {schema.anatomy_words(low)}",
+                f"  race's parts, high: {schema.anatomy_words(high)}"]
+    rates = RATES[r.device]
+    what = "the grid's" if schema.search(r.search).races else "the estimate's"
+    if r.adaptive and rates.half_width_sqrt_n_pct is None:
+        low = estimate_parts(config, cells, replace(rates, half_width_sqrt_n_pct=0.0), gpus)
+        high = estimate_parts(config, cells, replace(rates, half_width_sqrt_n_pct=float("inf")), gpus)
+        return [f"  {what} parts, fewest rounds: {schema.anatomy_words(low)}",
+                f"  {what} parts, every group to its cap: {schema.anatomy_words(high)}"]
+    return [f"  {what} parts: {schema.anatomy_words(estimate_parts(config, cells, gpus=gpus))}"]
 
 
 def launch_count(config, runnable: list[Cell], gpus: int) -> int:

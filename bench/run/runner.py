@@ -54,6 +54,7 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
     from bench.run.launch import Sweep
     from bench.run.progress import Progress
 
+    t_entry = time.perf_counter()
     run_dir, config, todo = folder.path, plan.config, folder.todo(plan)
     print(estimate_line(plan, todo), flush=True)  # first: how long this will take, before it starts
     print(f"run folder: {run_dir}  ({counts_words(plan, todo)})")
@@ -81,6 +82,9 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
     progress.close()
     wall = time.perf_counter() - t0
     records = results.read_records(run_dir)
+    age = process_age_s(t_entry)
+    first = runner.first_spawn if runner.first_spawn is not None else time.perf_counter()
+    write_anatomy(run_dir, runner, records, wall + (t0 - t_entry) + age, age + first - t_entry)
     counts = Counter(r["status"] for r in records)
     print(f"done in {wall:.1f} s, {stats.launches} launches: "
           + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
@@ -91,12 +95,56 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
         print(f"overhead per cell beyond its measured steps: mean {beyond_steps / stats.cells:.2f} s"
               f" (beyond the timed steps only: {beyond_timed / stats.cells:.2f} s;"
               f" launch start-up amortised; {stats.cells} {progress.unit})")
+    print_anatomy(run_dir)
     print(f"results: {run_dir / run_folder.RESULTS}")
     if config.profile.enabled:
         traces = list((run_dir / run_folder.TRACES).glob(f"*/{TRACE_GLOB}"))
         print(f"traces: {len(traces)} files, {sum(t.stat().st_size for t in traces) / MiB:.1f} MiB "
               f"in {run_dir / run_folder.TRACES}")
     return 0
+
+
+def process_age_s(at: float) -> float:
+    """Seconds this process had run at perf_counter() `at` (Linux: /proc/self/stat's start time), the
+    launcher's start-up, planning and folder included; 0 where it cannot be read."""
+    try:
+        import os
+
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK") - (time.perf_counter() - at))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def write_anatomy(run_dir: Path, runner, records: list[dict], wall_s: float, start_s: float) -> dict:
+    """RUN/anatomy.json: this `bench run`'s wall time and where it went (schema.ANATOMY_PARTS): its run and
+    launch parts, its cells' parts summed (each cell's own in its row's `anatomy_s`), and what none
+    covers. `start` is the wall time before the first launch (the process's own start included)."""
+    import json
+
+    from bench import schema
+
+    launches = runner.launch_anatomy
+    run_parts = {"start": max(0.0, start_s)} | dict(runner.anatomy)
+    cells = schema.anatomy_total(r.get("anatomy_s") or {} for r in records)
+    parts = schema.anatomy_total([run_parts, *(x["parts"] for x in launches), cells])
+    out = {"wall_s": wall_s, "parts": parts, "run": run_parts, "launches": launches, "cells": len(records),
+           "part_scopes": {p: schema.ANATOMY_PARTS[p][0] for p in parts}}
+    (run_dir / run_folder.ANATOMY).write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+def print_anatomy(run_dir: Path) -> None:
+    """The measured anatomy, as the dry run printed the estimate's parts."""
+    import json
+
+    from bench import schema
+
+    data = json.loads((run_dir / run_folder.ANATOMY).read_text())
+    print(f"where the time went ({run_folder.ANATOMY}; per cell: each row's anatomy_s):")
+    for line in schema.anatomy_table(data["parts"], data["wall_s"]):
+        print(line)
 
 
 def write_plan_only(folder: RunFolder, plan: Plan, quiet: bool = False,

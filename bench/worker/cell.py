@@ -28,7 +28,7 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
-from bench import metrics, stats
+from bench import metrics, schema, stats
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell, group_budget_s
 from bench.race import Elimination
@@ -107,7 +107,9 @@ def run_group(cells: list[Cell], config: BenchConfig, device: torch.device, rank
     group = GroupRun(cells, config, device, rank, world_size, progress, book, budget or Budget(), passes,
                      companions, Guard(peers))
     for phase in GroupRun.PHASES:
+        entering, t0, analysed = group.entering(phase), time.perf_counter(), measure.ANALYSIS.seconds
         phase(group)
+        group.charge(phase.__name__, entering, time.perf_counter() - t0, measure.ANALYSIS.seconds - analysed)
         if not group.trainers:  # every cell failed, or a race eliminated every one
             break
     return group.outcomes()
@@ -133,6 +135,35 @@ class GroupRun:
         self.side_by_side, self.stopped_by = 1, None
         self.rows: dict[str, dict] = {}  # cell id → its measured row so far
         self.measured: list[Cell] = []  # the cells every phase measured (the memory phase's survivors)
+        self.spent: dict[str, dict[str, float]] = {c.cell_id: {} for c in cells}  # cell id → its anatomy
+
+    # each phase's part of the cost anatomy (schema.ANATOMY_PARTS PARTS)
+    PART = {"build": "build", "warm": "warmup", "rounds": "timed", "checks": "phase", "gates": "gate",
+            "compute_only": "compute_only", "probes": "probe", "memory": "memory"}
+
+    def entering(self, phase) -> list[str]:
+        """The cells `phase` (about to run) is run for: every cell for the build, then those measured."""
+        if phase.__name__ == "build":
+            return [c.cell_id for c in self.cells]
+        return [t.cell.cell_id for t in self.trainers if t is not None]
+
+    def charge(self, phase: str, ids: list[str], seconds: float, analysis_s: float = 0.0) -> None:
+        """A phase's seconds shared among the cells that entered it (schema.anatomy_share): the warm-up in
+        proportion to each cell's own warm-up steps' time and compile, the timed rounds to its own steps'
+        time (a candidate raced out at round 16 of a race whose survivors ran 40 pays for its 16), the
+        others evenly; the statistics between the rounds as `analysis`."""
+        part = self.PART[phase]
+        weights = None
+        if part == "warmup" and getattr(self, "warm_times", None):
+            weights = [sum(self.warm_times.get(i) or []) / 1e3 + (self.compile_s.get(i) or 0.0) for i in ids]
+        elif part == "timed" and getattr(self, "timed", None):
+            weights = [sum(metrics.step_times_over_ranks(self.timed[i])) if self.timed.get(i) else 0.0
+                       for i in ids]
+        for cell_id, s in schema.anatomy_share(seconds - analysis_s, ids, weights).items():
+            schema.anatomy_add(self.spent.setdefault(cell_id, {}), part, s)
+        for cell_id, s in schema.anatomy_share(analysis_s, ids, weights).items():
+            if s:
+                schema.anatomy_add(self.spent[cell_id], "analysis", s)
 
     def build(self) -> None:
         """A trainer per cell, every one over the same data schedule's length."""
@@ -165,7 +196,8 @@ class GroupRun:
         if r.adaptive:  # a fixed count spends no budget, and so leaves none
             self.budget.spend(allowance, timed_clock.seconds)
         self.side_by_side = len(rounds.per_rank)  # stepped round-robin in the timed rounds (a race's too)
-        found, self.first = warmup_found([self.warm_times[c.cell_id] for c in order], rounds.per_rank)
+        with measure.ANALYSIS:
+            found, self.first = warmup_found([self.warm_times[c.cell_id] for c in order], rounds.per_rank)
         self.found = {c.cell_id: end for c, end in zip(order, found)}
         if self.book is not None:  # a race's looks compared every round: its eliminated cells' rows keep them
             self.first = 0
@@ -312,8 +344,10 @@ class GroupRun:
             for cell, row in zip(measured, rows):
                 if outcomes[cell.cell_id][0] == "ok":
                     self.book.add(cell, row["step_times_ms"])
-        for _, _, row in self.raced_out.values():
-            row |= wall
+        for row, c in zip(rows, measured):
+            row["anatomy_s"] = dict(self.spent[c.cell_id])
+        for cell_id, (_, _, row) in self.raced_out.items():
+            row |= wall | {"anatomy_s": dict(self.spent[cell_id])}
         outcomes |= self.raced_out | {cell_id: (COMPANION, None, {}) for cell_id in self.companions
                                       if cell_id not in self.guard.failed}
         return [outcomes.get(c.cell_id) or self.guard.outcome(c.cell_id) for c in self.cells]
@@ -360,6 +394,7 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
     for i, done in enumerate(points):
         decision = [None, 0]  # why stop (None: go on), and the rounds to fill the budget with
         if dist.get_rank() == 0:
+            measure.ANALYSIS.__enter__()
             first = warmup_found(warmup, per_rank)[1]
             samples = [metrics.step_times_over_ranks(ranks)[first:] for ranks in per_rank]
             worst = stats.group_half_width_pct(samples, reference)
@@ -369,6 +404,7 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
                                     budget_s)
             fill = stats.budget_fill(done, elapsed, budget_s, r.max_timed_steps)
             decision = [why, fill if why == "budget" else 0]
+            measure.ANALYSIS.__exit__()
         dist.broadcast_object_list(decision, src=0)
         if decision[0] is not None:
             if decision[1]:

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from bench import run_folder
+from bench import run_folder, schema
 from bench.config import BenchConfig, config_from_dict
 from bench.lifetime import die_with_parent, watch_launcher
 from bench.matrix import Cell
@@ -309,8 +309,13 @@ def emit_finish(group: list[Cell], outcomes: list, events: Events, facts: dict, 
     if dist.get_rank() != 0:
         return
     carried = {} if budget is None else {"carried_s": budget.carried_s}
+    # the group's time its cells' phases do not hold (events, releases, agreements): anatomy's "other"
+    timed = [row["anatomy_s"] for _, _, row in outcomes if "anatomy_s" in row]
+    other = max(0.0, wall_s - sum(sum(parts.values()) for parts in timed)) / max(1, len(timed))
     for cell, (status, error, row) in zip(group, outcomes, strict=True):
         row |= facts | {"cell_wall_s": wall_s / len(group)}
+        if "anatomy_s" in row:
+            schema.anatomy_add(row["anatomy_s"], "other", other)
         events.emit(event="finish", cell_id=cell.cell_id, status=status, error=error, row=row, **carried)
 
 
@@ -321,13 +326,15 @@ def profile_and_emit(cell: Cell, config: BenchConfig, device: torch.device, run_
     rank, ws = dist.get_rank(), dist.get_world_size()
     if rank == 0:
         events.emit(event="profile", cell_id=cell.cell_id)
+    t0 = time.perf_counter()
     try:
         trace_dir = profile_cell(cell, config, device, rank, ws, run_dir)
     except Exception as e:
         emit_error(events, [cell.cell_id], e, "profile")
         raise
-    if rank == 0:
-        events.emit(event="traced", cell_id=cell.cell_id, trace_dir=trace_dir)
+    if rank == 0:  # profile_s: the anatomy's "profile" part of the cell (schema.ANATOMY_PARTS)
+        events.emit(event="traced", cell_id=cell.cell_id, trace_dir=trace_dir,
+                    profile_s=time.perf_counter() - t0)
     release(device)
 
 

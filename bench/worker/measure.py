@@ -35,6 +35,12 @@ class Stopwatch:
         self.seconds += time.perf_counter() - self._t0
 
 
+# The rank-0 statistics between a group's rounds (the warm-up test, the stopping rule, a race's looks), summed
+# over the process: bench/worker/cell.py charges what a group's rounds added to it to the anatomy's
+# `analysis` part, not to `timed` (schema.ANATOMY_PARTS).
+ANALYSIS = Stopwatch()
+
+
 class StepTimer:
     """Times steps one at a time as the timed rounds do: a barrier and a device sync before each (ranks start
     it together: its time is its own, not a straggler's), then CUDA events around it on GPU (no sync inside

@@ -105,9 +105,10 @@ def race_rounds(steps: list[Callable[[], object]], cells: list[Cell], config: Be
             return TimedRounds(per_rank, None, eliminated)
         decision = [{}, None, 0]  # eliminated (index → Elimination's fields), why stop, rounds to fill
         if dist.get_rank() == 0:
-            decision = decide(per_rank, alive, cells, config, done, shares[i],
-                              points[i + 1] if i + 1 < len(points) else done, earlier,
-                              time.perf_counter() - t0)
+            with measure.ANALYSIS:
+                decision = decide(per_rank, alive, cells, config, done, shares[i],
+                                  points[i + 1] if i + 1 < len(points) else done, earlier,
+                                  time.perf_counter() - t0)
         dist.broadcast_object_list(decision, src=0)
         for e, fields in sorted(decision[0].items()):
             eliminated[e] = race.Elimination(**fields)
