@@ -12,8 +12,9 @@ A group is published.group_key (per-GPU batch kept apart unless STRONG SCALING).
 per-GPU batch changes with N): the group's one-node rows at two per-GPU batches give the step's fixed
 cost (protocol.fixed_cost_ms; the base is the node's smallest batch, the nearest to the multi-node rows');
 with one batch only, none is assumed and the row says so (`fixed cost assumed 0`). A strong table whose
-batch shrinks and that states no accumulation accumulates nothing (shrinking_batch_accumulation). Rows are predicted by published.predict_row (the physics, calibrated to the base's step); the
-protocol's anchor (two-gpus) and the fixed cost are bench.project.protocol's.
+batch shrinks and that states no accumulation accumulates nothing (shrinking_batch_accumulation). Rows
+are predicted by published.predict_row (the physics, calibrated to the base's step); the protocol's anchor
+(two-gpus) and the fixed cost are bench.project.protocol's.
 """
 
 from __future__ import annotations
