@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 from test_runner import REPO, assert_no_orphans, read_csv, run_bench
 
@@ -72,9 +73,13 @@ def test_a_skipped_collective_is_named_by_the_process_group_timeout_and_read_by_
     assert by_rank.loc[1, "collective"] == "barrier"  # rank 1's round barrier, its seq one behind rank 0's
     assert by_rank.loc[0, "collective"] == "a gradient collective (backward)"
     assert by_rank.loc[0, "seq"] == by_rank.loc[1, "seq"] + 1, hung
+    # which rank's timeout fires first is a race: the other one's collective then loses its peer (gloo:
+    # "Connection closed by peer") and records no `since` of its own (hangs.record_lost_peer)
+    assert by_rank["since"].notna().any(), hung
     for rank in (0, 1):
         r = by_rank.loc[rank]
-        assert f"rank {rank} stuck in {r['collective']} #{r['seq']} since {r['since_utc']}" in said, said
+        since = f" since {r['since_utc']}" if pd.notna(r["since"]) else " ("
+        assert f"rank {rank} stuck in {r['collective']} #{r['seq']}{since}" in said, said
     assert "launch 0: the ranks wait in different collectives" in said and "collective mismatch" in said
     # the row is recorded within seconds of the timeout: the collective began `since`, raised 6 s later
     recorded = (out / "cells.jsonl").stat().st_mtime
@@ -134,3 +139,34 @@ def test_which_errors_are_a_collective_timeout_and_what_they_name():
     assert not hangs.timed_out(RuntimeError("Connection reset by peer"))
     assert not hangs.timed_out(RuntimeError("CUDA out of memory"))
     assert hangs.collective_of(nccl) == ("allreduce", 8)  # NCCL's Work names both
+
+
+def test_a_rank_whose_peer_timed_out_first_is_a_timeout_too(tmp_path, monkeypatch):
+    # rank 0's all-reduce timed out 0.1 s ago and closed the pair: rank 1's barrier raises gloo's "Connection
+    # closed by peer". Its cell is `timeout`, its record names its own collective with no `since` (it did not
+    # wait a timeout of its own); a closure with no recent peer record (a crash) stays `failed`
+    from bench.worker import guard
+
+    monkeypatch.setenv(hangs.DIR_ENV, str(tmp_path))
+    said = []
+    monkeypatch.setattr(hangs, "_state", {})
+    hangs.arm(1, 6.0, lambda **event: said.append(event))
+    closed = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:20613. "
+                          "This is typically caused by a remote worker crashing.")
+    assert hangs.peer_timed_out(closed, wait_s=0.1) is None
+    peer = {"rank": 0, "collective": "a gradient collective (backward)", "seq": 7, "since": time.time() - 6.1,
+            "raised": time.time() - 0.1}
+    (tmp_path / "rank-0.json").write_text(json.dumps(peer))
+    status, text = guard.failure(closed, "cell-a")
+    assert status == "timeout", text
+    assert text.startswith("rank 1 stuck in ")
+    theirs = "its peer rank 0 left it when its own collective (a gradient collective (backward) #7) outlived"
+    assert theirs in text
+    assert "run.pg_timeout_s=6s" in text
+    mine = json.loads((tmp_path / "rank-1.json").read_text())
+    assert mine["since"] is None and mine["cell_id"] == "cell-a" and said[-1]["event"] == "stuck"
+    # a peer record from long ago (an earlier cell's) is not this one's
+    peer["raised"] = time.time() - 60
+    (tmp_path / "rank-0.json").write_text(json.dumps(peer))
+    assert hangs.peer_timed_out(closed, wait_s=0.1) is None
+    assert hangs.peer_timed_out(RuntimeError("something else"), wait_s=0.1) is None

@@ -109,14 +109,18 @@ class NonFiniteLoss(RuntimeError):
 def failure(error: BaseException, cell_id: str = "") -> tuple[str, str]:
     """(status, error) of an exception: `oom` for a device out of memory; `timeout` for a collective that
     outlived the process group's timeout (its rank's record written: bench/worker/hangs.py), its error
-    opening with which collective and since when; else `failed`. Then the exception's line and its
-    traceback's tail (bench.schema.error_text)."""
+    opening with which collective and since when, and for one whose peer left it after such a timeout
+    (gloo: "Connection closed by peer", hangs.peer_timed_out); else `failed`. Then the exception's line and
+    its traceback's tail (bench.schema.error_text)."""
     if isinstance(error, NonFiniteLoss):
         return "failed", str(error)
     lines = "".join(traceback.format_exception(error)).strip().splitlines()
     if hangs.timed_out(error):
         return "timeout", error_text(f"{hangs.record_timeout(error, cell_id)}; {type(error).__name__}: "
                                      f"{error}", lines)
+    if (peer := hangs.peer_timed_out(error)) is not None:   # its peer timed out first and left it
+        return "timeout", error_text(f"{hangs.record_lost_peer(error, cell_id, peer)}; "
+                                     f"{type(error).__name__}: {error}", lines)
     status = "oom" if isinstance(error, torch.OutOfMemoryError) else "failed"
     return status, error_text(f"{type(error).__name__}: {error}", lines)
 

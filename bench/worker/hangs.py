@@ -53,6 +53,9 @@ _open: list = []             # the stack files stay open for faulthandler's C ha
 TIMED_OUT = re.compile(r"Timed out waiting \d+ ?ms for \w+ operation|Application timeout caused pair closure|"
                        r"collective operation timeout|"
                        r"WorkNCCL\(SeqNum=\d+.*ran for \d+ milliseconds before timing out", re.S)
+# gloo's words on the rank whose peer closed their pair (the peer's collective timed out first)
+PEER_CLOSED = re.compile(r"Connection closed by peer|Connection reset by peer")
+PEER_WAIT_S = 3.0   # how long such a rank waits for the peer's record of its timeout
 _NCCL_WORK = re.compile(r"SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)")
 # the Python frames a collective is issued from, innermost first: torch.distributed's own functions, FSDP2's
 # gradient reduce-scatter and parameter all-gather
@@ -129,9 +132,55 @@ def record_timeout(error: BaseException, cell_id: str) -> str:
     one) and return the words for its cell's row. `since` is when the collective began: the process group's
     timeout before the error (a collective waits that long before it raises)."""
     rank, timeout_s = _state.get("rank", 0), _state.get("timeout_s")
-    name, seq = collective_of(error)
     now = time.time()
     since = now - timeout_s if timeout_s else now
+    name, seq = _record(error, cell_id, since, now)
+    return (f"rank {rank} stuck in {name}" + (f" #{seq}" if seq is not None else "")
+            + f" since {clock(since)}: no peer joined it within the process group's timeout "
+            + (f"run.pg_timeout_s={timeout_s:g}s" if timeout_s else "(run.pg_timeout_s)"))
+
+
+def peer_timed_out(error: BaseException, wait_s: float = PEER_WAIT_S) -> dict | None:
+    """gloo: when this rank's collective lost its peer ("Connection closed by peer": the peer's own
+    collective timed out first and closed their pair), the peer's record of that timeout, waited for up
+    to `wait_s` (the closure can arrive before the peer has written it); None for any other error, or when
+    no peer recorded a timeout within the process group's timeout before now (a crash, not a hang)."""
+    folder, rank = os.environ.get(DIR_ENV), _state.get("rank", 0)
+    if not folder or not PEER_CLOSED.search(str(error)):
+        return None
+    recent = (_state.get("timeout_s") or 0) + wait_s
+    deadline = time.monotonic() + wait_s
+    while True:
+        for path in Path(folder).glob("rank-*.json"):
+            if path.name == f"rank-{rank}.json":
+                continue
+            try:
+                rec = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if time.time() - float(rec.get("raised", 0)) <= recent:
+                return rec
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+def record_lost_peer(error: BaseException, cell_id: str, peer: dict) -> str:
+    """In a rank whose collective lost a peer that timed out (peer_timed_out): its own record, without a
+    `since` (it raised when the peer left, not after a timeout of its own), and the words for the row."""
+    rank, timeout_s = _state.get("rank", 0), _state.get("timeout_s")
+    name, seq = _record(error, cell_id, None, time.time())
+    theirs = f"{peer.get('collective')}" + (f" #{peer['seq']}" if peer.get("seq") is not None else "")
+    return (f"rank {rank} stuck in {name}" + (f" #{seq}" if seq is not None else "")
+            + f": its peer rank {peer.get('rank')} left it when its own collective ({theirs}) outlived the "
+            + "process group's timeout " + (f"run.pg_timeout_s={timeout_s:g}s" if timeout_s
+                                            else "(run.pg_timeout_s)"))
+
+
+def _record(error: BaseException, cell_id: str, since: float | None, now: float) -> tuple[str, int | None]:
+    """Write this rank's rank-<R>.json (when the launch has a hang folder) and emit its `stuck` event."""
+    rank, timeout_s = _state.get("rank", 0), _state.get("timeout_s")
+    name, seq = collective_of(error)
     record = {"rank": rank, "cell_id": cell_id, "collective": name, "seq": seq, "since": since,
               "raised": now, "timeout_s": timeout_s, "error": str(error).strip().splitlines()[0][:500],
               "traceback": traceback.format_exception(error)[-12:]}
@@ -142,9 +191,7 @@ def record_timeout(error: BaseException, cell_id: str) -> str:
     if _state.get("emit"):  # a "stuck" event: the launcher's watchdog hears the rank (its clock starts
         # again), so the rank has run.cell_timeout_s to learn whether its peers failed too and leave
         _state["emit"](event="stuck", rank=rank, cell_id=cell_id, collective=name, seq=seq, since=since)
-    return (f"rank {rank} stuck in {name}" + (f" #{seq}" if seq is not None else "")
-            + f" since {clock(since)}: no peer joined it within the process group's timeout "
-            + (f"run.pg_timeout_s={timeout_s:g}s" if timeout_s else "(run.pg_timeout_s)"))
+    return name, seq
 
 
 def clock(t: float) -> str:
