@@ -10,9 +10,10 @@ band validated on that protocol (docs/projection.md "Protocols"; issue 54).
 
 Reach = N / the GPUs of the largest measurement the prediction is calibrated or anchored to. The model's
 misses grow with the reach (a harness's per-node overheads compound, the fabric's contention is not in a
-busbw probed on fewer nodes), so each protocol has a band per reach class (REACHES), fitted on the
-published tables held out by source (benchmarks/validate_projection.py --protocol P --fit-interval writes
-protocol_bands.csv) and read here. A projection that matches no protocol (from one GPU alone, or across
+busbw probed on fewer nodes), so each protocol's band widens with the reach (ProtocolBand: in units of
+log2(reach)^power), fitted on the published tables held out by source (benchmarks/validate_projection.py
+--protocol P --fit-interval writes protocol_bands.csv) and read here; REACHES are the classes the
+validator reports it by. A projection that matches no protocol (from one GPU alone, or across
 nodes from less than a node) takes the regime bands of interval.py.
 
 The fixed cost (strong scaling): a micro-step's compute at per-GPU batch b is F + (T − F)·b / b0, F the
@@ -64,11 +65,10 @@ def capped(efficiency: float) -> float:
     return min(efficiency, 1.0)
 
 
-def anchored_eff(model_eff_n: float, model_eff_anchor: float, measured_eff_anchor: float, n: int) -> float:
+def anchored_eff(model_eff_n: float, model_eff_anchor: float, measured_eff_anchor: float) -> float:
     """two-gpus: the model's efficiency at N times the measured over the model's efficiency at the anchor
-    (what the model misses there, carried to N), at most 1. `n` is the target's GPUs (kept for the
-    formula's reader: the ratio does not grow with it; docs/projection.md says what a growing one did)."""
-    del n
+    (what the model misses there, carried to N whole: docs/projection.md measured a share or a growing
+    carry to do worse), at most 1."""
     return capped(model_eff_n * measured_eff_anchor / model_eff_anchor)
 
 

@@ -394,17 +394,16 @@ def adaptive_rounds(steps: list, config: BenchConfig, device: torch.device, refe
     for i, done in enumerate(points):
         decision = [None, 0]  # why stop (None: go on), and the rounds to fill the budget with
         if dist.get_rank() == 0:
-            measure.ANALYSIS.__enter__()
-            first = warmup_found(warmup, per_rank)[1]
-            samples = [metrics.step_times_over_ranks(ranks)[first:] for ranks in per_rank]
-            worst = stats.group_half_width_pct(samples, reference)
-            upcoming = points[i + 1] if i + 1 < len(points) else done
-            elapsed = time.perf_counter() - t0
-            why = stats.stop_reason(worst, r.target_ci_pct, done, r.max_timed_steps, elapsed, upcoming,
-                                    budget_s)
-            fill = stats.budget_fill(done, elapsed, budget_s, r.max_timed_steps)
-            decision = [why, fill if why == "budget" else 0]
-            measure.ANALYSIS.__exit__()
+            with measure.ANALYSIS:
+                first = warmup_found(warmup, per_rank)[1]
+                samples = [metrics.step_times_over_ranks(ranks)[first:] for ranks in per_rank]
+                worst = stats.group_half_width_pct(samples, reference)
+                upcoming = points[i + 1] if i + 1 < len(points) else done
+                elapsed = time.perf_counter() - t0
+                why = stats.stop_reason(worst, r.target_ci_pct, done, r.max_timed_steps, elapsed, upcoming,
+                                        budget_s)
+                fill = stats.budget_fill(done, elapsed, budget_s, r.max_timed_steps)
+                decision = [why, fill if why == "budget" else 0]
         dist.broadcast_object_list(decision, src=0)
         if decision[0] is not None:
             if decision[1]:

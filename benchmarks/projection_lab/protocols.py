@@ -178,8 +178,7 @@ def two_gpus(corpus: pd.DataFrame, physics: Physics) -> tuple[list[Judged], list
             p = _base_flags(p, base)
             if not p.held_out and (flags := data_flags(anchor_row)):
                 p = replace(p, held_out=f"anchor row: {'; '.join(flags)}")
-            eff = protocol.anchored_eff(p.predicted_eff, at_two.predicted_eff, at_two.published_eff,
-                                        int(row["gpus"]))
+            eff = protocol.anchored_eff(p.predicted_eff, at_two.predicted_eff, at_two.published_eff)
             judged.append(_judge(p, protocol.TWO_GPUS, 2, eff))
     return judged, skipped, askable
 
@@ -248,16 +247,6 @@ def fit_band(judged: list[Judged], name: str) -> protocol.ProtocolBand:
                 break
     _, _, level, power = min(tried)
     return _fit(rows, name, level, power)
-
-
-def fit_bands(judged: list[Judged]) -> dict[str, protocol.ProtocolBand]:
-    """A band per protocol among the judged rows (fit_band)."""
-    out = {}
-    for name in protocol.PROTOCOLS:
-        mine = [j for j in judged if j.protocol == name and not j.held_out]
-        if mine:
-            out[name] = fit_band(mine, name)
-    return out
 
 
 def write_bands(bands: dict[str, protocol.ProtocolBand], path=protocol.STORED) -> None:
