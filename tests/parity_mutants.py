@@ -6,6 +6,11 @@ it) and hands the optimizer a wrong gradient:
 - `sum`: torch DDP whose comm hook sums the ranks' gradients instead of averaging (world size × too large);
 - `stale`: torch DDP whose comm hook hands back the bucket it reduced at the previous step (one step stale);
 - `no-sync`: fsdp2 whose gradient sync is off for good (a no_sync without `finally`): its shards get none.
+
+And one honest engine whose trajectory is not torch DDP's:
+- `skip1`: its first step's loss is infinite (its first leaf module's output × inf, once), so an fp16 cell's
+  GradScaler skips that step and halves its scale; its weights are then a step behind the reference's,
+  which the teacher-forced gate must not see (the trajectory gate called this `diverged`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import math
 import torch
 import torch.distributed as dist
 
-MUTANTS = ("drop8", "sum", "stale", "no-sync")
+MUTANTS = ("drop8", "sum", "stale", "no-sync", "skip1")
 
 
 def _reduced(bucket, divide: bool):
@@ -48,6 +53,13 @@ def mutate(trainer, mutant: str) -> None:
     """Break a freshly built trainer (before its first step) as `mutant` says."""
     if mutant == "no-sync":
         trainer.model.set_requires_gradient_sync(False)
+    elif mutant == "skip1":
+        leaf = next(m for m in trainer.model.modules() if not list(m.children()) and list(m.parameters()))
+
+        def once(module, inputs, output):
+            handle.remove()
+            return output * math.inf
+        handle = leaf.register_forward_hook(once)
     else:
         trainer.model.register_comm_hook(state=None, hook=comm_hook(mutant))
 
@@ -96,7 +108,8 @@ def gate_cases(rank: int, world_size: int, model: str, model_size: str, precisio
     references = parity.References([reference], config, rank, world_size)
     rows = []
     for name, trainer in trainers.items():
-        row = parity.gate(trainer, references)
+        skipped = trainer.precision.skipped_steps()  # the gate leaves the scaler alone
+        row = parity.gate(trainer, references) | {"skipped_before_gate": skipped}
         ratio = max(row["parity_grad_error"] / row["parity_grad_bound"],
                     row["parity_tensor_error"] / row["parity_tensor_bound"])
         rows.append(row | {"engine": name, "ratio": ratio if math.isfinite(ratio) else math.inf})
