@@ -72,3 +72,12 @@ def test_the_reference_reader_reads_references():
     titles = ["Parity gates (`bench/worker/parity.py`)", "Projection: bench project", "Run folder"]
     assert names_heading("Parity gates", titles) and names_heading("Projection", titles)
     assert names_heading("Run folder", titles) and not names_heading("Run", titles)
+
+
+def test_every_test_the_design_names_exists():
+    # the invariants say which test holds each: a renamed or removed test would leave one unheld
+    text = (DOCS / "design.md").read_text()
+    defined = {name for path in (ROOT / "tests").glob("*.py")
+               for name in re.findall(r"^def (test_\w+)", path.read_text(), re.MULTILINE)}
+    named = set(re.findall(r"\b(test_\w+)\b", re.sub(r"tests/test_\w+\.py", "", text)))
+    assert named and sorted(named - defined) == []
