@@ -10,20 +10,7 @@ import pandas as pd
 
 from bench import style as look
 from bench.report import tables
-from bench.report.plots.canvas import (
-    SOLID,
-    THROUGHPUT,
-    drawn_slice,
-    engine_color,
-    engine_order,
-    legend_line,
-    log_x,
-    max_or_zero,
-    panel_figure,
-    save,
-    series_line,
-    series_styles,
-)
+from bench.report.plots import canvas
 from bench.style import PANEL
 
 
@@ -36,8 +23,8 @@ def _efficiency_axes(axes, top: float) -> list:
     axes[0].set_ylabel("efficiency (%)")
     threshold = f"{tables.EFFICIENCY_THRESHOLD_PCT:.0f} % efficiency threshold"
     return [
-        legend_line("100 % efficiency (ideal)", look.IDEAL, ("--", None), lw=1),
-        legend_line(threshold, look.THRESHOLD, (":", None), lw=1.2),
+        canvas.legend_line("100 % efficiency (ideal)", look.IDEAL, ("--", None), lw=1),
+        canvas.legend_line(threshold, look.THRESHOLD, (":", None), lw=1.2),
     ]
 
 
@@ -46,17 +33,17 @@ def _scaling_panels(axes, rows, groups, slots: Counter) -> tuple[bool, float]:
     """Throughput (row 0, dotted: ideal N × single-rank throughput) and efficiency (row 1, if any) per world
     size; `groups` is (column, mask, colour, style, ideal line's colour or None). Returns whether an ideal
     line was drawn and the highest throughput drawn."""
-    drew_ideal, top = False, max_or_zero(rows["throughput_samples_per_s"])
+    drew_ideal, top = False, canvas.max_or_zero(rows["throughput_samples_per_s"])
     for col, mask, color, style, ideal in groups:
         g = rows[mask].sort_values("world_size")
-        series_line(axes[0][col], g, "world_size", "throughput_samples_per_s", color, style, slots)
+        canvas.series_line(axes[0][col], g, "world_size", "throughput_samples_per_s", color, style, slots)
         one = g[(g["world_size"] == 1) & g["throughput_samples_per_s"].notna()]
         if ideal and len(one) and g["world_size"].nunique() > 1:
             ideal_thr = one["throughput_samples_per_s"].iloc[0] * g["world_size"]
             axes[0][col].plot(g["world_size"], ideal_thr, ls=":", lw=1.2, color=ideal, alpha=0.7)
             drew_ideal, top = True, max(top, float(ideal_thr.max()))
         if len(axes) > 1:
-            series_line(axes[1][col], g, "world_size", "efficiency_pct", color, style, slots)
+            canvas.series_line(axes[1][col], g, "world_size", "efficiency_pct", color, style, slots)
     return drew_ideal, top
 
 
@@ -64,19 +51,19 @@ def _scaling_figure(title, subtitle, columns, rows, groups, keys, panel=PANEL):
     """Shared body of `scaling` and `side_by_side`: panels, axes and reference lines; returns
     (figure, axes, legend handles)."""
     has_eff = "efficiency_pct" in rows
-    fig, sub, axes = panel_figure(title, subtitle, len(columns), 2 if has_eff else 1, panel)
+    fig, sub, axes = canvas.panel_figure(title, subtitle, len(columns), 2 if has_eff else 1, panel)
     drew_ideal, top = _scaling_panels(axes, rows, groups, Counter())
     for col, name in enumerate(columns):
         axes[0][col].set_title(name)
     axes[0][0].set_ylim(0, (top or 1.0) * 1.08)
-    axes[0][0].set_ylabel(THROUGHPUT)
-    log_x(axes[0][0], tables.world_sizes(rows) or [1], 2)
+    axes[0][0].set_ylabel(canvas.THROUGHPUT)
+    canvas.log_x(axes[0][0], tables.world_sizes(rows) or [1], 2)
     sub.supxlabel("world size (ranks)", fontsize=10)
     handles = list(keys)
     if drew_ideal:
-        handles.append(legend_line("ideal throughput: N × 1-rank", "0.3", (":", None), lw=1.2))
+        handles.append(canvas.legend_line("ideal throughput: N × 1-rank", "0.3", (":", None), lw=1.2))
     if has_eff:
-        handles += _efficiency_axes(axes[1], max_or_zero(rows["efficiency_pct"]))
+        handles += _efficiency_axes(axes[1], canvas.max_or_zero(rows["efficiency_pct"]))
     return fig, axes, handles
 
 
@@ -85,8 +72,9 @@ def scaling(table: pd.DataFrame, scaling_name: str, path: Path) -> Path | None:
     precisions (colour) and comm dtypes (line style), with the other settings held at one slice."""
     if not (table["status"] == "ok").any():
         return None
-    rows, subtitle, _ = drawn_slice(table, ("engine", "world_size", "precision", "comm_dtype"), scaling_name)
-    names, series = engine_order(rows), series_styles(rows)
+    examined = ("engine", "world_size", "precision", "comm_dtype")
+    rows, subtitle, _ = canvas.drawn_slice(table, examined, scaling_name)
+    names, series = canvas.engine_order(rows), canvas.series_styles(rows)
     groups = [
         (
             j,
@@ -99,10 +87,10 @@ def scaling(table: pd.DataFrame, scaling_name: str, path: Path) -> Path | None:
         for (p, c), (_, color, style) in series.items()
     ]
     what = "throughput and efficiency" if "efficiency_pct" in rows else "throughput"
-    keys = [legend_line(label, color, style) for label, color, style in series.values()]
+    keys = [canvas.legend_line(label, color, style) for label, color, style in series.values()]
     title = f"{scaling_name} scaling: {what} per engine"
     fig, _, handles = _scaling_figure(title, subtitle, names, rows, groups, keys)
-    return save(fig, path, handles)
+    return canvas.save(fig, path, handles)
 
 
 def side_by_side(scaling_tables: dict[str, pd.DataFrame], scaling_name: str, path: Path) -> Path | None:
@@ -111,14 +99,14 @@ def side_by_side(scaling_tables: dict[str, pd.DataFrame], scaling_name: str, pat
     if not any(len(t[t["status"] == "ok"]) for t in scaling_tables.values()):
         return None
     both = pd.concat([t.assign(_run=label) for label, t in scaling_tables.items()], ignore_index=True)
-    rows, subtitle, _ = drawn_slice(both, ("engine", "world_size"), scaling_name)
-    names = engine_order(rows)
+    rows, subtitle, _ = canvas.drawn_slice(both, ("engine", "world_size"), scaling_name)
+    names = canvas.engine_order(rows)
     groups = [
-        (j, (rows["_run"] == label) & (rows["engine"] == e), engine_color(e), SOLID, "0.45")
+        (j, (rows["_run"] == label) & (rows["engine"] == e), canvas.engine_color(e), canvas.SOLID, "0.45")
         for j, label in enumerate(scaling_tables)
         for e in names
     ]
-    keys = [legend_line(e, engine_color(e)) for e in names]
+    keys = [canvas.legend_line(e, canvas.engine_color(e)) for e in names]
     title = f"{scaling_name} scaling side by side: every run on the same axes"
     fig, axes, handles = _scaling_figure(
         title, subtitle, list(scaling_tables), rows, groups, keys, (4.6, 2.8)
@@ -134,4 +122,4 @@ def side_by_side(scaling_tables: dict[str, pd.DataFrame], scaling_name: str, pat
                 transform=axes[1][j].transAxes,
                 color="0.4",
             )
-    return save(fig, path, handles)
+    return canvas.save(fig, path, handles)

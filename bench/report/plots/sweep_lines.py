@@ -10,32 +10,21 @@ import pandas as pd
 
 from bench.engines import get as engine_facts
 from bench.report import slices, tables
-from bench.report.plots.canvas import (
-    SOLID,
-    THROUGHPUT,
-    drawn_slice,
-    engine_color,
-    engine_order,
-    legend_line,
-    log_x,
-    panel_figure,
-    rank_words,
-    save,
-    series_line,
-)
+from bench.report.plots import canvas
 
 
 def _engine_lines(axes, rows: pd.DataFrame, sizes: list[int], x: str) -> list[str]:
     """Each world size's panel titled with its ranks and holding one throughput line per engine against
     `x`; returns the engines drawn, in the suite's order (the legend's)."""
     slots: Counter = Counter()
-    names = engine_order(rows)
+    names = canvas.engine_order(rows)
     for ax, n in zip(axes.flat, sizes):
-        ax.set_title(rank_words(n))
+        ax.set_title(canvas.rank_words(n))
         here = rows[rows["world_size"] == n]
         for engine in names:
             g = here[here["engine"] == engine]
-            series_line(ax, g, x, "throughput_samples_per_s", engine_color(engine), SOLID, slots)
+            color = canvas.engine_color(engine)
+            canvas.series_line(ax, g, x, "throughput_samples_per_s", color, canvas.SOLID, slots)
     return names
 
 
@@ -45,7 +34,7 @@ def bucket_sweep(table: pd.DataFrame, path: Path, cells: pd.DataFrame | None = N
     same slice."""
     if not (table["status"] == "ok").any():
         return None
-    rows, subtitle, held = drawn_slice(table, ("engine", "world_size", "bucket_cap_mb"))
+    rows, subtitle, held = canvas.drawn_slice(table, ("engine", "world_size", "bucket_cap_mb"))
     sizes = tables.world_sizes(rows)
     flat = pd.DataFrame()
     if cells is not None:
@@ -54,36 +43,36 @@ def bucket_sweep(table: pd.DataFrame, path: Path, cells: pd.DataFrame | None = N
             flat = slices.rows_at(slices.with_batch(bucketless), held)
             flat = flat[flat["world_size"].isin(sizes)]
             flat = flat.assign(throughput=tables.throughputs(flat))
-    fig, sub, axes = panel_figure("bucket-size sweep: throughput per engine", subtitle, len(sizes))
+    fig, sub, axes = canvas.panel_figure("bucket-size sweep: throughput per engine", subtitle, len(sizes))
     names = _engine_lines(axes, rows, sizes, "bucket_cap_mb")
     for ax, n in zip(axes.flat, sizes):
         failed = 0
         for _, r in flat[flat["world_size"] == n].iterrows() if len(flat) else []:
             if r["status"] == "ok":
-                ax.axhline(r["throughput"], ls="--", lw=1.4, color=engine_color(r["engine"]))
+                ax.axhline(r["throughput"], ls="--", lw=1.4, color=canvas.engine_color(r["engine"]))
             else:
                 ax.text(0.03, 0.95 - 0.07 * failed, f"{r['engine']}: {r['status']}", transform=ax.transAxes,
-                        va="top", fontsize=8, fontweight="bold", color=engine_color(r["engine"]))
+                        va="top", fontsize=8, fontweight="bold", color=canvas.engine_color(r["engine"]))
                 failed += 1
-    log_x(axes.flat[0], sorted(set(rows["bucket_cap_mb"].dropna())), 10)
+    canvas.log_x(axes.flat[0], sorted(set(rows["bucket_cap_mb"].dropna())), 10)
     sub.supxlabel("bucket_cap_mb (MiB, log scale)", fontsize=10)
-    sub.supylabel(THROUGHPUT, fontsize=10)
-    handles = [legend_line(e, engine_color(e)) for e in names]
+    sub.supylabel(canvas.THROUGHPUT, fontsize=10)
+    handles = [canvas.legend_line(e, canvas.engine_color(e)) for e in names]
     drawn = flat[flat["status"] == "ok"] if len(flat) else flat
-    handles += [legend_line(f"{e} (no buckets)", engine_color(e), ("--", None), lw=1.4)
-                for e in engine_order(drawn)] if len(drawn) else []
-    return save(fig, path, handles)
+    handles += [canvas.legend_line(f"{e} (no buckets)", canvas.engine_color(e), ("--", None), lw=1.4)
+                for e in canvas.engine_order(drawn)] if len(drawn) else []
+    return canvas.save(fig, path, handles)
 
 
 def accumulation(table: pd.DataFrame, path: Path) -> Path | None:
     """Throughput vs accumulation steps (log₂ axis), one panel per world size, one line per engine."""
     if not len(table):
         return None
-    rows, subtitle, _ = drawn_slice(table, ("engine", "world_size", "grad_accum"))
+    rows, subtitle, _ = canvas.drawn_slice(table, ("engine", "world_size", "grad_accum"))
     sizes = tables.world_sizes(rows)
-    fig, sub, axes = panel_figure("gradient accumulation: throughput per engine", subtitle, len(sizes))
+    fig, sub, axes = canvas.panel_figure("gradient accumulation: throughput per engine", subtitle, len(sizes))
     names = _engine_lines(axes, rows, sizes, "grad_accum")
-    log_x(axes.flat[0], sorted({int(a) for a in rows["grad_accum"].dropna()}), 2)
+    canvas.log_x(axes.flat[0], sorted({int(a) for a in rows["grad_accum"].dropna()}), 2)
     sub.supxlabel("gradient accumulation steps per optimizer step (grad_accum, log scale)", fontsize=10)
-    sub.supylabel(THROUGHPUT, fontsize=10)
-    return save(fig, path, [legend_line(e, engine_color(e)) for e in names])
+    sub.supylabel(canvas.THROUGHPUT, fontsize=10)
+    return canvas.save(fig, path, [canvas.legend_line(e, canvas.engine_color(e)) for e in names])
