@@ -1,8 +1,8 @@
 """The report of one run: index.html, summary.md, tables/*.csv and plots/*.png in reports/<run-id>/.
 
-Each section below is a function that takes the run's rows, asks tables.py for its DataFrame and plots.py
-for its figure, writes the table as CSV and says in a sentence what the numbers mean; `write_run_page`
-puts the sections in reading order.
+Each section below is a function that takes the run's rows, asks tables.py (or run_ledger.py) for its
+DataFrame and the plots/ package for its figure, writes the table as CSV and says in a sentence what the
+numbers mean; `write_run_page` puts the sections in reading order.
 """
 
 from __future__ import annotations
