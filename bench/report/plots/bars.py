@@ -72,7 +72,6 @@ def precision(table: pd.DataFrame, path: Path) -> Path | None:
     return canvas.save(fig, path, handles)
 
 
-
 def phases(table: pd.DataFrame, path: Path) -> Path | None:
     """Stacked bars per engine and world size: compute-only step + exposed communication = p50 step."""
     if not len(table):

@@ -28,7 +28,6 @@ def _efficiency_axes(axes, top: float) -> list:
     ]
 
 
-
 def _scaling_panels(axes, rows, groups, slots: Counter) -> tuple[bool, float]:
     """Throughput (row 0, dotted: ideal N × single-rank throughput) and efficiency (row 1, if any) per world
     size; `groups` is (column, mask, colour, style, ideal line's colour or None). Returns whether an ideal
