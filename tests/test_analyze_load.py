@@ -1,5 +1,6 @@
-"""bench/analyze/load.py reads a trace a chunk at a time: any chunk size gives the same Trace, a character
-or an event split between two reads included, and a truncated file is still an error."""
+"""bench/analyze/load.py reads a trace a chunk at a time (bench/analyze/trace_text.py): any chunk size gives
+the same Trace, a character or an event split between two reads included, and a truncated file is still an
+error."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import numpy as np
 import pytest
 from analyze_fixtures import GPU_META, gpu_events, write_trace, x
 
-from bench.analyze import load
+from bench.analyze import load, trace_text
+from bench.analyze.trace import Trace
 
 
-def _fields(t: load.Trace):
+def _fields(t: Trace):
     return (list(t.names), t.name_id.tolist(), list(t.cats), t.cat_id.tolist(), t.threads, t.tid_id.tolist(),
             t.ts.tolist(), t.dur.tolist(), np.nan_to_num(t.correlation, nan=-1).tolist(),
             np.nan_to_num(t.blocks_per_sm, nan=-1).tolist(), t.comm_args, t.meta)
@@ -27,15 +29,15 @@ def test_any_chunk_size_gives_the_same_trace(tmp_path, monkeypatch, chunk):
     path = tmp_path / "t.json.gz"  # written as UTF-8, not \u escapes: é is two bytes that a read may split
     path.write_bytes(gzip.compress(json.dumps({**meta, "traceEvents": events}, ensure_ascii=False).encode()))
     whole = load.load_trace(path)
-    monkeypatch.setattr(load, "CHUNK_BYTES", chunk)
-    monkeypatch.setattr(load, "AHEAD", 32)  # longer than any number in the file
+    monkeypatch.setattr(trace_text, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(trace_text, "AHEAD", 32)  # longer than any number in the file
     assert _fields(load.load_trace(path)) == _fields(whole)
     assert "aten::mul_é" in list(whole.names) and whole.meta["baseTimeNanoseconds"] == 1795618165530775612
 
 
 def test_truncated_and_bad_json_at_small_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(load, "CHUNK_BYTES", 5)
-    monkeypatch.setattr(load, "AHEAD", 32)
+    monkeypatch.setattr(trace_text, "CHUNK_BYTES", 5)
+    monkeypatch.setattr(trace_text, "AHEAD", 32)
     good = write_trace(tmp_path / "g.json.gz", gpu_events(), GPU_META)
     cut = tmp_path / "cut.json.gz"
     cut.write_bytes(good.read_bytes()[:-40])

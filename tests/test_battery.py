@@ -178,7 +178,7 @@ CASES = out_cases() + [
 
 
 def _bomb(ws: Path) -> None:
-    """A 40 KB gzip holding one 40 MB event (past bench.analyze.load.MAX_VALUE_CHARS)."""
+    """A 40 KB gzip holding one 40 MB event (past bench.analyze.trace_text.MAX_VALUE_CHARS)."""
     with gzip.open(ws / "bomb.json.gz", "wb", compresslevel=1) as f:
         f.write(b'{"traceEvents": [{"name": "')
         for _ in range(40):

@@ -10,7 +10,7 @@ import pytest
 from report_fixtures import A100_ENV, CPU_ENV, row, scaling_rows, write_run
 
 from bench.__main__ import main as bench_main
-from bench.report import compare
+from bench.report import comparability, compare
 from bench.run_folder import load_run
 
 SLOWER = 1.5  # the A100 fixture's step times are the H100's × 1.5: ratio 1/1.5, delta −33.3 %
@@ -52,11 +52,11 @@ def test_join_ratio_delta_and_efficiency_by_hand(runs):
 
 
 def test_environment_differences_and_software_warning(runs):
-    diff = compare.env_differences([load_run(runs[0]), load_run(runs[1])]).set_index("field")
+    diff = comparability.env_differences([load_run(runs[0]), load_run(runs[1])]).set_index("field")
     assert diff.loc["GPU", "h100"] == "4 × NVIDIA H100 80GB HBM3"
     assert diff.loc["GPU", "a100"] == "4 × NVIDIA A100-SXM4-80GB"
     assert diff.loc["GPU", "differs"] and diff.loc["topology", "differs"] and not diff.loc["torch", "differs"]
-    warning = compare.software_warning(diff.reset_index())
+    warning = comparability.software_warning(diff.reset_index())
     assert "cuda 12.8 vs 12.4" in warning and "nccl 2.27.3 vs 2.21.5" in warning and "torch" not in warning
 
 

@@ -1,4 +1,4 @@
-"""compare's launch shift (bench/report/compare.py, `launch_shift`, `judge_cells`): the throughput ratio
+"""compare's launch shift (bench/report/compare_shift.py, `launch_shift`, `judge_cells`): the throughput ratio
 common to every cell of a pair of runs is estimated and each cell is judged against it."""
 
 import math
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from bench import stats
-from bench.report import compare
+from bench.report import compare_shift
 
 
 def _cells(ratios, half_log):
@@ -27,10 +27,10 @@ def test_the_shift_its_interval_and_one_cells_p_worked_by_hand():
     # 0.125769, se √(0.02² + (0.031124 / 1.96)²) = 0.025537, z = 4.925, p = 8.4e-7: faster than the rest,
     # after Holm too.
     ratio, low, high = _cells([0.95, 0.96, 0.97, 0.98, 1.10], 0.0392)
-    shift, s_low, s_high, n = compare.launch_shift(ratio, low, high)
+    shift, s_low, s_high, n = compare_shift.launch_shift(ratio, low, high)
     assert (shift, n) == (pytest.approx(0.97), 5)
     assert (s_low, s_high) == (pytest.approx(0.94027, abs=2e-5), pytest.approx(1.00067, abs=2e-5))
-    judged = compare.judge_cells(ratio, low, high)
+    judged = compare_shift.judge_cells(ratio, low, high)
     assert judged["launch_shift_x"].tolist() == pytest.approx([0.97] * 5)
     assert judged["ratio_vs_shift_x"].iloc[4] == pytest.approx(1.10 / 0.97)
     p = 2 * (1 - statistics.NormalDist().cdf(0.125769 / 0.025537))
@@ -41,7 +41,7 @@ def test_the_shift_its_interval_and_one_cells_p_worked_by_hand():
 
 def test_with_fewer_than_four_cells_there_is_no_shift_and_each_cell_is_tested_against_one():
     ratio, low, high = _cells([0.90, 0.91, 0.92], 0.0392)
-    judged = compare.judge_cells(ratio, low, high)
+    judged = compare_shift.judge_cells(ratio, low, high)
     assert judged["launch_shift_x"].isna().all() and set(judged["launch_shift_cells"]) == {3}
     assert judged["p_vs_shift"].isna().all() and set(judged["verdict_vs_shift"]) == {""}
     assert set(judged["verdict_holm"]) == {"slower"}  # today's test against 1, Holm-corrected
@@ -59,7 +59,7 @@ def _pair(rng, cells=32, extra_ms=None):
         b_true[:len(extra_ms)] += extra_ms
     b = b_true * np.exp(rng.normal(0, sd, cells))
     low, high = stats.unpaired_ratio_interval(a, a / 1.01, a * 1.01, b, b / 1.01, b * 1.01)
-    return compare.judge_cells(pd.Series(a / b), pd.Series(low), pd.Series(high))
+    return compare_shift.judge_cells(pd.Series(a / b), pd.Series(low), pd.Series(high))
 
 
 def test_two_runs_of_the_same_code_with_a_launch_shift_call_few_cells_different():

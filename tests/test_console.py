@@ -64,7 +64,7 @@ def test_a_race_that_raced_out_nothing_says_why():
 
 
 def test_compare_says_when_the_runs_searched_differently():
-    from bench.report.compare import search_warning
+    from bench.report.comparability import search_warning
 
     def run(search):
         return SimpleNamespace(config={"run": {"search": search}} if search else {})

@@ -14,7 +14,7 @@ from bench import engines, race, run_folder, schema
 from bench.advise import api as advise
 from bench.config import load_config
 from bench.matrix import expand
-from bench.report import findings, tables
+from bench.report import findings, run_ledger
 from bench.run import results
 from bench.run.folder import RETRYABLE
 from bench.run.launch import Sweep
@@ -78,9 +78,9 @@ def test_a_race_on_cpu_smoke_eliminates_the_slow_candidate(tmp_path, monkeypatch
     said = " ".join(findings.race_summary(run.results, "race"))
     assert "The run was raced (run.search = race)" in said and "after 8 rounds" in said
     # (torch and bucketed may race each other out too: 8 one-way rounds between them is a real difference)
-    assert set(tables.raced_out(run.results)["cell_id"]) == {r["cell_id"] for r in rows
+    assert set(run_ledger.raced_out(run.results)["cell_id"]) == {r["cell_id"] for r in rows
                                                               if r["status"] == "raced_out"}
-    assert "raced_out" not in set(tables.not_measured(run.results)["status"])
+    assert "raced_out" not in set(run_ledger.not_measured(run.results)["status"])
     # the cost anatomy (schema.ANATOMY_PARTS): the run's parts in anatomy.json and printed; a raced-out cell
     # paid for its build, warm-up and rounds only, a survivor for every phase
     assert "where the time went (anatomy.json" in proc.stdout
@@ -94,10 +94,10 @@ def test_a_race_on_cpu_smoke_eliminates_the_slow_candidate(tmp_path, monkeypatch
     for r in survivors:
         assert {"build", "warmup", "timed", "gate", "compute_only", "memory"} <= set(
             records[r["cell_id"]]["anatomy_s"])
-    shown = tables.anatomy_run_table(data)
+    shown = run_ledger.anatomy_run_table(data)
     added = shown[~shown["part"].isin(schema.ANATOMY_CONCURRENT)]["seconds"].sum()
     assert list(shown["part"])[-1] == "unaccounted" and added == pytest.approx(data["wall_s"], abs=0.05)
-    assert set(tables.anatomy_cells_table(list(records.values()))["cell_id"]) == set(records)
+    assert set(run_ledger.anatomy_cells_table(list(records.values()))["cell_id"]) == set(records)
 
 
 def test_a_race_does_not_launch_what_a_smaller_world_size_raced_out(tmp_path):

@@ -14,7 +14,7 @@ from nvidia_fixtures import NVLINK_8GPU  # noqa: E402
 from report_fixtures import A100_ENV, H100_ENV, scaling_rows, write_run  # noqa: E402
 
 from bench.__main__ import main as bench_main  # noqa: E402
-from bench.report import compare  # noqa: E402
+from bench.report import comparability  # noqa: E402
 from bench.run_folder import load_run  # noqa: E402
 
 H100_SMI = {"name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:00:06.0", "driver": "580.159.04",
@@ -44,8 +44,8 @@ def runs(tmp_path_factory):
 
 
 def test_compare_lists_the_machine_facts_that_differ(runs):
-    diff = compare.env_differences([load_run(r) for r in runs])
-    listed = compare.difference_list(diff)
+    diff = comparability.env_differences([load_run(r) for r in runs])
+    listed = comparability.difference_list(diff)
     for line in ("SM count: 132 vs 108", "SM clock max (MHz): 1980.0 vs 1410.0",
                  "memory clock max (MHz): 2619.0 vs 1593.0", "power limit (W): 700.0 vs 400.0",
                  "ECC mode: Enabled vs Disabled", "MIG mode: Disabled vs Enabled",

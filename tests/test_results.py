@@ -8,7 +8,7 @@ import pytest
 
 from bench.config import load_config
 from bench.matrix import expand
-from bench.report import tables
+from bench.report import run_ledger
 from bench.run.merge import LaunchRecords
 from bench.run.results import SWEEP_FILE, append_record, make_record, record_from_event
 from bench.run_folder import load_run, read_records
@@ -89,9 +89,9 @@ def test_a_raced_out_row_of_several_launches_leaves_out_one_launchs_figures(tmp_
     assert [e["row"]["step_time_ms_p50"] for e in record["launch_rows"]] == [2.0, 0.8]  # each launch's kept
     # the report's table says the same, for a folder written before rows left them out too
     run = load_run(tmp_path)
-    assert tables.raced_out(run.results)["step_time_ms_p50"].isna().all()
+    assert run_ledger.raced_out(run.results)["step_time_ms_p50"].isna().all()
     old = run.results.assign(step_time_ms_p50=0.8)
-    assert tables.raced_out(old)["step_time_ms_p50"].isna().all()
+    assert run_ledger.raced_out(old)["step_time_ms_p50"].isna().all()
     # one launch: the row's rounds are the cell's only launch, kept as before
     one = load_config("cpu-smoke", ["matrix.scaling=strong", "matrix.engine=overlap", "matrix.world_size=1",
                                     "matrix.grad_accum=1", "run.launches=1"])

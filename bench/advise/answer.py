@@ -9,7 +9,7 @@ the closest other configuration, the target's expectation, the run's other recip
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -166,67 +166,97 @@ def baseline_name(spec: dict) -> str:
                                       for k, v in spec.items())
 
 
-def answer(advice: pd.DataFrame, keys: list[str], target: Target, other_recipes: list[int], run_dir: str,
-           remeasure: str, precision: str, precisions: list[str], spec: dict | None = None) -> Answer:
-    """The answer (module docstring) at `precision` from advice.csv's rows: `answer_role` says which rows it
-    names; `precisions` are those the recipe was measured at, `spec` the --baseline (empty: the defaults)."""
+@dataclass(frozen=True)
+class Question:
+    """What the answer is asked beside advice.csv's rows: about the run at `run_dir`, at `precision` (one of
+    `precisions`, those the recipe was measured at), against the --baseline `spec` (empty: torch DDP's
+    defaults), projected to `target`; `keys` tell its configurations apart, `other_recipes` are the run's
+    other global batches and `remeasure` the command that would separate configurations too close to call."""
+
+    run_dir: str
+    precision: str
+    precisions: list[str]
+    keys: list[str]
+    target: Target
+    other_recipes: list[int]
+    remeasure: str
+    spec: dict = field(default_factory=dict)
+
+
+def answer(advice: pd.DataFrame, asked: Question) -> Answer:
+    """The answer (module docstring) to `asked` from advice.csv's rows: `answer_role` says which rows it
+    names."""
     role = advice["answer_role"].fillna("")
     named = advice[role.isin(NAMED)].iloc[0]
     recipe, n = int(named["global_batch"]), int(named["world_size"])
-    against = baseline_name(spec or {})
-    at = f"global batch {recipe} at {n} rank{'s' if n > 1 else ''}, {precision}"
-    others_at = [p for p in precisions if p != precision]
+    against = baseline_name(asked.spec)
+    at = f"global batch {recipe} at {n} rank{'s' if n > 1 else ''}, {asked.precision}"
+    others_at = [p for p in asked.precisions if p != asked.precision]
     recipe_line = f"recipe: {at}" + (
         f" (this run also measured {', '.join(others_at)} here: `--precision "
         f"{others_at[0]}` for {'it' if len(others_at) == 1 else 'another'})" if others_at else "")
-    base = advice[advice["baseline"].astype(bool) & (advice["precision"] == precision)]
+    base = advice[advice["baseline"].astype(bool) & (advice["precision"] == asked.precision)]
     base = base.iloc[0] if len(base) else None
-    base_line = f"baseline: {against} = {setting_words(base, keys)}" if base is not None else ""
-    family = verdict.comparisons(advice)
-    contender = advice[role == "contender"]
-    c = contender.iloc[0] if len(contender) else None
-    target_line = f"target: {projection_words(named, target, recipe)}"
+    base_line = f"baseline: {against} = {setting_words(base, asked.keys)}" if base is not None else ""
     what = named["answer_role"]
     if what == "use":
-        head = f"Use {setting_words(named, keys, base)}: {speedup_words(named)} the speed of {against}."
-        paired = ("measured side by side with it" if str(named.get("speedup_paired")) in ("True", "1", "1.0")
-                  else "from the two cells' own intervals (not stepped side by side)")
-        lines = [recipe_line, base_line, f"verdict: {verdict.words(named, family)}, {paired}"]
-        tied = advice[role == "tied"]
-        if len(tied):
-            lines.append(f"tied: {len(tied) + 1} configurations faster than {against} overlap; the simplest "
-                         f"is named (advice.csv answer_role)")
+        head, lines = _use(advice, named, base, against, asked.keys)
+        lines = [recipe_line, base_line, *lines]
     elif what in ("keep", "unclear"):
-        lines = [recipe_line, base_line]
-        if c is None:
-            closest = "closest: nothing else was measured at this recipe and precision"
-        elif could_be_faster(c):
-            closest = (f"closest: {setting_words(c, keys, named)}, {speedup_words(c)}, "
-                       f"{verdict.words(c, family)}")
-        else:
-            closest = (f"closest: every other configuration's interval lies below 1 (slower); the nearest, "
-                       f"{setting_words(c, keys, named)}, is {speedup_words(c)}, {verdict.words(c, family)}")
-        if what == "keep":
-            head = f"Keep {against}: nothing measured is faster beyond the noise."
-            lines.append(closest)
-        else:
-            head = f"Keep {against} for now: no clear winner at {precision}."
-            others = advice[advice["rank"].notna() & ~advice["baseline"].astype(bool)
-                            & (advice["precision"] == precision)]
-            unsure = sum(1 for _, r in others.iterrows() if wide(r) and could_be_faster(r))
-            lines += [f"{closest}; {unsure} of {len(others)} configurations could still be faster: no "
-                      f"speedup interval, or one wider than ±{stats.UNSTABLE_HALF_WIDTH_PCT:g} %",
-                      f"to separate them: `{remeasure}`"]
+        head, lines = _keep(advice, named, against, asked)
+        lines = [recipe_line, base_line, *lines]
     else:
         head = f"No advice against {against}: it was not measured at {at}."
         interval = ("" if pd.isna(named["samples_per_s_ci95_low"]) else
                     f" [{named['samples_per_s_ci95_low']:,.0f}, {named['samples_per_s_ci95_high']:,.0f}]")
-        lines = [recipe_line, f"fastest measured: {setting_words(named, keys)}, {named['samples_per_s']:,.0f}"
-                              f"{interval} samples/s, with nothing beside it to be faster than",
+        fastest = (f"fastest measured: {setting_words(named, asked.keys)}, {named['samples_per_s']:,.0f}"
+                   f"{interval} samples/s, with nothing beside it to be faster than")
+        lines = [recipe_line, fastest,
                  f"to compare: measure {against} at this recipe and precision in the same run"]
-    lines.append(target_line)
-    if other_recipes:
+    lines.append(f"target: {projection_words(named, asked.target, recipe)}")
+    if asked.other_recipes:
         lines.append(f"other recipes: this run also measured global batch "
-                     f"{', '.join(map(str, sorted(other_recipes)))} at {n} ranks: "
-                     f"`python -m bench advise {run_dir} --global-batch B`")
+                     f"{', '.join(map(str, sorted(asked.other_recipes)))} at {n} ranks: "
+                     f"`python -m bench advise {asked.run_dir} --global-batch B`")
     return Answer(head, tuple(line for line in lines if line))
+
+
+def _use(advice: pd.DataFrame, named: pd.Series, base: pd.Series | None, against: str,
+         keys: list[str]) -> tuple[str, list[str]]:
+    """"Use …": the configuration named faster than the baseline, its verdict and how it was measured, and
+    whether others tie with it."""
+    head = f"Use {setting_words(named, keys, base)}: {speedup_words(named)} the speed of {against}."
+    paired = ("measured side by side with it" if str(named.get("speedup_paired")) in ("True", "1", "1.0")
+              else "from the two cells' own intervals (not stepped side by side)")
+    lines = [f"verdict: {verdict.words(named, verdict.comparisons(advice))}, {paired}"]
+    tied = advice[advice["answer_role"].fillna("") == "tied"]
+    if len(tied):
+        lines.append(f"tied: {len(tied) + 1} configurations faster than {against} overlap; the simplest "
+                     f"is named (advice.csv answer_role)")
+    return head, lines
+
+
+def _keep(advice: pd.DataFrame, named: pd.Series, against: str, asked: Question) -> tuple[str, list[str]]:
+    """"Keep …" (nothing measured is faster beyond the noise) or "Keep … for now" (no clear winner: how many
+    could still be faster, and what to run to separate them), with the closest other configuration."""
+    family = verdict.comparisons(advice)
+    contender = advice[advice["answer_role"].fillna("") == "contender"]
+    c = contender.iloc[0] if len(contender) else None
+    if c is None:
+        closest = "closest: nothing else was measured at this recipe and precision"
+    elif could_be_faster(c):
+        closest = (f"closest: {setting_words(c, asked.keys, named)}, {speedup_words(c)}, "
+                   f"{verdict.words(c, family)}")
+    else:
+        closest = (f"closest: every other configuration's interval lies below 1 (slower); the nearest, "
+                   f"{setting_words(c, asked.keys, named)}, is {speedup_words(c)}, "
+                   f"{verdict.words(c, family)}")
+    if named["answer_role"] == "keep":
+        return f"Keep {against}: nothing measured is faster beyond the noise.", [closest]
+    others = advice[advice["rank"].notna() & ~advice["baseline"].astype(bool)
+                    & (advice["precision"] == asked.precision)]
+    unsure = sum(1 for _, r in others.iterrows() if wide(r) and could_be_faster(r))
+    return f"Keep {against} for now: no clear winner at {asked.precision}.", [
+        f"{closest}; {unsure} of {len(others)} configurations could still be faster: no "
+        f"speedup interval, or one wider than ±{stats.UNSTABLE_HALF_WIDTH_PCT:g} %",
+        f"to separate them: `{asked.remeasure}`"]

@@ -18,7 +18,7 @@ import pandas as pd
 
 from bench import run_folder
 from bench.advise import to_run
-from bench.advise.answer import CPU_CAVEAT, Answer, Target, answer
+from bench.advise.answer import CPU_CAVEAT, Answer, Question, Target, answer
 from bench.advise.baseline import SPEEDUP, parse_baseline, speedups
 from bench.advise.choice import NAMED, answer_roles
 from bench.advise.rank import (
@@ -153,13 +153,7 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET, memory_gb: 
     (answer_precision), and with `write` the files written into `out` (default RUN/advice/). UsageError or
     RunError (nothing written) on bad input or a run with nothing to rank."""
     run_dir = Path(run_dir)
-    if target is not None:
-        check_target(target)
-    if memory_gb is not None and not (memory_gb > 0 and math.isfinite(memory_gb)):
-        raise UsageError(f"--memory-gb={memory_gb:g}: must be a finite number of GiB > 0")
-    spec = parse_baseline(baseline)
-    if precision is not None and precision not in PRECISIONS:
-        raise UsageError(f"--precision={precision!r}: not one of {list(PRECISIONS)}")
+    spec = _checked_flags(target, memory_gb, baseline, precision)
     if write:  # another command's folder (RUN itself: RUN/projection is bench project's), a file, a user's
         run_folder.check_out(Path(out) if out is not None else run_dir / run_folder.ADVICE_DIR, "advise",
                              run_dir, FILES)
@@ -180,26 +174,15 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET, memory_gb: 
     table = speedups(table, results, spec, bucket_order(loaded.config))
     chosen, measured = answer_precision(table, precision, spec)
     out = Path(out) if out is not None else run_dir / run_folder.ADVICE_DIR
-    notes: list[str] = []
-    made = None  # the projection to the target, written into out/projection
-    if target is None:
-        target = Target(why_not=f"`python -m bench advise {run_dir}` projects it to a target cluster")
-        table = table.assign(**{c: float("nan") for c in PROJECTED if c != "projection_note"},
-                             projection_note="")
-    else:
-        ranked = list(table.loc[table["rank"].notna(), "cell_id"])
-        made, notes, why_not = project_at(run_dir, target, ranked)
-        if made is None:
-            target = Target(why_not=f"bench project failed: {why_not}")
-        table = with_projection(table, None if made is None else made.projection)
+    table, target, made, notes = _projected(table, run_dir, target)
     table["answer_role"] = answer_roles(table, chosen)
     keys = choice_keys(results)
     table = table[[*FIRST, *keys, *MEASURED, *[c for c in SPEEDUP if c not in FIRST],
                    *[c for c in PROJECTED if c not in LAST], *LAST]]
     general = [n for n in notes if not n.startswith(run_folder.PHYSICS_NOTE)]  # per configuration: notes.txt
     caveats = ([CPU_CAVEAT] if loaded.device == "cpu" else []) + general
-    said = answer(table, keys, target, other_recipes, str(run_dir),
-                  remeasure_command(run_dir, table, results, loaded), chosen, measured, spec)
+    said = answer(table, Question(str(run_dir), chosen, measured, keys, target, other_recipes,
+                                  remeasure_command(run_dir, table, results, loaded), spec))
     advice = Advice(answer=said, caveats=caveats, table=table, keys=keys, target=target, recipe=recipe,
                     other_recipes=other_recipes, notes=notes, precision=chosen, run_dir=run_dir)
     if write:  # by the rule of every command that writes: only advise's own files replaced
@@ -208,6 +191,37 @@ def run(run_dir: Path | str, target: Target | None = DEFAULT_TARGET, memory_gb: 
             if made is not None:
                 made.write(stage / run_folder.PROJECTION_DIR)
     return advice
+
+
+def _checked_flags(target: Target | None, memory_gb: float | None, baseline: str | None,
+                   precision: str | None) -> dict:
+    """The --baseline as a spec (parse_baseline), once every flag is checked: UsageError naming the first
+    that is wrong (the target's, --memory-gb, --baseline, --precision)."""
+    if target is not None:
+        check_target(target)
+    if memory_gb is not None and not (memory_gb > 0 and math.isfinite(memory_gb)):
+        raise UsageError(f"--memory-gb={memory_gb:g}: must be a finite number of GiB > 0")
+    spec = parse_baseline(baseline)
+    if precision is not None and precision not in PRECISIONS:
+        raise UsageError(f"--precision={precision!r}: not one of {list(PRECISIONS)}")
+    return spec
+
+
+def _projected(table: pd.DataFrame, run_dir: Path,
+               target: Target | None) -> tuple[pd.DataFrame, Target, project.Projection | None, list[str]]:
+    """advice.csv's rows with their projection to `target` (the columns empty without one), the target as
+    the answer names it (with why it is not projected, where it is not), the projection to write into
+    out/projection (None: none made) and bench project's notes."""
+    if target is None:
+        target = Target(why_not=f"`python -m bench advise {run_dir}` projects it to a target cluster")
+        empty = table.assign(**{c: float("nan") for c in PROJECTED if c != "projection_note"},
+                             projection_note="")
+        return empty, target, None, []
+    ranked = list(table.loc[table["rank"].notna(), "cell_id"])
+    made, notes, why_not = project_at(run_dir, target, ranked)
+    if made is None:
+        target = Target(why_not=f"bench project failed: {why_not}")
+    return with_projection(table, None if made is None else made.projection), target, made, notes
 
 
 # what `bench advise` writes into its folder (its projection to the target in PROJECTION_DIR)

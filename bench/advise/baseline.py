@@ -191,6 +191,5 @@ def speedups(ranked: pd.DataFrame, results: pd.DataFrame, spec: dict,
     return out
 
 
-
 def _number(value) -> float:
     return float("nan") if value is None or pd.isna(value) else float(value)

@@ -16,9 +16,9 @@ import numpy as np
 
 
 class Trace(Protocol):
-    """What the masks below read of a loaded trace (bench.analyze.load.Trace is one): per event, an index
-    into the trace's tables of distinct names and categories. A protocol, not an import: load.py uses this
-    module's vocabulary, so importing load here would make the two a cycle."""
+    """What the masks below read of a loaded trace (bench.analyze.trace.Trace is one): per event, an index
+    into the trace's tables of distinct names and categories. A protocol, not an import: trace.py uses this
+    module's vocabulary, so importing it here would make the two a cycle."""
 
     names: np.ndarray     # object: the distinct event names
     cats: np.ndarray      # object: the distinct categories, lower-cased

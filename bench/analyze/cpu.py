@@ -14,8 +14,8 @@ from bench.analyze import classify as C
 from bench.analyze import intervals as iv
 from bench.analyze.comms import collectives, window_bytes_busbw
 from bench.analyze.gpu import US_PER_MS, _barrier_columns, _pct
-from bench.analyze.load import Trace
 from bench.analyze.steps import Window, main_thread
+from bench.analyze.trace import Trace
 
 
 class CpuView:

@@ -25,8 +25,8 @@ from bench.analyze import classify as C
 from bench.analyze import intervals as iv
 from bench.analyze.columns import ALL_STEPS
 from bench.analyze.comms import collectives, window_bytes_busbw
-from bench.analyze.load import Trace
 from bench.analyze.steps import Window
+from bench.analyze.trace import Trace
 
 US_PER_MS = 1e3
 

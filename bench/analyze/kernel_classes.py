@@ -22,8 +22,8 @@ import numpy as np
 
 from bench.analyze import classify as C
 from bench.analyze import intervals as iv
-from bench.analyze.load import Trace
 from bench.analyze.steps import Window, main_thread
+from bench.analyze.trace import Trace
 
 MEMORY, ALLREDUCE, COLLECTIVE, OTHER = "memcpy/memset", "all-reduce", "other collectives", "other"
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.analyze import classify as C
-from bench.analyze.load import Trace
+from bench.analyze.trace import Trace
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ class OneTrace:
     """One loaded trace file, measured once, as every per-file analysis reads it."""
 
     job: TraceJob
-    trace: object              # bench.analyze.load.Trace
+    trace: object              # bench.analyze.trace.Trace
     device: str                # cuda | rocm | cpu
     steps: list                # its ProfilerStep windows
     windows: list              # the steps, then `all`

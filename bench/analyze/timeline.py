@@ -15,8 +15,8 @@ import numpy as np
 
 from bench.analyze import classify as C
 from bench.analyze.comms import row_bytes
-from bench.analyze.load import Trace
 from bench.analyze.steps import Window
+from bench.analyze.trace import Trace
 
 US_PER_MS = 1e3
 

@@ -1,9 +1,9 @@
 """Reports from results/<run-id>/ folders: one run (`build_report`), several (compare), trace viewers.
 
-Analysis functions take and return pandas DataFrames (tables.py, compare.py, findings.py, slices.py);
-plots.py draws them and render.py writes HTML and Markdown; run_page.py and compare_page.py assemble the
-pages from those; commands.py holds the `report`, `compare` and `tensorboard` commands. Nothing here
-imports torch.distributed.
+Analysis functions take and return pandas DataFrames (tables.py, run_ledger.py, compare.py with
+comparability.py and compare_shift.py, findings.py, slices.py); the plots/ package draws them and render.py
+writes HTML and Markdown; run_page.py and compare_page.py assemble the pages from those; commands.py holds
+the `report`, `compare` and `tensorboard` commands. Nothing here imports torch.distributed.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -23,6 +24,26 @@ def unusable_out(out: Path | None, command: str) -> str | None:
     return None if out is None else out_problem(out, command, page=True)
 
 
+def _write_page(command: str, out: Path | None, write: Callable[[], Path], what: str) -> Path | None:
+    """`write()`'s index.html, or None once the reason it cannot be written is one line on stderr: an --out
+    that cannot be the page's folder, bad input (RunError), or an output folder that cannot be written
+    (read-only, full)."""
+    from bench.run_folder import RunError
+
+    problem = unusable_out(out, command)
+    if problem:
+        print(f"bench {command}: {problem}", file=sys.stderr)
+        return None
+    try:
+        return write()
+    except RunError as exc:
+        print(f"bench {command}: {exc}", file=sys.stderr)
+    except OSError as exc:
+        print(f"bench {command}: --out={str(out)!r}: cannot write {what} ({exc.strerror or exc})",
+              file=sys.stderr)
+    return None
+
+
 def report_add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="a results/<run-id>/ folder")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: reports/<run-id>)")
@@ -31,20 +52,9 @@ def report_add_arguments(parser: argparse.ArgumentParser) -> None:
 def report_main(args: argparse.Namespace) -> int:
     """`python -m bench report results/<run-id> [--out reports/<run-id>]`."""
     from bench.report.run_page import write_run_page
-    from bench.run_folder import RunError
 
-    problem = unusable_out(args.out, "report")
-    if problem:
-        print(f"bench report: {problem}", file=sys.stderr)
-        return 2
-    try:
-        index = write_run_page(args.run_dir, args.out)
-    except RunError as exc:
-        print(f"bench report: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # the output folder cannot be written (read-only, full)
-        print(f"bench report: --out={str(args.out)!r}: cannot write the report ({exc.strerror or exc})",
-              file=sys.stderr)
+    index = _write_page("report", args.out, lambda: write_run_page(args.run_dir, args.out), "the report")
+    if index is None:
         return 2
     print(f"report: {index}")
     print(f"summary: {index.parent / 'summary.md'}")
@@ -71,22 +81,14 @@ def compare_add_arguments(parser: argparse.ArgumentParser) -> None:
 def compare_main(args: argparse.Namespace) -> int:
     """`python -m bench compare results/A results/B [more ...] [--out DIR] [--allow-mixed-devices]`."""
     from bench.report.compare_page import write_compare_page
-    from bench.run_folder import RunError
 
-    problem = unusable_out(args.out, "compare")
-    if problem:
-        print(f"bench compare: {problem}", file=sys.stderr)
+    def write() -> Path:
+        return write_compare_page(args.run_dirs, args.out, args.allow_mixed_devices)
+
+    index = _write_page("compare", args.out, write, "the page")
+    if index is None:
         return 2
-    try:
-        index = write_compare_page(args.run_dirs, args.out, args.allow_mixed_devices)
-    except RunError as exc:
-        print(f"bench compare: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"bench compare: --out={str(args.out)!r}: cannot write the page ({exc.strerror or exc})",
-              file=sys.stderr)
-        return 2
-    from bench.report.compare import search_warning
+    from bench.report.comparability import search_warning
     from bench.run_folder import load_run
 
     warning = search_warning([load_run(d) for d in args.run_dirs])

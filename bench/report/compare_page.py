@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.analyze import diff as analyze_diff
-from bench.report import compare, plots, slices, tables
+from bench.report import comparability, compare, compare_shift, compare_traces, plots, slices, tables
 from bench.report.environment import gpu_summary
 from bench.report.render import Section, page_folder, write_csv, write_page
 from bench.run_folder import Run, RunError, load_run
@@ -32,10 +32,10 @@ def write_compare_page(
     if len(run_dirs) < 2:
         raise RunError("compare needs at least two run folders")
     runs = [load_run(d) for d in run_dirs]
-    refusal = compare.mixed_devices(runs)
+    refusal = comparability.mixed_devices(runs)
     if refusal and not allow_mixed_devices:
         raise RunError(refusal)
-    unmatched = compare.nothing_in_common(runs)
+    unmatched = comparability.nothing_in_common(runs)
     if unmatched:
         raise RunError(unmatched)
     labels = compare.run_labels(runs)
@@ -50,19 +50,19 @@ def write_sections(runs: list[Run], labels: list[str], refusal: str | None, out_
     (out_dir / "tables").mkdir(parents=True, exist_ok=True)
     (out_dir / "plots").mkdir(parents=True, exist_ok=True)
 
-    diff = compare.env_differences(runs)
+    diff = comparability.env_differences(runs)
     joined = compare.join_cells(runs)
     only = compare.one_side_only(joined)
     for table, name in ((diff, "environment_diff"), (joined, "cells"), (only, "one_side_only")):
         write_csv(table, out_dir / f"tables/{name}.csv")
 
-    traced = compare.trace_diffs(runs, out_dir)
+    traced = compare_traces.trace_diffs(runs, out_dir)
     for label, parts, classes in traced:
         write_csv(parts, out_dir / f"tables/trace_breakdown_{label}.csv")
         write_csv(classes, out_dir / f"tables/kernel_classes_{label}.csv")
     sections = [
         summary_section(labels, diff, joined, len(only), mixed_devices=bool(refusal),
-                        search=compare.search_warning(runs)),
+                        search=comparability.search_warning(runs)),
         Section("Environment differences", "environment").table(diff, "tables/environment_diff.csv"),
         traces_section(labels[0], traced),
         cells_section(joined),
@@ -87,51 +87,18 @@ def summary_section(
             "things (gloo processes against NCCL on GPUs), so read every ratio with that in mind.",
             "warn",
         )
-    for warning in (compare.software_warning(diff), search):
+    for warning in (comparability.software_warning(diff), search):
         if warning:
             sec.para(warning, "warn")
-    differences = compare.difference_list(diff)
+    differences = comparability.difference_list(diff)
     if differences:
         sec.para("Environment differences (machine facts and variables; all fields under Environment "
                  "differences below):").bullets(differences, "findings")
     ratios = compare.throughput_ratios(joined).set_index("run_b")
-    floors = compare.noise_floor_pct(joined)
     launches = compare.launch_noise(joined) if len(ratios) else pd.DataFrame()
-    for label in labels[1:]:
-        if label in ratios.index:
-            r = ratios.loc[label]
-            sec.para(f"{label} against {labels[0]}: median throughput ratio {r['median']:.2f}× over "
-                     f"{int(r['cells'])} cells measured on both (range {r['min']:.2f}× to {r['max']:.2f}×): "
-                     + median_words(label, r["median"], floors.get(label, float("nan")))
-                     + " " + launch_words(labels[0], label, launches.loc[label]))
-    shifts = compare.launch_shifts(joined) if len(joined) else pd.DataFrame()
-    counts, alone, raw = ((compare.verdict_counts(joined, col).set_index("run_b") if len(joined)
-                           else pd.DataFrame())
-                          for col in ("verdict_holm", "verdict_vs_shift", "verdict_b_vs_a"))
-    for label in labels[1:]:
-        if label not in counts.index:
-            continue
-        m = comparisons(counts, label)
-        holm = (f" once corrected for the {m} comparisons (Holm's correction, as the run report's: a pair of "
-                "runs of the same code then shows no faster or slower cell in at least 95 % of comparisons)")
-        shift = shifts.loc[label]
-        if pd.notna(shift["launch_shift_x"]):
-            sec.para(shift_words(labels[0], label, shift, launches.loc[label]))
-            sec.para(f"{label} against {labels[0]}, cell by cell against that common shift (each cell's "
-                     "ratio over the shift, its own 95 % interval and the shift's together, so a verdict "
-                     "says the cell differs from the rest of the run): " + count_words(counts.loc[label])
-                     + holm
-                     + "; each cell alone against the shift: " + count_words(alone.loc[label])
-                     + "; against no difference (the shift left in), each cell alone: "
-                     + count_words(raw.loc[label]) + ".")
-        else:
-            sec.para(f"{label} against {labels[0]}, cell by cell with both sides' 95 % intervals: "
-                     + count_words(counts.loc[label]) + holm + "; each cell alone: "
-                     + count_words(raw.loc[label]) + " (faster or slower only when the whole interval of the "
-                     f"ratio is on one side of 1). With {int(shift['launch_shift_cells'])} cells with an "
-                     f"interval on both sides (fewer than {compare.MIN_SHIFT_CELLS}) there is no shift "
-                     "common to all cells to estimate, so each cell is tested against no difference and a "
-                     "launch effect would show as cells that differ.")
+    for text in (*ratio_paragraphs(labels, joined, ratios, launches),
+                 *verdict_paragraphs(labels, joined, launches)):
+        sec.para(text)
     if not len(ratios):
         sec.para("No configuration was measured successfully on both sides, so there is no ratio.", "note")
     return sec.para(f"{n_one_side} configurations were measured on one side only (listed below).")
@@ -149,9 +116,61 @@ def comparisons(counts: pd.DataFrame, label: str) -> int:
     return int(sum(row[w] for w in ("faster", "slower", "within noise") if w in row))
 
 
+def ratio_paragraphs(labels: list[str], joined: pd.DataFrame, ratios: pd.DataFrame,
+                     launches: pd.DataFrame) -> list[str]:
+    """Per other run with a ratio: its median throughput ratio against the baseline, its range, and whether
+    the difference stands out of the comparison's noise floor and the runs' launch noise."""
+    floors = compare.noise_floor_pct(joined)
+    out = []
+    for label in labels[1:]:
+        if label in ratios.index:
+            r = ratios.loc[label]
+            out.append(f"{label} against {labels[0]}: median throughput ratio {r['median']:.2f}× over "
+                       f"{int(r['cells'])} cells measured on both "
+                       f"(range {r['min']:.2f}× to {r['max']:.2f}×): "
+                       + median_words(label, r["median"], floors.get(label, float("nan")))
+                       + " " + launch_words(labels[0], label, launches.loc[label]))
+    return out
+
+
+def verdict_paragraphs(labels: list[str], joined: pd.DataFrame, launches: pd.DataFrame) -> list[str]:
+    """Per other run: the shift common to its cells (where there are enough), then how many cells are faster,
+    slower or within noise, after Holm's correction, each cell alone, and against no difference."""
+    shifts = compare_shift.launch_shifts(joined) if len(joined) else pd.DataFrame()
+    counts, alone, raw = ((compare.verdict_counts(joined, col).set_index("run_b") if len(joined)
+                           else pd.DataFrame())
+                          for col in ("verdict_holm", "verdict_vs_shift", "verdict_b_vs_a"))
+    out = []
+    for label in labels[1:]:
+        if label not in counts.index:
+            continue
+        m = comparisons(counts, label)
+        holm = (f" once corrected for the {m} comparisons (Holm's correction, as the run report's: a pair of "
+                "runs of the same code then shows no faster or slower cell in at least 95 % of comparisons)")
+        shift = shifts.loc[label]
+        if pd.notna(shift["launch_shift_x"]):
+            out.append(shift_words(labels[0], label, shift, launches.loc[label]))
+            out.append(f"{label} against {labels[0]}, cell by cell against that common shift (each cell's "
+                       "ratio over the shift, its own 95 % interval and the shift's together, so a verdict "
+                       "says the cell differs from the rest of the run): " + count_words(counts.loc[label])
+                       + holm
+                       + "; each cell alone against the shift: " + count_words(alone.loc[label])
+                       + "; against no difference (the shift left in), each cell alone: "
+                       + count_words(raw.loc[label]) + ".")
+        else:
+            out.append(f"{label} against {labels[0]}, cell by cell with both sides' 95 % intervals: "
+                       + count_words(counts.loc[label]) + holm + "; each cell alone: "
+                       + count_words(raw.loc[label]) + " (faster or slower only when the whole interval of "
+                       f"the ratio is on one side of 1). With {int(shift['launch_shift_cells'])} cells with "
+                       f"an interval on both sides (fewer than {compare_shift.MIN_SHIFT_CELLS}) there is no "
+                       "shift common to all cells to estimate, so each cell is tested against no difference "
+                       "and a launch effect would show as cells that differ.")
+    return out
+
+
 def shift_words(label_a: str, label_b: str, shift: pd.Series, medians: pd.Series) -> str:
-    """The shift common to every cell (compare.launch_shift) in words, with what the runs' launches say of
-    it: whether it exceeds what their between-launch spread would give, where both ran several launches."""
+    """The shift common to every cell (compare_shift.launch_shift) in words, with what the runs' launches say
+    of it: whether it exceeds what their between-launch spread would give, where both ran several launches."""
     x, low, high = (shift[f"launch_shift{c}_x"] for c in ("", "_ci95_low", "_ci95_high"))
     way = "faster" if x >= 1 else "slower"
     text = (f"{label_b} is {abs(x - 1) * 100:.0f} % {way} than {label_a} across every cell: the shift common "
@@ -159,7 +178,7 @@ def shift_words(label_a: str, label_b: str, shift: pd.Series, medians: pd.Series
             f"{int(shift['launch_shift_cells'])} cells of the log throughput ratio, its interval that of a "
             "median from the cells' spread); a shift common to all cells cannot be told from a launch effect "
             "unless the runs have several launches each.")
-    spread = compare.launch_spread_pct(*(medians.get(f"{c}_{side}") for side in ("a", "b")
+    spread = compare_shift.launch_spread_pct(*(medians.get(f"{c}_{side}") for side in ("a", "b")
                                          for c in ("launches", "between_launch_cv_pct")))
     if spread is None:
         return text + " At least one of them timed each cell in one launch, so that cannot be said here."

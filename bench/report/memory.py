@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report import plots
+from bench.report.plots import canvas
 from bench.schema import MiB
 
 STATE_COLUMNS = ("param_bytes_per_rank", "grad_bytes_per_rank", "optimizer_state_bytes_per_rank")
@@ -71,12 +71,12 @@ def plot(table: pd.DataFrame, path: Path) -> Path | None:
     title = "throughput against peak memory per rank: up and left is better"
     subtitle = ("filled: measured peak_mem_mb · hollow: parameters + gradients + optimizer state the engine "
                 "should hold per rank · line: each engine's frontier")
-    fig, _, axes = plots._figure(title, subtitle, len(sizes))
-    names = plots._engines(table)
+    fig, _, axes = canvas.panel_figure(title, subtitle, len(sizes))
+    names = canvas.engine_order(table)
     for ax, n in zip(axes.flat, sizes):
         at = table[table["world_size"] == n]
         for engine in names:
-            g, color = at[at["engine"] == engine], plots._engine_color(engine)
+            g, color = at[at["engine"] == engine], canvas.engine_color(engine)
             for _, r in g.iterrows():
                 ax.plot([r["expected_state_mib_per_rank"], r["peak_mem_mb"]], [r["samples_per_s"]] * 2,
                         ":", color=color, lw=0.8)
@@ -85,6 +85,6 @@ def plot(table: pd.DataFrame, path: Path) -> Path | None:
             best = g[g["on_frontier"]].sort_values("peak_mem_mb")
             if len(best):
                 ax.step(best["peak_mem_mb"], best["samples_per_s"], where="post", color=color, lw=1.5)
-        ax.set(title=plots._ranks(n), xlabel="memory per rank (MiB)", ylabel=plots.THROUGHPUT)
-    handles = [plots._legend_line(e, plots._engine_color(e)) for e in names]
-    return plots._save(fig, path, handles)
+        ax.set(title=canvas.rank_words(n), xlabel="memory per rank (MiB)", ylabel=canvas.THROUGHPUT)
+    handles = [canvas.legend_line(e, canvas.engine_color(e)) for e in names]
+    return canvas.save(fig, path, handles)

@@ -1,8 +1,8 @@
 """The report of one run: index.html, summary.md, tables/*.csv and plots/*.png in reports/<run-id>/.
 
-Each section below is a function that takes the run's rows, asks tables.py for its DataFrame and plots.py
-for its figure, writes the table as CSV and says in a sentence what the numbers mean; `write_run_page`
-puts the sections in reading order.
+Each section below is a function that takes the run's rows, asks tables.py (or run_ledger.py) for its
+DataFrame and the plots/ package for its figure, writes the table as CSV and says in a sentence what the
+numbers mean; `write_run_page` puts the sections in reading order.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.envinfo import timing_warnings
-from bench.report import findings, memory, plots, tables, traces
+from bench.report import findings, memory, plots, run_ledger, tables, traces
 from bench.report.answer_section import answer_section
 from bench.report.environment import environment_table
 from bench.report.projection_section import projection_section
@@ -89,6 +89,14 @@ def _with_table(
     return sec.table(df, _csv(df, out_dir, name), summary=_outcomes(df))
 
 
+def _formula_section(title: str, anchor: str, *formulas: str) -> Section:
+    """A section (`anchor` its id) that opens with the paragraphs saying how its numbers are derived."""
+    sec = Section(title, anchor)
+    for text in formulas:
+        sec.para(text, "formula")
+    return sec
+
+
 def _outcomes(df: pd.DataFrame) -> str:
     """A collapsed table's one-line summary: how many of its rows have numbers."""
     if "status" not in df:
@@ -126,7 +134,7 @@ def environment_section(run: Run, out_dir: Path) -> Section:
 
 def not_measured_section(df: pd.DataFrame, out_dir: Path) -> Section:
     """Every cell whose status is not ok, with the reason the runner recorded."""
-    bad = tables.not_measured(df)
+    bad = run_ledger.not_measured(df)
     sec = Section("Cells without numbers", "not-measured")
     if not len(bad):
         return sec.para("Every cell finished with status ok.")
@@ -139,7 +147,7 @@ def not_measured_section(df: pd.DataFrame, out_dir: Path) -> Section:
 
 def raced_out_section(df: pd.DataFrame, out_dir: Path) -> Section:
     """The cells a racing search eliminated, when, and against which configuration (bench/race.py)."""
-    table = tables.raced_out(df)
+    table = run_ledger.raced_out(df)
     sec = Section("Raced out", "raced-out")
     sec.para(
         "A racing search (run.search) stepped each recipe's configurations side by side and stopped "
@@ -148,7 +156,7 @@ def raced_out_section(df: pd.DataFrame, out_dir: Path) -> Section:
         "Their step-time columns hold those rounds; no phase, compute-only, probe or memory pass ran, and "
         "bench advise ranks the survivors only. Cells not launched at a world size (their configuration "
         "raced out at a smaller one) carry that comparison.")
-    launches = tables.run_launches(df)
+    launches = run_ledger.run_launches(df)
     if partial_race_row("raced_out", launches):
         sec.para(f"The run timed its cells in {launches} launches: a raced-out cell's own rounds are those "
                  "of "
@@ -164,9 +172,9 @@ def anatomy_section(run: Run, out_dir: Path) -> Section:
     sec.para("The run's wall time by part (anatomy.json): per run, per launch and per cell, a phase its "
              "group ran side by side shared among the cells that entered it (a race's timed rounds by the "
              "rounds each stepped). `bench run --dry-run` prints the estimate by the same parts.")
-    sec.table(tables.anatomy_run_table(read_anatomy(run.path)), _csv(
-        tables.anatomy_run_table(read_anatomy(run.path)), out_dir, "anatomy"))
-    cells = tables.anatomy_cells_table(read_records(run.path))
+    parts = run_ledger.anatomy_run_table(read_anatomy(run.path))
+    sec.table(parts, _csv(parts, out_dir, "anatomy"))
+    cells = run_ledger.anatomy_cells_table(read_records(run.path))
     if len(cells):
         sec.table(cells, _csv(cells, out_dir, "anatomy_cells"), summary=f"{len(cells)} cells")
     return sec
@@ -186,22 +194,18 @@ def scaling_section(df: pd.DataFrame, scaling: str, table: pd.DataFrame, out_dir
 
 def engines_section(df: pd.DataFrame, out_dir: Path) -> Section:
     """Each engine against torch DDP on the same configuration."""
-    sec = Section("Engines against torch DDP", "engines")
-    sec.para(
+    sec = _formula_section(
+        "Engines against torch DDP", "engines",
         "delta % = (engine − torch) / torch × 100 on the same configuration: positive means slower "
         "(step time) or more memory. naive has no bucket size; it is set against torch at torch's "
         f"default {DEFAULT_BUCKET_MB:g} MiB buckets or, when the run has none, torch's fastest bucket size "
         "(torch_bucket_cap_mb says which). Exposed communication = p50 step − p50 compute-only step (ms).",
-        "formula",
-    )
-    sec.para(
         "Read speed_vs_torch first: measured side by side with torch DDP in the same rounds, it is the "
         "median over rounds of torch step / engine step (> 1: faster) with its 95 % interval, and "
         "verdict_vs_torch says faster or slower only when the whole interval is on one side of 1 (else "
         "within noise); verdict_holm is that verdict once the run's comparisons are corrected as a family "
         "(Holm: at most a 5 % chance of any false verdict in the run), the one the findings state. The "
         "deltas of medians beside it compare numbers read separately, without interval.",
-        "formula",
     )
     plot = plots.engines(df, out_dir / "plots" / "engines.png")
     empty = "No engine other than torch DDP was run, so there is nothing to compare against it."
@@ -229,11 +233,10 @@ def sweep_sections(df: pd.DataFrame, out_dir: Path) -> list[Section]:
 def phases_section(df: pd.DataFrame, out_dir: Path) -> Section:
     """Each cell's p50 step split into compute-only step and exposed communication."""
     phase = tables.phase_breakdown(df)
-    sec = Section("Phase breakdown", "phases")
-    sec.para(
+    sec = _formula_section(
+        "Phase breakdown", "phases",
         "p50 step = compute-only step (same cell, gradients not synchronised) + exposed communication. "
         "The plot shows one slice of the run (named under its title); the table every cell.",
-        "formula",
     )
     plot = plots.phases(phase, out_dir / "plots" / "phases.png")
     return _with_table(sec, phase, out_dir, "phases", plot, "No cells.")
@@ -242,12 +245,11 @@ def phases_section(df: pd.DataFrame, out_dir: Path) -> Section:
 def memory_section(df: pd.DataFrame, out_dir: Path) -> Section:
     """Throughput against peak memory per rank, per engine, with the state each engine should need."""
     table = memory.memory_table(df)
-    sec = Section("Memory trade-off", "memory")
-    sec.para(
+    sec = _formula_section(
+        "Memory trade-off", "memory",
         "peak_mem_mb: CUDA max_memory_allocated after a reset, the cell's trainer alone for a few steps; on "
         "CPU the process's peak RSS, which does not separate engines (docs/peers.md). Expected state: "
         "parameters + gradients + AdamW state per rank by the engine's layout (fsdp2 shards all three).",
-        "formula",
     )
     plot = memory.plot(table, out_dir / "plots" / "memory.png")
     return _with_table(sec, table, out_dir, "memory", plot, "No ok cell with a throughput and a peak.")
