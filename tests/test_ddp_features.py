@@ -440,7 +440,8 @@ def test_bad_arguments_are_named():
 
 
 def test_options_are_one_value_checked_in_one_place():
-    """The keywords are Options' fields; an Options value is checked when it is made, before any collective."""
+    """The keywords are Options' fields; an Options value is checked when it is made, before any
+    collective."""
     from ddp_core import Options
 
     with pytest.raises(ValueError, match="ring"):

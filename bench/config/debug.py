@@ -24,6 +24,8 @@ class DebugConfig:
     compute-only, phase, memory and profiled steps alike): a straggler whose peers wait for it in the
     step's first gradient collective (bench/analyze/waits.py measures that wait)."""
 
+    # the fault and the cells it hits: "hang@<s>", "crash@<s>", "oom@<s>", "skip@<s>" or "slow:<ms>@<s>"
+    # (above); "": none
     fault: str = ""
 
     def __post_init__(self):

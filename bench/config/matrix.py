@@ -35,28 +35,44 @@ def _default_engines() -> tuple[str, ...]:
 class _MatrixAxes:
     """The axes every engine has: each a list, the sweep is their cross product (see bench.matrix)."""
 
+    # the engines (bench/engines/ is their registry); default: those in the default sweep (not fsdp2)
     engine: tuple[str, ...] = field(default_factory=_default_engines)
-    world_size: tuple[int, ...] = (1, 2)
+    world_size: tuple[int, ...] = (1, 2)  # ranks of a cell (one GPU each on CUDA)
+    # the engine's gradient bucket cap in MiB (torch DDP's bucket_cap_mb; fsdp2 has no buckets)
     bucket_cap_mb: tuple[float, ...] = (DEFAULT_BUCKET_MB,)
+    # fp32; tf32 (fp32 with TF32 matmuls and convolutions); bf16 | fp16: autocast over fp32 parameters
+    # (fp16 with a GradScaler)
     precision: tuple[str, ...] = ("fp32",)
+    # what the gradients' all-reduce carries: none (their own fp32) | fp16 | bf16 (cast for the all-reduce
+    # and back); "fp32" is read as none
     comm_dtype: tuple[str, ...] = ("none",)
-    grad_accum: tuple[int, ...] = (1,)
+    grad_accum: tuple[int, ...] = (1,)  # micro-steps per optimizer step, all but the last under no_sync()
+    # strong | weak: the batch rule (workload.global_batch or workload.per_rank_batch: WorkloadConfig)
     scaling: tuple[str, ...] = ("strong",)
+
+    @staticmethod
+    def vocabulary() -> dict[str, tuple]:
+        """The values each key of the section may take, where it has a vocabulary (what __post_init__
+        checks and docs/reference.md lists)."""
+        return {"engine": _engine_names(), "precision": PRECISIONS,
+                "comm_dtype": COMM_DTYPES + tuple(COMM_DTYPE_ALIASES), "scaling": SCALINGS,
+                **{o.name: o.choices for o in ENGINE_OPTIONS if o.choices}}
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
             if not getattr(self, f.name):
                 fail(f"matrix.{f.name}", list(getattr(self, f.name)), "must list at least one value")
-        check_choices("matrix.engine", self.engine, _engine_names())
+        vocabulary = self.vocabulary()
+        check_choices("matrix.engine", self.engine, vocabulary["engine"])
         check_min("matrix.world_size", self.world_size, 1, maximum=MAX_WORLD_SIZE)
         check_min("matrix.bucket_cap_mb", self.bucket_cap_mb, 0, strict=True, maximum=MAX_BUCKET_MB)
-        check_choices("matrix.precision", self.precision, PRECISIONS)
-        check_choices("matrix.comm_dtype", self.comm_dtype, COMM_DTYPES + tuple(COMM_DTYPE_ALIASES))
+        check_choices("matrix.precision", self.precision, vocabulary["precision"])
+        check_choices("matrix.comm_dtype", self.comm_dtype, vocabulary["comm_dtype"])
         # aliases resolved here, once: everything after the config sees only COMM_DTYPES
         resolved = tuple(dict.fromkeys(COMM_DTYPE_ALIASES.get(c, c) for c in self.comm_dtype))
         object.__setattr__(self, "comm_dtype", resolved)
         check_min("matrix.grad_accum", self.grad_accum, 1, maximum=MAX_STEPS)
-        check_choices("matrix.scaling", self.scaling, SCALINGS)
+        check_choices("matrix.scaling", self.scaling, vocabulary["scaling"])
         for option in ENGINE_OPTIONS:
             key, values = f"matrix.{option.name}", getattr(self, option.name)
             if option.choices:
@@ -88,16 +104,17 @@ class _MatrixAxes:
 
 # The matrix section: the axes above, then one axis per engine option (bench.schema.ENGINE_OPTIONS: a new
 # option is a row there, not a field here), each a list whose first value is the engine's own default and
-# which is swept only for the engines that take it; then `options_cells`: glob patterns (fnmatch) over a
-# cell's id without its option words (`Cell.base_id`) — a cell that sets an engine option away from its
-# default, or of an engine outside the default sweep (fsdp2), is swept only where one matches; "*":
-# everywhere (a preset's slice of the options, default.toml); last `cells`: glob patterns over the whole
-# cell id, and only the cells one matches are swept ("*": all) — how a config names exact cells out of the
-# cross product (`bench advise` writes advice/best.toml: the advised configuration and its baseline).
+# which is swept only for the engines that take it; then options_cells, then cells.
 MatrixConfig = dataclasses.make_dataclass(
     "MatrixConfig",
     [*((o.name, tuple[o.kind, ...], field(default=(o.default,))) for o in ENGINE_OPTIONS),
+     # glob patterns (fnmatch) over a cell's id without its option words (`Cell.base_id`): a cell that sets
+     # an engine option away from its default, or of an engine outside the default sweep (fsdp2), is swept
+     # only where one matches; "*": everywhere (a preset's slice of the options, default.toml)
      ("options_cells", tuple[str, ...], field(default=("*",))),
+     # glob patterns over the whole cell id: only the cells one matches are swept ("*": all); how a config
+     # names exact cells out of the cross product (`bench advise` writes advice/best.toml: the advised
+     # configuration and its baseline)
      ("cells", tuple[str, ...], field(default=("*",)))],
     bases=(_MatrixAxes,), frozen=True)
 MatrixConfig.__module__ = __name__

@@ -14,17 +14,19 @@ class ProfileConfig:
     `cells`: glob patterns (fnmatch, case-sensitive) over cell ids; a cell is profiled when enabled and one
     of them matches its id (default "*": every cell)."""
 
-    enabled: bool = True
-    cells: tuple[str, ...] = ("*",)
-    skip_first: int = 1
-    wait: int = 0
-    warmup: int = 1
-    active: int = 2
-    repeat: int = 1
-    record_shapes: bool = False
-    profile_memory: bool = False
-    with_stack: bool = False
-    with_flops: bool = False
+    enabled: bool = True            # false: no cell is profiled
+    cells: tuple[str, ...] = ("*",)  # glob patterns over cell ids: the cells profiled (above)
+    # torch.profiler.schedule's: steps skipped first, then per cycle steps waited, warmed up (traced, thrown
+    # away) and recorded (active), the cycle run `repeat` times
+    skip_first: int = 1             # schedule: steps skipped before the first cycle
+    wait: int = 0                   # schedule: steps of a cycle not traced
+    warmup: int = 1                 # schedule: steps of a cycle traced but thrown away
+    active: int = 2                 # schedule: steps of a cycle recorded in the trace
+    repeat: int = 1                 # schedule: cycles
+    record_shapes: bool = False     # torch.profiler's: the operators' input shapes
+    profile_memory: bool = False    # torch.profiler's: tensor allocations and frees
+    with_stack: bool = False        # torch.profiler's: the Python stack of each operator
+    with_flops: bool = False        # torch.profiler's: FLOPs of matmuls and convolutions
 
     def __post_init__(self):
         for key in ("skip_first", "wait", "warmup"):

@@ -46,11 +46,13 @@ class RunConfig:
     # else at max_timed_steps rounds, or when the next doubling would take the group's timed rounds past
     # max_group_s seconds.
     target_ci_pct: float = 2.0
-    max_timed_steps: int = 320
+    max_timed_steps: int = 320      # the adaptive rounds' limit (rule above)
     max_group_s: float = 60.0       # per launch; what a group leaves unspent goes to the launch's next groups
     compute_only_steps: int = 10    # steps under no_sync() for exposed_comm_ms; 0: not measured
     phase_steps: int = 3            # instrumented steps for forward/backward/sync/optimizer times; 0: off
     probe_iters: int = 10           # timed all-reduces of the probe; 0: no probe
+    # torch's generators, seeded before each cell's model is built (the same weights for every engine);
+    # the launches' order
     seed: int = 1234
     threads_per_rank: int = 0       # 0: the CPUs this process may use // the node's ranks (at least 1)
     # CPU runs: each rank bound to its own threads_per_rank CPUs of the launcher's affinity mask (local rank
@@ -71,10 +73,15 @@ class RunConfig:
     # CPUs (bench/run/packing.py): auto | on | off; auto packs on CUDA only
     pack: str = "auto"
 
+    @staticmethod
+    def vocabulary() -> dict[str, tuple]:
+        """The values each key of the section may take, where it has a vocabulary (what __post_init__
+        checks and docs/reference.md lists)."""
+        return {"device": DEVICES, "search": SEARCHES, "pack": PACK_CHOICES}
+
     def __post_init__(self):
-        check_choices("run.device", [self.device], DEVICES)
-        check_choices("run.search", [self.search], SEARCHES)
-        check_choices("run.pack", [self.pack], PACK_CHOICES)
+        for key, choices in self.vocabulary().items():
+            check_choices(f"run.{key}", [getattr(self, key)], choices)
         check_min("run.warmup_steps", [self.warmup_steps], 2, maximum=MAX_STEPS)
         check_min("run.timed_steps", [self.timed_steps], 1, maximum=MAX_STEPS)
         check_min("run.repeats", [self.repeats], 1, maximum=MAX_STEPS)

@@ -18,7 +18,7 @@ from bench.config.workload import WorkloadConfig
 class BenchConfig:
     """One run: a description and its sections."""
 
-    description: str = ""
+    description: str = ""           # what the run is for, in a line (the report and compare show it)
     matrix: MatrixConfig = field(default_factory=MatrixConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     run: RunConfig = field(default_factory=RunConfig)

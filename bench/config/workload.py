@@ -13,15 +13,17 @@ class WorkloadConfig:
     summed over ranks) evenly over the ranks; weak scaling gives every rank `per_rank_batch` samples. Memory
     rule: a rank's micro-step above `micro_batch` samples runs as equal smaller forwards, accumulated."""
 
+    # a family of bench/workloads/registry.py (mlp | transformer | resnet), "hf:<local path>" (a Hugging
+    # Face checkpoint) or a user spec "path/to/file.py:Name" | "package.module:Name" (bench/workloads/user.py)
     model: str = "mlp"
-    model_size: str = "tiny"
-    task: str = "classification"
-    data: str = "synthetic"
-    seq_len: int | None = None
-    fixed_length: bool = True
-    image_size: int | None = None
-    global_batch: int = 16
-    per_rank_batch: int = 8
+    model_size: str = "tiny"        # the model's size within its family (e.g. "tiny", "360m")
+    task: str = "classification"    # sequence models: "classification" (MRPC pairs) | "lm" (causal LM)
+    data: str = "synthetic"         # "synthetic", or a local GLUE MRPC file (train.tsv, msr_paraphrase_*.txt)
+    seq_len: int | None = None      # sequence models: fixed length, or the maximum when lengths vary
+    fixed_length: bool = True       # sequence models: false draws MRPC-like lengths, padded per batch
+    image_size: int | None = None   # image models: square input side in pixels
+    global_batch: int = 16          # strong scaling: samples per micro-step summed over the ranks
+    per_rank_batch: int = 8         # weak scaling: samples per micro-step on every rank
     # the memory rule: the most samples a rank runs through one forward; a per-rank micro-step above it is
     # run as equal smaller ones, their gradients accumulated (bench.matrix.micro_splits). None: no limit
     micro_batch: int | None = None
