@@ -6,7 +6,7 @@ B ?=
 WHEELS ?=
 
 .PHONY: setup setup-dev setup-gpu-check test test-fast lint microbench bench report compare tensorboard clean \
-	gpu-check
+	gpu-check reference
 
 # `make <target> PYTHON=/path/to/python` installs into and runs with that interpreter (docs/gpu-node.md);
 # a PYTHON from the environment is not used (the line above overrides it). `WHEELS=dir`: install from that
@@ -67,6 +67,11 @@ tensorboard: setup
 
 clean:
 	python3 scripts/clean.py
+
+# docs/reference.md: the config keys, flags and result columns, generated from their owners (the config's
+# dataclasses, the commands' parsers, bench/schema.py); tests/test_reference_tables.py fails when it is stale
+reference: setup
+	$(PYTHON) scripts/reference_tables.py
 
 # The acceptance run on a GPU machine (docs/gpu-node.md "make gpu-check"): GPU tests, a short sweep, evidence
 # in gpu-check/summary.md; exits 2 without a CUDA device.

@@ -162,12 +162,41 @@ def backend_for(device: str) -> str:
     """The process-group backend a run on `device` ("cpu" | "cuda") uses."""
     return "nccl" if device == "cuda" else "gloo"
 
-# The contract's columns (docs/design.md), in order.
+# The contract's columns (docs/design.md), in order; each column's comment is its meaning in
+# docs/reference.md (scripts/reference_tables.py), as every EXTRA_COLUMNS one's.
 CONTRACT_COLUMNS = (
-    "cell_id", "status", "error", "engine", "model", "world_size", "bucket_cap_mb", "precision",
-    "comm_dtype", "grad_accum", "scaling", "per_rank_batch", "global_batch", "device", "backend",
-    "n_timed_steps", "step_time_ms_p50", "step_time_ms_p90", "samples_per_s", "compute_only_ms_p50",
-    "exposed_comm_ms", "peak_mem_mb", "allreduce_algbw_gbps", "allreduce_busbw_gbps", "trace_dir",
+    "cell_id",               # stable id of the configuration (bench.matrix.Cell.cell_id)
+    # ok | failed | timeout | oom | diverged (measured, but the ranks' parameters differ) | skipped |
+    # raced_out (a racing search stopped measuring it: its rounds so far and the race_* columns)
+    "status",
+    # why, for every status but ok: the exception's type and message first, then the traceback's tail
+    # (error_text), or the reason
+    "error",
+    "engine",                # the engine (bench/engines/): matrix.engine
+    "model",                 # the workload: workload.model
+    "world_size",            # ranks of the cell: matrix.world_size
+    "bucket_cap_mb",         # the engine's gradient bucket cap, MiB: matrix.bucket_cap_mb
+    "precision",             # fp32 | tf32 | bf16 | fp16: matrix.precision
+    "comm_dtype",            # what the gradients' all-reduce carried: none | fp16 | bf16 (COMM_DTYPES)
+    "grad_accum",            # micro-steps per optimizer step: matrix.grad_accum
+    "scaling",               # strong | weak: matrix.scaling, the batch rule
+    "per_rank_batch",        # samples per micro-step on each rank
+    "global_batch",          # samples per optimizer step, all ranks: per_rank_batch × world_size × grad_accum
+    "device",                # cpu | cuda
+    "backend",               # the process group's: gloo | nccl (backend_for)
+    "n_timed_steps",         # timed steps (rounds) the step-time figures are over
+    "step_time_ms_p50",      # median over the timed steps of a step's time (per step the slowest rank's), ms
+    "step_time_ms_p90",      # their 90th percentile
+    "samples_per_s",         # global_batch / the p50 step time
+    "compute_only_ms_p50",   # p50 of the compute-only steps (the engine's no_sync: no gradient collective)
+    "exposed_comm_ms",       # step p50 − compute-only p50: the communication the step did not hide
+    # peak allocated (CUDA: torch's max_memory_allocated) or peak RSS (CPU), MiB, max over ranks
+    "peak_mem_mb",
+    # the all-reduce probe's nccl-tests algorithm bandwidth at the largest bucket, GB/s (empty at world
+    # size 1: nothing crosses a link)
+    "allreduce_algbw_gbps",
+    "allreduce_busbw_gbps",  # its bus bandwidth, nccl-tests' busbw (0 at world size 1)
+    "trace_dir",             # traces/<cell_id>, relative to the run folder, when the cell was profiled
 )
 
 # Extra columns the runner adds (the contract allows more). Units are in the names.
@@ -176,17 +205,17 @@ EXTRA_COLUMNS = (
     # samples per rank in one forward: per_rank_batch, or its share when the memory rule
     # (workload.micro_batch) ran each micro-step as micro_splits smaller ones, accumulated (bench/matrix.py)
     "micro_batch",
-    "micro_splits",
+    "micro_splits",          # the smaller forwards each micro-step ran as (1: not split by the memory rule)
     "engine_options",        # the engine options set away from their defaults, as the cell id's words
                              # (bench.matrix.Cell.option_tags joined by " "; empty: every option at default)
     "seq_len",               # tokens per sample for sequence models; empty otherwise
     "n_params",              # trainable parameters
     "tokens_per_s",          # throughput in tokens; empty for non-sequence models
-    "step_time_ms_mean",
-    "step_time_ms_min",
-    "step_time_ms_std",
+    "step_time_ms_mean",     # the timed steps' mean time
+    "step_time_ms_min",      # their fastest
+    "step_time_ms_std",      # their standard deviation
     "step_time_ms_ci95_low",     # 95 % order-statistic interval of the median step time (bench.stats)
-    "step_time_ms_ci95_high",
+    "step_time_ms_ci95_high",    # that interval's upper end (step_time_ms_ci95_low: its lower end)
     "step_time_half_width_pct",  # that interval's half-width, % of the median: the precision achieved
     "stopped_by",                # why the timed rounds stopped: bench.stats.STOPPED_BY; empty: fixed count
     "launches",                  # separate launches that timed the cell (run.launches; bench/run/between.py)
@@ -194,10 +223,10 @@ EXTRA_COLUMNS = (
     "warmup_steps_detected",     # steps from the first found to be warm-up (bench.worker.steady); 0: none
     "outlier_steps",             # timed steps outside Tukey's fences (bench.worker.steady), counted and kept
     "exposed_comm_ms_ci95_low",  # 95 % interval of step p50 − compute-only p50
-    "exposed_comm_ms_ci95_high",
+    "exposed_comm_ms_ci95_high",  # its upper end
     "speed_vs_torch",            # median over rounds of torch step / this engine's step, same group (×)
-    "speed_vs_torch_ci95_low",
-    "speed_vs_torch_ci95_high",
+    "speed_vs_torch_ci95_low",   # its 95 % interval's lower end
+    "speed_vs_torch_ci95_high",  # and upper end
     "speed_vs_torch_half_width_pct",  # its interval's half-width, % of the ratio
     "speed_vs_torch_p",          # sign test's p-value of ratio = 1 (bench.stats.sign_test_p), for Holm
     "verdict_vs_torch",          # faster | slower | within noise (bench.stats.verdict); empty for torch
@@ -206,21 +235,21 @@ EXTRA_COLUMNS = (
     "rank_skew_ms_p50",
     "slowest_rank",              # the rank most often slowest in those rounds
     "forward_ms_p50",        # phase times where the engine allows (rank 0, p50 over timed steps)
-    "backward_ms_p50",
-    "sync_wait_ms_p50",
-    "optimizer_ms_p50",
+    "backward_ms_p50",       # backward, as forward_ms_p50
+    "sync_wait_ms_p50",      # the wait for the gradient sync after backward (ddp_core on CPU only), as above
+    "optimizer_ms_p50",      # the optimizer step, as forward_ms_p50
     "allreduce_bytes",       # message size the all-reduce probe used (largest bucket)
-    "n_buckets",
-    "final_loss",
-    "model_tflops_per_s",
-    "mfu",
+    "n_buckets",             # the engine's gradient buckets (the probe's count)
+    "final_loss",            # the loss of the cell's last step, mean over ranks
+    "model_tflops_per_s",    # the workload's model FLOPs per step / the p50 step time, TFLOP/s
+    "mfu",                   # model FLOPs utilisation: achieved model FLOP/s over all ranks' peak
     "matmul_fp32_precision",  # the cell's torch.backends.cuda.matmul.fp32_precision: ieee | tf32; CPU: empty
     "cudnn_fp32_precision",   # the cell's torch.backends.cudnn.conv.fp32_precision: ieee | tf32; CPU: empty
-    "threads_per_rank",
+    "threads_per_rank",      # the threads each rank ran with (run.threads_per_rank, or its CPUs' share)
     # launches of this world size running at once on disjoint GPUs (run.pack, bench/run/packing.py); 1: alone
     "packed_launches",
-    "gpu_name",
-    "hostname",
+    "gpu_name",              # the GPU's name (torch.cuda.get_device_name); CPU: empty
+    "hostname",              # the node rank 0 ran on
     "cell_wall_s",           # wall time of the whole cell on rank 0, warm-up and probes included
     "loss_scale",            # fp16: the GradScaler's scale at the end of the cell; empty otherwise
     "skipped_steps",         # fp16: optimizer steps skipped for inf/NaN gradients, whole cell, max over ranks
@@ -233,27 +262,30 @@ EXTRA_COLUMNS = (
     # the engine options (ENGINE_OPTIONS, each row's doc); empty where the option does not apply
     *ENGINE_OPTION_NAMES,
     "compile_s",             # seconds of the warm-up steps that compiled (never inside the timed steps)
-    # the parity gate (bench/worker/parity.py), every cell but plain torch DDP: at the same weights and batch,
-    # ‖g − g_ref‖ / ‖g_ref‖ of the synced gradient against the reference over all tensors and the gate's steps
+    # the parity gate (bench/worker/parity.py), every cell but plain torch DDP
     "lossy",                 # true: a lossy comm hook (PowerSGD): its error is reported, not judged
+    # at the same weights and batch, ‖g − g_ref‖ / ‖g_ref‖ of the synced gradient against the reference, over
+    # all tensors and the gate's steps
     "parity_grad_error",
     "parity_grad_bound",     # BOUND_FACTOR × torch DDP's own error at the precision (or the floor)
     "parity_ddp_error",      # torch DDP's own error at the cell's precision: what the bounds are made of
     "parity_tensor",         # the tensor nearest its bound (its name in the model), its error and bound
-    "parity_tensor_error",
-    "parity_tensor_bound",
+    "parity_tensor_error",   # that tensor's error
+    "parity_tensor_bound",   # and its bound
     "parity_gate_steps",     # the teacher-forced steps judged (parity.GATE_STEPS)
     "parity_gate_s",         # seconds of the gate for this cell (a configuration's first: its references)
     "parity_gate",           # gated cells: passed | diverged (bench/worker/parity.py)
     "param_bytes_per_rank",  # what the engine should hold per rank by its layout (bench/engines)
-    "grad_bytes_per_rank",
-    "optimizer_state_bytes_per_rank",
+    "grad_bytes_per_rank",   # the gradients it should hold per rank (a bucket copy included), by its layout
+    "optimizer_state_bytes_per_rank",  # AdamW's two moments it should hold per rank, by its layout
     # a raced_out row: the comparison that eliminated it (bench/race.py), all empty for other rows
     "race_against",          # the cell id of the configuration it was found slower than
     "race_slowdown",         # its step / that one's: median over their shared rounds (paired), else the
                              # ratio of the medians (unpaired); > 1: slower
-    "race_slowdown_low",     # that ratio's interval at the race's corrected level (race_level, one-sided:
-    "race_slowdown_high",    # its lower end above 1 is what eliminated it)
+    # that ratio's interval at the race's corrected level (race_level, one-sided): its lower end, above 1
+    # what eliminated it
+    "race_slowdown_low",
+    "race_slowdown_high",    # that interval's upper end
     "race_p",                # the one-sided test's p-value (paired: sign test; unpaired: bounds' separation)
     "race_level",            # the level the test had to meet: Holm's step of the look's α (bench/race.py)
     "race_round",            # the rounds both had run when it was eliminated (the look)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 import weakref
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -31,13 +32,15 @@ INIT_SYNCS = ("broadcast", "verify", "none")
 MiB = 1024 * 1024
 
 
-class DistributedDataParallel(nn.Module):
-    """Data parallelism over `process_group` (default: WORLD); see docs/design.md for the contract.
+@dataclass(frozen=True)
+class Options:
+    """The wrapper's options (torch DDP's names where torch has the option), checked here, in one place.
 
     strategy: "naive" | "bucketed" | "overlap" (module docstring). bucket_cap_mb / first_bucket_mb:
     bucket caps in MiB (`assign_buckets`). gradient_as_bucket_view: `.grad` is a view into its bucket
-    (no copy in or out). init_sync: "broadcast" parameters and buffers from rank 0, "verify" they
-    already agree (ValueError naming the first that differs), or "none". comm_dtype: float16/bfloat16
+    (no copy in or out). broadcast_buffers: buffers broadcast from rank 0 before a forward that follows a
+    synchronising one (torch's rule). init_sync: "broadcast" parameters and buffers from rank 0, "verify"
+    they already agree (ValueError naming the first that differs), or "none". comm_dtype: float16/bfloat16
     all-reduce, gradients divided by the world size before the cast. find_unused_parameters: walk the
     autograd graph after forward; unused parameters count as ready with their local gradient (zeros
     if None); one no rank used keeps its .grad as it was (None stays None), as torch DDP.
@@ -45,37 +48,50 @@ class DistributedDataParallel(nn.Module):
     gradients are copied into a bucket with one foreach call and divided with one division when it is
     complete, instead of one fused copy-and-multiply per parameter — fewer calls per parameter (host
     time), one more pass over the bucket's memory.
+    """
+
+    strategy: str = "overlap"
+    bucket_cap_mb: float = 25.0
+    first_bucket_mb: float | None = None
+    gradient_as_bucket_view: bool = False
+    broadcast_buffers: bool = True
+    init_sync: str = "broadcast"
+    comm_dtype: torch.dtype | None = None
+    find_unused_parameters: bool = False
+    batched_grad_copy: bool = False
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy={self.strategy!r} is not one of {STRATEGIES}")
+        if self.init_sync not in INIT_SYNCS:
+            raise ValueError(f"init_sync={self.init_sync!r} is not one of {INIT_SYNCS}")
+        if self.comm_dtype not in (None, torch.float16, torch.bfloat16):
+            raise ValueError(f"comm_dtype={self.comm_dtype!r} must be None, torch.float16 or torch.bfloat16")
+
+
+class DistributedDataParallel(nn.Module):
+    """Data parallelism over `process_group` (default: WORLD); see docs/design.md for the contract.
+
+    The options are `Options`' fields, given as keywords as to torch's DDP
+    (`DistributedDataParallel(module, strategy="bucketed", bucket_cap_mb=25)`) or as one `Options` value
+    (keywords beside it replace its fields); `self.options` holds them.
 
     `last_sync_wait_ms` is host time (time.perf_counter) the end-of-backward callback spent reducing
     or waiting; on CUDA it is the time to *enqueue* that work, not device time (no sync is added).
     """
 
-    def __init__(
-        self,
-        module: nn.Module,
-        strategy: str = "overlap",
-        bucket_cap_mb: float = 25.0,
-        first_bucket_mb: float | None = None,
-        gradient_as_bucket_view: bool = False,
-        broadcast_buffers: bool = True,
-        init_sync: str = "broadcast",
-        comm_dtype: torch.dtype | None = None,
-        find_unused_parameters: bool = False,
-        process_group=None,
-        batched_grad_copy: bool = False,
-    ):
+    def __init__(self, module: nn.Module, options: Options | None = None, *, process_group=None, **keywords):
         super().__init__()
-        if strategy not in STRATEGIES:
-            raise ValueError(f"strategy={strategy!r} is not one of {STRATEGIES}")
-        if init_sync not in INIT_SYNCS:
-            raise ValueError(f"init_sync={init_sync!r} is not one of {INIT_SYNCS}")
-        if comm_dtype not in (None, torch.float16, torch.bfloat16):
-            raise ValueError(f"comm_dtype={comm_dtype!r} must be None, torch.float16 or torch.bfloat16")
-        self.module = module
-        self.strategy, self.comm_dtype = strategy, comm_dtype
-        self._launch_early = strategy == "overlap"
-        self.gradient_as_bucket_view, self.batched_grad_copy = gradient_as_bucket_view, batched_grad_copy
-        self.broadcast_buffers, self.find_unused_parameters = broadcast_buffers, find_unused_parameters
+        if options is not None and not isinstance(options, Options):
+            raise TypeError(f"options={options!r}: an Options value; give the others as keywords")
+        opts = replace(options, **keywords) if options is not None else Options(**keywords)
+        self.module, self.options = module, opts
+        self.strategy, self.comm_dtype = opts.strategy, opts.comm_dtype
+        self._launch_early = opts.strategy == "overlap"
+        self.gradient_as_bucket_view = opts.gradient_as_bucket_view
+        self.batched_grad_copy = opts.batched_grad_copy
+        self.broadcast_buffers = opts.broadcast_buffers
+        self.find_unused_parameters = opts.find_unused_parameters
         self.process_group = process_group if process_group is not None else dist.group.WORLD
         self.world_size = dist.get_world_size(self.process_group)
         self.require_backward_grad_sync = True
@@ -91,19 +107,20 @@ class DistributedDataParallel(nn.Module):
         self._buffers_list = list(module.buffers())
 
         state = [p for _, p in named] + self._buffers_list
-        if init_sync == "broadcast" and state:
+        if opts.init_sync == "broadcast" and state:
             broadcast_from_rank0([t.data for t in state], self.process_group)
-        elif init_sync == "verify":
+        elif opts.init_sync == "verify":
             verify_same_as_rank0([(n, p.data) for n, p in named], self.process_group)
 
         self._buffer_sync = BufferBroadcast(self._buffers_list, self.process_group)
-        self._bucket_caps_mb = (bucket_cap_mb, first_bucket_mb)
+        self._bucket_caps_mb = (opts.bucket_cap_mb, opts.first_bucket_mb)
         self._build_buckets(list(reversed(range(len(self._named_params)))))
         # torch's reducer rebuilds its buckets once, in the order gradients became ready in the first synced
         # backward (should_rebuild_buckets: not with find_unused_parameters; only at world size > 1): a model
         # whose modules are registered in another order than they run would otherwise fill its first
         # bucket last and overlap nothing. Until then the hooks record that order.
-        self._rebuild_pending = strategy != "naive" and not find_unused_parameters and self.world_size > 1
+        self._rebuild_pending = (opts.strategy != "naive" and not opts.find_unused_parameters
+                                 and self.world_size > 1)
         self._ready_order: list[int] | None = None
         self._sync_this_backward = False  # decided at forward, like torch's prepare_for_backward
         self._backward = _BackwardState(len(self._named_params))

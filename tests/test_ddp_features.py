@@ -439,6 +439,19 @@ def test_bad_arguments_are_named():
             DistributedDataParallel(nn.Linear(2, 2), **kwargs)
 
 
+def test_options_are_one_value_checked_in_one_place():
+    """The keywords are Options' fields; an Options value is checked when it is made, before any
+    collective."""
+    from ddp_core import Options
+
+    with pytest.raises(ValueError, match="ring"):
+        Options(strategy="ring")
+    with pytest.raises(TypeError, match="Options value"):
+        DistributedDataParallel(nn.Linear(2, 2), "bucketed")  # a strategy given by position is refused
+    with pytest.raises(ValueError, match="maybe"):  # keywords beside an Options value are checked too
+        DistributedDataParallel(nn.Linear(2, 2), Options(strategy="naive"), init_sync="maybe")
+
+
 def fail_on_rank_one(rank, world_size):
     if rank == 1:
         raise ValueError("rank one broke")
