@@ -10,7 +10,7 @@ test's dual): [x_(k), x_(n−k+1)] of the sorted samples, with the largest k for
 2·P(Binomial(n, ½) ≤ k−1) ≤ 5 %. Its coverage is at least 95 % for any continuous distribution of
 independent samples, at every n ≥ MIN_SAMPLES; below that no 95 % interval exists and none is given. It
 replaced the percentile bootstrap, which under-covers at small n: on tests/synthetic_steps.py's A/A pair
-it said "faster"/"slower" in 5.6-6.4 % of comparisons at 5-20 rounds (docs/design.md, "Uncertainty").
+it said "faster"/"slower" in 5.6-6.4 % of comparisons at 5-20 rounds (docs/notes.md "Uncertainty").
 Steps are the units of a cell's interval; rounds (one step of each engine, side by side) are the units of
 a paired ratio, which keeps the pairing that cancels noise lasting a round.
 

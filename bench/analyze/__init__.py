@@ -2,7 +2,7 @@
 
 load (one trace file → columns) → classify (kernel and event classes) → steps (profiler-step windows)
 → gpu / cpu (one window's breakdown) → summary (trace_summary.csv rows) and timeline
-(bucket_timeline.csv rows) → tables (the report's DataFrames). Definitions: docs/design.md, "bench analyze".
+(bucket_timeline.csv rows) → tables (the report's DataFrames). Definitions: docs/analysis.md.
 Reads JSON and CSV only: nothing here imports torch.
 
 The function under the command: `bench.analyze.run(path, out=None) -> Analysis` (api.py).

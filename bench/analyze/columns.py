@@ -1,7 +1,7 @@
 """The output files' columns, in order: the contract readers (report, projection) rely on.
 
 trace_summary.csv: one row per (trace file, profiler step) and one `step = all` row per file.
-bucket_timeline.csv: one row per gradient-bucket all-reduce in a profiled step (docs/design.md).
+bucket_timeline.csv: one row per gradient-bucket all-reduce in a profiled step (docs/analysis.md).
 Empty (NaN) where not measurable, never 0.
 """
 
@@ -28,7 +28,7 @@ BUCKET_TIMELINE_COLUMNS = (
 )
 
 # witnesses.csv (a run folder only): per profiled cell, the two witnesses of exposed communication per step,
-# their 95 % intervals / ranges and the engine's sync overhead they are corrected for (docs/design.md).
+# their 95 % intervals / ranges and the engine's sync overhead they are corrected for (docs/analysis.md).
 WITNESS_COLUMNS = (
     "cell_id", "world_size", "timer_exposed_comm_ms", "trace_exposed_comm_ms", "sync_overhead_ms", "disagree",
     "timer_exposed_comm_ms_low", "timer_exposed_comm_ms_high", "trace_exposed_comm_ms_low",

@@ -1,4 +1,4 @@
-"""One window's breakdown on a CPU (gloo) trace (definitions: docs/design.md, "bench analyze", "CPU").
+"""One window's breakdown on a CPU (gloo) trace (definitions: docs/analysis.md, "CPU (gloo)").
 
 There are no kernels. gloo runs each collective on a background thread and records it there
 (`gloo:all_reduce`, `gloo:barrier`, …): communication = the union of those intervals. compute = the main

@@ -1,5 +1,5 @@
 """Why did B differ from A: two runs' traces of the same configuration, side by side (pure functions of
-trace_summary.csv and kernel_classes.csv; definitions: docs/design.md, "bench compare with traces").
+trace_summary.csv and kernel_classes.csv; definitions: docs/analysis.md).
 
 - profile: per configuration, the mean profiled step of one run (step, compute, exposed communication,
   memory, idle, host; ms per step per rank) and its time per kernel class (ms per step per rank).

@@ -1,4 +1,4 @@
-"""One window's breakdown on a GPU trace (definitions: docs/design.md, "bench analyze", "GPU").
+"""One window's breakdown on a GPU trace (definitions: docs/analysis.md, "GPU (cuda, rocm)").
 
 Breakdown (HolisticTraceAnalysis's definitions): the window's GPU activity is every kernel, memcpy and
 memset *launched* from inside it (the runtime call with the same `correlation` started in the window). The

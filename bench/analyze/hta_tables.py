@@ -1,5 +1,5 @@
 """The report's per-cell summaries of idle_breakdown.csv, launch_stats.csv and stragglers.csv (pure functions,
-DataFrames in and out; definitions: docs/design.md, "bench analyze").
+DataFrames in and out; definitions: docs/analysis.md).
 
 Each averages the profiled-step rows (not `all`), so a cell's figure is "per step", like the breakdown.
 """

@@ -1,5 +1,5 @@
-"""Idle-time breakdown per stream (HolisticTraceAnalysis's get_idle_time_breakdown; docs/design.md, "bench
-analyze", idle_breakdown.csv).
+"""Idle-time breakdown per stream (HolisticTraceAnalysis's get_idle_time_breakdown; docs/analysis.md,
+"idle_breakdown.csv").
 
 On each stream, the GPU events (kernels, memcpy, memset; not CUPTI's sync records) of the `all` window
 (HTA's filtered trace) in start order; the gap before each event is idle time on that stream, of one kind:

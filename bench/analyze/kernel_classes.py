@@ -1,5 +1,5 @@
 """Kernel classes (GEMM, attention, elementwise, NCCL, memcpy, …): the one name → class table, and each
-trace file's time per class (kernel_classes.csv; definitions: docs/design.md, "kernel_classes.csv").
+trace file's time per class (kernel_classes.csv; definitions: docs/analysis.md, "kernel_classes.csv").
 
 A GPU event's class is the first row of CLASSES whose pattern finds its name (re.search, ignoring case);
 memory and communication come first and are HTA's own classes (classify.gpu_class), so that this table

@@ -1,4 +1,4 @@
-"""Kernel launch statistics and launch-bound steps (docs/design.md, "bench analyze", launch_stats.csv).
+"""Kernel launch statistics and launch-bound steps (docs/analysis.md, "launch_stats.csv").
 
 Per launched GPU event, HolisticTraceAnalysis's get_cuda_kernel_launch_stats: the runtime call that launched
 it (cudaLaunchKernel, cudaLaunchKernelExC, cudaMemcpyAsync, cudaMemsetAsync; HIP's equivalents too, which

@@ -1,4 +1,4 @@
-"""Stragglers from the aligned collectives (docs/design.md, "bench analyze", stragglers.csv): per step, the
+"""Stragglers from the aligned collectives (docs/analysis.md, "stragglers.csv"): per step, the
 rank the others waited for (bench/analyze/waits.py aligns each collective across the ranks' traces and puts
 them on one clock; raw clocks are never compared).
 """

@@ -10,7 +10,7 @@
   for which rank (stragglers.csv).
 - seeds_table: per cell, the seeds' table (GPU util, SM efficiency, occupancy, CPU exec, kernels,
   communication, all-reduce share) from the traces.
-Definitions: docs/design.md, "bench analyze".
+Definitions: docs/analysis.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Why a collective is slow: each rank's time in it split into waiting for the last rank and moving bytes,
-by aligning the same collective across the ranks' traces (definitions: docs/design.md, "collective_wait.csv").
+by aligning the same collective across the ranks' traces (docs/analysis.md, "collective_wait.csv").
 
 A collective cannot complete anywhere before every rank of the group has joined it. So for one collective,
 on a common clock, with s_r and e_r rank r's start and end and L = max_r s_r the last rank's start:

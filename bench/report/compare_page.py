@@ -233,7 +233,7 @@ def traces_section(label_a: str, traced: list[tuple[str, pd.DataFrame, pd.DataFr
     sec.para(
         "From each run's traces (trace_summary.csv and kernel_classes.csv of bench analyze): ms per profiled "
         "step and rank, mean over steps and ranks; step = the ProfilerStep's length on the host, host = its "
-        "CPU exec time; kernel classes by name (docs/design.md, kernel_classes.csv), Σ kernel time per "
+        "CPU exec time; kernel classes by name (docs/analysis.md, kernel_classes.csv), Σ kernel time per "
         "step. change = b − a; ratio = b / a; 'fell/rose N×' gives the larger over the smaller.",
         "formula",
     )

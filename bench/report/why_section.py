@@ -84,7 +84,7 @@ def _witnesses(sec: Section, run_dir: Path, out_dir: Path) -> Section:
              "not compared, or which side is above): "
              f"{len(disagree)} of {judged} cells ({len(ones)} at world size 1)"
              + (f": {', '.join(disagree['cell_id'].head(5))}{', …' if len(disagree) > 5 else ''}"
-                if len(disagree) else "") + ". Definitions: docs/design.md, Two witnesses.", "formula")
+                if len(disagree) else "") + ". Definitions: docs/analysis.md, Two witnesses.", "formula")
     write_csv(witnesses, out_dir / "tables" / "why_two_witnesses.csv")
     return sec.table(witnesses, "tables/why_two_witnesses.csv")
 
@@ -111,7 +111,7 @@ def why_section(run_dir: Path, results: pd.DataFrame, out_dir: Path) -> Section:
     sec.para("From the profiled steps (never the timed ones): compute alone, communication not hidden behind "
              "compute (exposed), communication overlapped with compute (hidden), memory copies, and idle or "
              "CPU-bound time; they add up to the step's span. overlap_pct = hidden / all communication "
-             "(HolisticTraceAnalysis' definition). Definitions: docs/design.md, bench analyze.", "formula")
+             "(HolisticTraceAnalysis' definition). Definitions: docs/analysis.md.", "formula")
     figure = breakdown_figure(table, out_dir / "plots" / "why_breakdown.png")
     if figure is not None:
         sec.image(figure.relative_to(out_dir).as_posix(), "breakdown of a profiled step")

@@ -117,7 +117,7 @@ def add_wait_views(sec: Section, run_dir: Path, summary: pd.DataFrame, results: 
     table = table.sort_values("wait_share_pct", ascending=False, na_position="last", ignore_index=True)
     sec.para("Why communication is exposed, across ranks: each collective aligned on every rank of the "
              "cell (one clock), split into waiting (until the last rank started it) and transfer (the rest). "
-             "Per cell, mean per profiled step and rank, barriers left out. Definitions: docs/design.md, "
+             "Per cell, mean per profiled step and rank, barriers left out. Definitions: docs/analysis.md, "
              "collective_wait.csv.", "formula")
     sec.bullets([sentence(r) for r in table.itertuples()])
     write_csv(table, out_dir / "tables" / "why_waits.csv")
