@@ -39,7 +39,7 @@ from bench.schema import (
     ERROR_TAIL_LINES,
     PASSES,
     RACE_COLUMNS,
-    REPEAT_PASSES,
+    Passes,
     TRACE_GLOB,
     error_text,
     search,
@@ -205,7 +205,7 @@ class Sweep:
     def record(self, cell: Cell, launch: Launch, status: str, error: str | None, row: dict | None = None,
                nccl_transport: str | None = None) -> None:
         t0 = time.perf_counter()
-        record = self.records.outcome(cell, launch.repeat, launch.full, status, error, row, nccl_transport)
+        record = self.records.outcome(cell, launch.repeat, launch.passes, status, error, row, nccl_transport)
         schema.anatomy_add(self.anatomy, "writing", time.perf_counter() - t0)
         self.finish(record)
 
@@ -332,13 +332,13 @@ class Launch:
         self.sweep, self.config, self.ws, self.k = sweep, sweep.config, ws, k
         self.slot = slot  # its GPUs and CPUs when packed (bench/run/packing.py)
         self.carried_s = carried_s  # the timed-rounds budget it starts with, then what its groups left
-        # repeat 0 of a world size is its full launch: every phase and the profiled passes; the others
-        # time the steps only (run.launches)
-        self.repeat, self.full = repeat, repeat == 0
+        # repeat 0 of a world size runs every pass, the profiled ones too; the others time the steps only
+        # (run.launches): its Passes say which
+        self.repeat, self.passes = repeat, Passes.of_repeat(repeat)
         self.logs = sweep.run_dir / run_folder.LOGS
         self.pending = list(pending)
         self.remaining = {c.cell_id: c for c in pending}
-        self.to_profile = carried + (sweep.profile_list(pending) if self.full else [])
+        self.to_profile = carried + (sweep.profile_list(pending) if self.passes.profiles else [])
         self.untraced = {c.cell_id: c for c in self.to_profile}  # profiled pass still to come
         self.reader = EventReader(self.logs / run_folder.launch_file(k, "events.jsonl"))
         self.worker_pgids: set[int] = set()
@@ -361,7 +361,7 @@ class Launch:
     def command(self) -> list[str]:
         plan_path = self.logs / run_folder.launch_file(self.k, run_folder.PLAN)
         write_plan(plan_path, self.config, self.sweep.run_dir, self.pending, launcher_pid=os.getpid(),
-                   profile=self.to_profile, passes=PASSES if self.full else REPEAT_PASSES,
+                   profile=self.to_profile, passes=self.passes,
                    carried_s=self.carried_s, slot=self.slot)
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                 str(self.ws), "-m", "bench.worker", "--plan", str(plan_path.resolve()),
@@ -508,10 +508,10 @@ class Launch:
             folder = self.sweep.run_dir / run_folder.TRACES / cell_id
             for path in folder.glob(TRACE_GLOB) if folder.is_dir() else ():
                 path.unlink(missing_ok=True)
-        full = next((n for n in FULL_DISK if f"[Errno {n}]" in (why[0] if why else "")), None)
-        if full is not None:
+        refused = next((n for n in FULL_DISK if f"[Errno {n}]" in (why[0] if why else "")), None)
+        if refused is not None:
             where = self.sweep.run_dir / run_folder.TRACES / ev["cell_ids"][0]
-            raise OSError(full, os.strerror(full), str(where))
+            raise OSError(refused, os.strerror(refused), str(where))
 
     def traced(self, cell_id: str, trace_dir: str, profile_s: float | None = None) -> None:
         """Complete a recorded cell with its traces (and its profiled pass's seconds): a new line for it in
@@ -608,7 +608,7 @@ class Launch:
 
 
 def write_plan(path: Path, config: BenchConfig, run_dir: Path, cells: list[Cell], launcher_pid: int | None,
-               profile: list[Cell], passes: tuple[str, ...] = PASSES, carried_s: float = 0.0,
+               profile: list[Cell], passes: Passes = PASSES, carried_s: float = 0.0,
                slot: Slot = ALONE, slots: dict[int, list[list[str]]] | None = None) -> None:
     """The worker's input: resolved config, the cells to time, the cells to profile after them, the
     launcher to watch for (None: the user's own torchrun/srun), the passes the launch runs (bench.schema
