@@ -18,7 +18,7 @@ from bench.config import ConfigError, load_config
 from bench.matrix import expand
 from bench.run import between, merge, results
 from bench.run.folder import launches_complete
-from bench.run.launch import launch_schedule
+from bench.run.schedule import launch_order
 from bench.run_folder import launch_file, read_records
 from bench.schema import PASSES, REPEAT_PASSES, Passes
 
@@ -26,12 +26,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_the_launch_order_is_shuffled_with_the_seed():
-    one = launch_schedule([1, 2], 1, 1234)
+    one = launch_order([1, 2], 1, 1234)
     assert one == [(1, 0), (2, 0)]  # one launch each: world sizes in order, as before
-    three = launch_schedule([1, 2], 3, 1234)
+    three = launch_order([1, 2], 3, 1234)
     assert sorted(three) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
-    assert three == launch_schedule([1, 2], 3, 1234) and three != sorted(three)
-    assert any(launch_schedule([1, 2], 3, seed) != three for seed in range(5))
+    assert three == launch_order([1, 2], 3, 1234) and three != sorted(three)
+    assert any(launch_order([1, 2], 3, seed) != three for seed in range(5))
 
 
 def test_config_checks_launches_and_the_straggler_fault():
@@ -93,8 +93,9 @@ def test_a_merged_rows_step_compute_only_and_exposed_communication_come_from_the
     co_a, co_b = [3.0, 4.0, 4.0, 4.0, 5.0, 5.0], [5.0, 6.0, 6.0, 6.0, 7.0, 7.0]
     e0, l0 = merge.launch_entry(0, PASSES, "ok", None, _row(a, compute_only_ms_p50=4.0, exposed_comm_ms=6.0,
                                                           compute_only_ms_per_rank=[co_a]), None)
-    e1, l1 = merge.launch_entry(3, REPEAT_PASSES, "ok", None, _row(b, compute_only_ms_p50=6.0, exposed_comm_ms=6.0,
-                                                           compute_only_ms_per_rank=[co_b]), None)
+    e1, l1 = merge.launch_entry(3, REPEAT_PASSES, "ok", None,
+                                _row(b, compute_only_ms_p50=6.0, exposed_comm_ms=6.0,
+                                     compute_only_ms_per_rank=[co_b]), None)
     row = merge.merged_row([e0, e1], {k: l0[k] + l1[k] for k in merge.LISTS}, 8, None)
     assert row["compute_only_ms_p50"] == pytest.approx(math.sqrt(24))
     assert row["exposed_comm_ms"] == pytest.approx(math.sqrt(120) - math.sqrt(24))
@@ -140,8 +141,8 @@ def test_the_progress_bar_drops_the_launches_an_ended_cell_will_not_run(tmp_path
     import os
     from types import SimpleNamespace
 
-    from bench.run.launch import Sweep
     from bench.run.progress import Progress
+    from bench.run.sweep import Sweep
 
     config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.grad_accum=1", "matrix.scaling=strong",
                                        "matrix.engine=torch,overlap", "run.launches=3"])
@@ -408,7 +409,8 @@ def test_the_passes_a_launch_ran_are_kept_and_an_older_folders_flag_still_read()
     entry, _ = merge.launch_entry(2, REPEAT_PASSES, "ok", None, {"step_time_ms_p50": 1.0}, None)
     assert entry["passes"] == ["timed", "parity", "compute_only"] and merge.passes_of(entry) == REPEAT_PASSES
     assert merge.passes_of({"full": True}) == PASSES and merge.passes_of({"full": False}) == REPEAT_PASSES
-    old = [{"status": "failed", "full": True}, {"status": "ok", "full": False}, {"status": "ok", "full": True}]
+    old = [{"status": "failed", "full": True}, {"status": "ok", "full": False},
+           {"status": "ok", "full": True}]
     assert merge.base_entry(old) is old[2] and merge.base_entry(old[:2]) is old[1]
     assert PASSES.profiles and not REPEAT_PASSES.profiles and frozenset(REPEAT_PASSES) == set(entry["passes"])
     assert Passes.of_repeat(0) == PASSES and Passes.of_repeat(3) == REPEAT_PASSES

@@ -3,22 +3,22 @@ pooled, and the step-time columns recomputed over the launches with the two-leve
 (bench/run/between.py), moderated over the cells of the same world size (the family measured in the same
 launches).
 
-A record's `launch_rows` holds one entry per launch that ran the cell, in the order they ran:
-{launch, passes, status, error, n_steps, n_warmup, n_ratios, nccl_transport, row}, where `row` is that launch's
+A record's `launch_rows` holds one entry per launch that ran the cell, in the order they ran: {launch,
+passes, status, error, n_steps, n_warmup, n_ratios, nccl_transport, row}, where `row` is that launch's
 measured row without its lists; the lists (`step_times_ms`, `warmup_times_ms`, `speed_vs_torch_ratios`) are
 the record's own, the launches' concatenated in that order (n_* say where each launch's part ends), and
 `passes` the names of the passes that launch ran (bench.schema.Passes; a folder written before it kept a
 `full` boolean instead, still read: `passes_of`).
 
 The merged row: the first launch of a world size (the one whose Passes gives every column: it also ran the
-phase, probe and memory passes and the profiler) gives every column the others do not measure; over the launches
-that measured the cell come the step time (exp of the mean of the launches' log medians) and its interval,
-`between_launch_cv_pct`, `launches`, throughputs at that step time, p90/mean/min/std over the pooled steps,
-the pooled speed_vs_torch (its rounds are pairs in every launch), the compute-only time the same way as the
-step (every launch runs its compute-only rounds) and exposed communication as their difference, so step,
-compute-only and exposed communication come from the same launches and add up, the longest warm-up found,
-the outlier steps summed, and the wall times summed. A launch that failed ends the cell: its status and
-error (naming the launch) are the cell's, the launches before it stay in `launch_rows`. A racing search's
+phase, probe and memory passes and the profiler) gives every column the others do not measure; over the
+launches that measured the cell come the step time (exp of the mean of the launches' log medians) and its
+interval, `between_launch_cv_pct`, `launches`, throughputs at that step time, p90/mean/min/std over the pooled
+steps, the pooled speed_vs_torch (its rounds are pairs in every launch), the compute-only time the same way as
+the step (every launch runs its compute-only rounds) and exposed communication as their difference, so step,
+compute-only and exposed communication come from the same launches and add up, the longest warm-up found, the
+outlier steps summed, and the wall times summed. A launch that failed ends the cell: its status and error
+(naming the launch) are the cell's, the launches before it stay in `launch_rows`. A racing search's
 elimination (raced_out) ends the cell the same way, its row the rounds of the launch that eliminated it.
 """
 
