@@ -1,4 +1,5 @@
-"""The launcher: one torchrun launch per world size, a watchdog per cell, relaunch after a fault.
+"""One torchrun launch of a sweep (bench/run/sweep.py runs them), a watchdog per cell, relaunch after a
+fault.
 
 Each launch runs `python -m torch.distributed.run --standalone --nproc-per-node N -m bench.worker --plan
 logs/launch-<k>.plan.json --events logs/launch-<k>.events.jsonl` in its own process session. The launcher
@@ -21,7 +22,6 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from bench import run_folder, schema
 from bench.config import usable_cpus
@@ -34,9 +34,6 @@ from bench.run.plan_file import LaunchWork, write_plan
 from bench.schema import TRACE_GLOB, Passes
 from bench.worker import hangs
 from bench.worker.events import EventReader
-
-if TYPE_CHECKING:
-    from bench.run.sweep import Sweep
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)  # a rank's write failing for these stops the sweep
 
@@ -51,9 +48,11 @@ def launch_env(device: str, threads: int) -> dict[str, str]:
 
 class Launch:
     """One torchrun launch over the pending cells of one world size: start it, follow its events, stop it
-    when a group stops making progress, and say which cells are still to run when it ends."""
+    when a group stops making progress, and say which cells are still to run when it ends. `sweep`: the
+    Sweep that runs it (bench/run/sweep.py; not annotated: that module imports this one), whose config,
+    run folder, progress line and records it writes to."""
 
-    def __init__(self, sweep: Sweep, ws: int, pending: list[Cell], carried: list[Cell], k: int,
+    def __init__(self, sweep, ws: int, pending: list[Cell], carried: list[Cell], k: int,
                  repeat: int = 0, slot: Slot = ALONE, carried_s: float = 0.0):
         self.sweep, self.config, self.ws, self.k = sweep, sweep.config, ws, k
         self.slot = slot  # its GPUs and CPUs when packed (bench/run/packing.py)
