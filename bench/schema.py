@@ -67,7 +67,7 @@ class Passes:
 
     @staticmethod
     def of_repeat(repeat: int) -> Passes:
-        """A world size's launch `repeat` of run.launches: the first (0) every pass, the others the repeats'."""
+        """A world size's launch `repeat` of run.launches: the first (0) PASSES, the others REPEAT_PASSES."""
         return PASSES if repeat == 0 else REPEAT_PASSES
 
 
