@@ -38,11 +38,41 @@ SEARCH_TABLE = (
 SEARCHES = tuple(s.name for s in SEARCH_TABLE)   # run.search's vocabulary
 # run.pack's vocabulary (bench/run/packing.py): world sizes below the node's GPUs in launches at once
 PACK_CHOICES = ("auto", "on", "off")
-# The passes a launch runs over its cells (its plan's `passes`, bench/worker/cell.py run_group): a world
-# size's first launch all of them; a repeat launch of run.launches only what a merged row takes from every
-# launch (bench/run/merge.py): its timed rounds, the parity check and the compute-only rounds.
-PASSES = ("timed", "parity", "compute_only", "phase", "probe", "memory", "profile")
-REPEAT_PASSES = ("timed", "parity", "compute_only")
+
+
+@dataclass(frozen=True)
+class Passes:
+    """The passes a launch runs over its cells (bench/worker/cell.py run_group), the one owner of what a
+    launch does: a world size's first launch runs all of them (PASSES); a repeat launch of run.launches only
+    what a merged row takes from every launch (bench/run/merge.py): its timed rounds, the parity check and
+    the compute-only rounds (REPEAT_PASSES). Iterating gives the pass names: what a plan's `passes` holds."""
+
+    names: tuple[str, ...]
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def includes(self, name: str) -> bool:
+        return name in self.names
+
+    @property
+    def profiles(self) -> bool:
+        """Whether the launch runs the profiled passes of the cells profile.cells covers."""
+        return self.includes("profile")
+
+    @property
+    def gives_every_column(self) -> bool:
+        """Whether its row has every column (the phase, probe and memory passes'): a merged row's base."""
+        return all(self.includes(name) for name in PASSES.names)
+
+    @staticmethod
+    def of_repeat(repeat: int) -> Passes:
+        """A world size's launch `repeat` of run.launches: the first (0) PASSES, the others REPEAT_PASSES."""
+        return PASSES if repeat == 0 else REPEAT_PASSES
+
+
+PASSES = Passes(("timed", "parity", "compute_only", "phase", "probe", "memory", "profile"))
+REPEAT_PASSES = Passes(("timed", "parity", "compute_only"))
 
 
 def search(name: str) -> Search:

@@ -20,7 +20,7 @@ from test_runner import REPO, read_csv, run_bench
 from bench import engines
 from bench.config import load_config
 from bench.matrix import expand
-from bench.run.launch import tail
+from bench.run.launch_log import tail
 from bench.worker.cell import run_group
 from bench.worker.groups import plan_groups
 from bench.worker.guard import Guard, check_losses

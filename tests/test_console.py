@@ -75,7 +75,7 @@ def test_compare_says_when_the_runs_searched_differently():
 
 
 def test_a_negative_one_rank_sync_overhead_reads_as_noise():
-    from bench.run.launch import summary_line
+    from bench.run.progress import summary_line
 
     record = {"status": "ok", "cell_id": "torch-mlp.tiny-ws1", "world_size": 1, "step_time_ms_p50": 0.8,
               "step_time_ms_p90": 0.9, "samples_per_s": 2500.0, "exposed_comm_ms": -0.12}

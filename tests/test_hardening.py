@@ -338,22 +338,22 @@ def test_report_md_shows_html_from_the_run_as_text(tmp_path):
 
 
 def test_a_launch_log_keeps_its_head_and_tail_and_says_what_it_left_out(tmp_path):
-    from bench.run import launch
+    from bench.run import launch_log
 
     # 6 MiB of output in 100-byte lines, the last line the one that matters
     code = ("import sys\nfor i in range(6 * 2**20 // 100): sys.stdout.write(f'{i:099d}\\n')\n"
             "sys.stdout.write('ValueError: the cause\\n')")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
-    with launch.CappedLog(proc.stdout, tmp_path / "launch-0.out"):
+    with launch_log.CappedLog(proc.stdout, tmp_path / "launch-0.out"):
         proc.wait()
     text = (tmp_path / "launch-0.out").read_text()
     size = len(text.encode())
-    kept = launch.LOG_HEAD_BYTES + launch.LOG_TAIL_BYTES
+    kept = launch_log.LOG_HEAD_BYTES + launch_log.LOG_TAIL_BYTES
     assert kept < size < kept + 300
     dropped = 6 * 2**20 // 100 * 100 + len("ValueError: the cause\n") - kept
     assert f"[bench: {dropped} bytes of this output left out here" in text
     assert text.startswith("0" * 99 + "\n") and text.endswith("ValueError: the cause\n")
-    assert launch.tail(tmp_path / "launch-0.out").splitlines()[0] == "ValueError: the cause"
+    assert launch_log.tail(tmp_path / "launch-0.out").splitlines()[0] == "ValueError: the cause"
 
 
 @pytest.mark.parametrize("command", ["project", "advise", "analyze", "report"])

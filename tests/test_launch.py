@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 from bench.lifetime import descendants, kill_groups
-from bench.run.launch import summary_line, tail
+from bench.run.launch_log import tail
+from bench.run.progress import summary_line
 from bench.worker.events import EventReader
 
 # A parent in its own session that starts a child in another session (as torchrun starts its workers),
@@ -79,8 +80,9 @@ def _launch_with_a_profile_error(tmp_path, error: str):
 
     from bench.config import load_config
     from bench.matrix import expand
-    from bench.run.launch import Launch, Sweep
+    from bench.run.launch import Launch
     from bench.run.progress import Progress
+    from bench.run.sweep import Sweep
 
     config = load_config("cpu-smoke", ["matrix.engine=torch", "matrix.world_size=2", "matrix.grad_accum=1",
                                        "matrix.scaling=strong", "run.launches=1"])
@@ -121,7 +123,7 @@ def test_a_launch_log_on_a_full_disk_drains_its_pipe_without_a_thread_traceback(
     import os
     import threading
 
-    from bench.run.launch import CappedLog
+    from bench.run.launch_log import CappedLog
 
     raised = []
     monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))

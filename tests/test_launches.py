@@ -18,20 +18,20 @@ from bench.config import ConfigError, load_config
 from bench.matrix import expand
 from bench.run import between, merge, results
 from bench.run.folder import launches_complete
-from bench.run.launch import launch_schedule
+from bench.run.schedule import launch_order
 from bench.run_folder import launch_file, read_records
-from bench.schema import PASSES, REPEAT_PASSES
+from bench.schema import PASSES, REPEAT_PASSES, Passes
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def test_the_launch_order_is_shuffled_with_the_seed():
-    one = launch_schedule([1, 2], 1, 1234)
+    one = launch_order([1, 2], 1, 1234)
     assert one == [(1, 0), (2, 0)]  # one launch each: world sizes in order, as before
-    three = launch_schedule([1, 2], 3, 1234)
+    three = launch_order([1, 2], 3, 1234)
     assert sorted(three) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
-    assert three == launch_schedule([1, 2], 3, 1234) and three != sorted(three)
-    assert any(launch_schedule([1, 2], 3, seed) != three for seed in range(5))
+    assert three == launch_order([1, 2], 3, 1234) and three != sorted(three)
+    assert any(launch_order([1, 2], 3, seed) != three for seed in range(5))
 
 
 def test_config_checks_launches_and_the_straggler_fault():
@@ -59,8 +59,8 @@ def test_two_launches_merged_by_hand():
     # freedom: centre √120, half = t_{0.975, 1} · √(max(s², w̄) / 2), s² = (ln 1.2)² / 2.
     a = [9.0, 10.0, 10.0, 10.0, 11.0, 11.0]
     b = [11.0, 12.0, 12.0, 12.0, 13.0, 13.0]
-    e0, l0 = merge.launch_entry(0, True, "ok", None, _row(a, [1.1] * 6, compute_only_ms_p50=4.0), "SHM")
-    e1, l1 = merge.launch_entry(3, False, "ok", None, _row(b, [0.9] * 6, warmup_steps_detected=5,
+    e0, l0 = merge.launch_entry(0, PASSES, "ok", None, _row(a, [1.1] * 6, compute_only_ms_p50=4.0), "SHM")
+    e1, l1 = merge.launch_entry(3, REPEAT_PASSES, "ok", None, _row(b, [0.9] * 6, warmup_steps_detected=5,
                                                             peak_mem_mb=None), None)
     lists = {k: l0[k] + l1[k] for k in merge.LISTS}
     row = merge.merged_row([e0, e1], lists, 8, None)
@@ -91,10 +91,11 @@ def test_a_merged_rows_step_compute_only_and_exposed_communication_come_from_the
     # while the step was √120, so step − compute-only ≠ exposed.
     a, b = [9.0, 10.0, 10.0, 10.0, 11.0, 11.0], [11.0, 12.0, 12.0, 12.0, 13.0, 13.0]
     co_a, co_b = [3.0, 4.0, 4.0, 4.0, 5.0, 5.0], [5.0, 6.0, 6.0, 6.0, 7.0, 7.0]
-    e0, l0 = merge.launch_entry(0, True, "ok", None, _row(a, compute_only_ms_p50=4.0, exposed_comm_ms=6.0,
+    e0, l0 = merge.launch_entry(0, PASSES, "ok", None, _row(a, compute_only_ms_p50=4.0, exposed_comm_ms=6.0,
                                                           compute_only_ms_per_rank=[co_a]), None)
-    e1, l1 = merge.launch_entry(3, False, "ok", None, _row(b, compute_only_ms_p50=6.0, exposed_comm_ms=6.0,
-                                                           compute_only_ms_per_rank=[co_b]), None)
+    e1, l1 = merge.launch_entry(3, REPEAT_PASSES, "ok", None,
+                                _row(b, compute_only_ms_p50=6.0, exposed_comm_ms=6.0,
+                                     compute_only_ms_per_rank=[co_b]), None)
     row = merge.merged_row([e0, e1], {k: l0[k] + l1[k] for k in merge.LISTS}, 8, None)
     assert row["compute_only_ms_p50"] == pytest.approx(math.sqrt(24))
     assert row["exposed_comm_ms"] == pytest.approx(math.sqrt(120) - math.sqrt(24))
@@ -124,9 +125,9 @@ def test_a_race_elimination_ends_the_cell_and_keeps_its_rounds(tmp_path):
                                        "matrix.engine=torch", "run.launches=3", "run.search=race"])
     (cell,) = expand(config)
     records = merge.LaunchRecords(tmp_path, config)
-    records.outcome(cell, 0, True, "ok", None, _row([10.0 + i / 10 for i in range(6)]))
+    records.outcome(cell, 0, PASSES, "ok", None, _row([10.0 + i / 10 for i in range(6)]))
     raced = _row([14.0 + i / 10 for i in range(6)], race_against="overlap-x", race_round=6)
-    record = records.outcome(cell, 1, False, "raced_out", "raced out after 6 rounds", raced)
+    record = records.outcome(cell, 1, REPEAT_PASSES, "raced_out", "raced out after 6 rounds", raced)
     assert not records.needs(cell, 2)
     assert (record["status"], record["error"]) == ("raced_out", "launch 2 of 3: raced out after 6 rounds")
     assert record["race_against"] == "overlap-x" and record["step_time_ms_p50"] is None
@@ -140,8 +141,8 @@ def test_the_progress_bar_drops_the_launches_an_ended_cell_will_not_run(tmp_path
     import os
     from types import SimpleNamespace
 
-    from bench.run.launch import Sweep
     from bench.run.progress import Progress
+    from bench.run.sweep import Sweep
 
     config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.grad_accum=1", "matrix.scaling=strong",
                                        "matrix.engine=torch,overlap", "run.launches=3"])
@@ -149,7 +150,7 @@ def test_the_progress_bar_drops_the_launches_an_ended_cell_will_not_run(tmp_path
     sweep = Sweep(config, tmp_path, Progress(total=0, stream=open(os.devnull, "w")))
     sweep.progress.total = sweep.measurements(cells)
     assert sweep.progress.total == 6
-    first, second = (SimpleNamespace(repeat=j, full=j == 0) for j in range(2))
+    first, second = (SimpleNamespace(repeat=j, passes=Passes.of_repeat(j)) for j in range(2))
     for cell in cells:
         sweep.record(cell, first, "ok", None, _row([10.0 + i / 10 for i in range(6)]))
     sweep.record(cells[0], second, "ok", None, _row([10.0 + i / 10 for i in range(6)]))
@@ -165,12 +166,12 @@ def test_launch_records_merge_a_family_and_resume_where_they_stopped(tmp_path):
     records = merge.LaunchRecords(tmp_path, config)
     assert all(records.needs(c, 0) and records.needs(c, 1) for c in cells)
     for k, cell in enumerate(cells):
-        records.outcome(cell, 0, True, "ok", None, _row([10.0 + k + i / 10 for i in range(6)]))
+        records.outcome(cell, 0, PASSES, "ok", None, _row([10.0 + k + i / 10 for i in range(6)]))
     assert not records.needs(cells[0], 0) and records.needs(cells[0], 1)
     assert {r["launches"] for r in read_records(tmp_path)} == {1}
-    records.outcome(cells[0], 1, False, "ok", None, _row([11.0 + i / 10 for i in range(6)]))
-    records.outcome(cells[1], 1, False, "ok", None, _row([12.2 + i / 10 for i in range(6)]))
-    records.outcome(cells[2], 1, False, "failed", "RuntimeError: boom", None)
+    records.outcome(cells[0], 1, REPEAT_PASSES, "ok", None, _row([11.0 + i / 10 for i in range(6)]))
+    records.outcome(cells[1], 1, REPEAT_PASSES, "ok", None, _row([12.2 + i / 10 for i in range(6)]))
+    records.outcome(cells[2], 1, REPEAT_PASSES, "failed", "RuntimeError: boom", None)
     records.remerge(cells)
     latest = {r["cell_id"]: r for r in read_records(tmp_path)}
     first, second, failed = (latest[c.cell_id] for c in cells)
@@ -282,7 +283,7 @@ def test_a_run_of_two_launches_end_to_end(tmp_path):
     rows = {r["engine"]: r for r in read_records(out)}
     for r in rows.values():
         assert r["status"] == "ok" and r["launches"] == 2 and r["between_launch_cv_pct"] is not None
-        assert [e["full"] for e in r["launch_rows"]] == [not x for x in repeat]
+        assert [e["passes"] == list(PASSES) for e in r["launch_rows"]] == [not x for x in repeat]
         assert r["step_time_ms_ci95_low"] < r["step_time_ms_p50"] < r["step_time_ms_ci95_high"]
         assert r["peak_mem_mb"] > 0 and r["compute_only_ms_p50"] > 0  # peak memory from the full launch
         assert all(e["row"]["compute_only_ms_per_rank"] for e in r["launch_rows"])  # compute-only in each
@@ -399,3 +400,17 @@ def test_the_report_says_what_the_intervals_hold_of_launches_warm_up_and_outlier
     warm, outliers = findings.warmup_and_outliers(counted)
     assert "a slower start in 1 of 2 cells, the longest 7 steps (c)" in warm
     assert outliers.startswith("3 timed steps in 1 cells lie outside Tukey's fences")
+
+
+def test_the_passes_a_launch_ran_are_kept_and_an_older_folders_flag_still_read():
+    """An entry keeps its launch's pass names; a record written before them (a resumed older folder) kept a
+    `full` boolean, read as every pass (True) or the repeats' (False); the base row is the first measured
+    entry that ran every pass."""
+    entry, _ = merge.launch_entry(2, REPEAT_PASSES, "ok", None, {"step_time_ms_p50": 1.0}, None)
+    assert entry["passes"] == ["timed", "parity", "compute_only"] and merge.passes_of(entry) == REPEAT_PASSES
+    assert merge.passes_of({"full": True}) == PASSES and merge.passes_of({"full": False}) == REPEAT_PASSES
+    old = [{"status": "failed", "full": True}, {"status": "ok", "full": False},
+           {"status": "ok", "full": True}]
+    assert merge.base_entry(old) is old[2] and merge.base_entry(old[:2]) is old[1]
+    assert PASSES.profiles and not REPEAT_PASSES.profiles and frozenset(REPEAT_PASSES) == set(entry["passes"])
+    assert Passes.of_repeat(0) == PASSES and Passes.of_repeat(3) == REPEAT_PASSES

@@ -18,8 +18,9 @@ from bench.matrix import expand
 from bench.nvidia import topology_has_nvlink
 from bench.report import build_report
 from bench.run import nccl_log
-from bench.run.launch import Launch, Sweep
+from bench.run.launch import Launch
 from bench.run.progress import Progress
+from bench.run.sweep import Sweep
 
 # Lines as NCCL prints them: "<host>:<pid>:<tid> [<cudaDev>] NCCL INFO " + the format strings quoted in
 # bench/run/nccl_log.py's docstring (src/debug.cc; src/transport/{p2p,shm,net,coll_net,nvls}.cc), filled in.

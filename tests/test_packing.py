@@ -17,7 +17,7 @@ from bench.config import ConfigError, load_config, usable_cpus
 from bench.matrix import expand
 from bench.run import packing
 from bench.run.estimate import RATES, estimate_seconds, fixed_seconds
-from bench.run.packing import ALONE, Slot, packed_seconds, slots, spread
+from bench.run.packing import ALONE, Slot, slots
 from bench.run_folder import launch_file, read_records
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,28 +56,6 @@ def test_a_cpu_packs_only_when_asked_on_its_cores():
 def test_run_pack_takes_auto_on_or_off():
     with pytest.raises(ConfigError, match="run.pack"):
         load_config("cpu-smoke", ["run.pack=yes"])
-
-
-def test_the_units_go_longest_first_to_the_least_loaded_slot():
-    # LPT by hand: 5 → A, 4 → B, 3 → B (4 < 5), 3 → A (7 > 5), 3 → A or B at 8 and 7 → B: A 5+3 = 8,
-    # B 4+3+3 = 10. The best split is 9 (5+4 | 3+3+3): LPT stays within 4/3 of it, not at it.
-    seconds = [5.0, 4.0, 3.0, 3.0, 3.0]
-    assert spread(list(range(5)), seconds.__getitem__, 2) == [[0, 3], [1, 2, 4]]
-    assert packed_seconds(seconds, 2) == 10.0 and packed_seconds(seconds, 1) == 18.0
-    assert spread([0], seconds.__getitem__, 3) == [[0], [], []]  # more slots than units: some stay empty
-
-
-def test_a_slot_takes_whole_groups_or_whole_recipes():
-    config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.scaling=strong",
-                                       "matrix.grad_accum=1,2", "matrix.engine=torch,overlap"])
-    cells = expand(config)
-    shares = packing.shares(cells, False, lambda c: 1.0, 4)  # 2 groups (ga1, ga2) for 4 slots: 2 shares
-    assert len(shares) == 2 and sorted(len(s) for s in shares) == [2, 2]
-    for share in shares:  # each a group: torch and overlap of one accumulation, stepped side by side
-        assert {c.engine for c in share} == {"torch", "overlap"} and len({c.grad_accum for c in share}) == 1
-    # a race: whole recipes (global batch at a world size): ga1 (gb8) and ga2 (gb16) are two recipes
-    by_recipe = packing.shares(cells, True, lambda c: 1.0, 4)
-    assert sorted(sorted(c.global_batch for c in s) for s in by_recipe) == [[8, 8], [16, 16]]
 
 
 def test_a_packed_world_size_costs_its_longest_slot_in_the_estimate():
@@ -170,8 +148,8 @@ def test_a_world_size_with_fewer_groups_than_slots_says_how_many_ran_at_once(tmp
     # two slots in repeat 0 and rotated by one slot in repeat 1
     import io
 
-    from bench.run.launch import Sweep
     from bench.run.progress import Progress
+    from bench.run.sweep import Sweep
 
     monkeypatch.setattr(packing, "launcher_cpus", lambda: list(range(8)))
     config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.scaling=strong",

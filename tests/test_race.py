@@ -16,7 +16,8 @@ import torch
 from bench import race, stats
 from bench.config import ConfigError, load_config
 from bench.matrix import expand
-from bench.run.estimate import estimate_seconds, race_seconds
+from bench.run.estimate import estimate_seconds
+from bench.run.estimate_race import race_seconds
 from bench.run.planner import plan
 from bench.run.results import make_record
 from bench.worker import racing

@@ -17,8 +17,8 @@ from bench.matrix import expand
 from bench.report import findings, run_ledger
 from bench.run import results
 from bench.run.folder import RETRYABLE
-from bench.run.launch import Sweep
 from bench.run.progress import Progress
+from bench.run.sweep import Sweep
 from bench.schema import RACE_COLUMNS, STATUSES
 from tests.test_runner import read_csv, run_bench
 

@@ -12,7 +12,7 @@ from bench.report import run_ledger
 from bench.run.merge import LaunchRecords
 from bench.run.results import SWEEP_FILE, append_record, make_record, record_from_event
 from bench.run_folder import load_run, read_records
-from bench.schema import RESULT_COLUMNS, ROUND_FIGURES, SWEEP_COLUMNS
+from bench.schema import PASSES, REPEAT_PASSES, RESULT_COLUMNS, ROUND_FIGURES, SWEEP_COLUMNS
 
 
 def test_record_of_a_diverged_cell_keeps_its_numbers():
@@ -78,8 +78,8 @@ def test_a_raced_out_row_of_several_launches_leaves_out_one_launchs_figures(tmp_
     race = {"race_against": torch_cell.cell_id, "race_slowdown": 1.1, "race_round": 3}
     for cell, second in ((torch_cell, ("ok", None, row(0.9))),
                          (overlap, ("raced_out", "raced out after 3 rounds", row(0.8) | race))):
-        records.outcome(cell, 0, True, "ok", None, row(2.0))
-        records.outcome(cell, 1, False, *second)
+        records.outcome(cell, 0, PASSES, "ok", None, row(2.0))
+        records.outcome(cell, 1, REPEAT_PASSES, *second)
     rows = {r["cell_id"]: r for r in csv.DictReader((tmp_path / "results.csv").open())}
     survivor, out = rows[torch_cell.cell_id], rows[overlap.cell_id]
     assert float(survivor["step_time_ms_p50"]) > 0.9 and survivor["launches"] == "2"

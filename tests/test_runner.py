@@ -207,7 +207,7 @@ def test_a_worker_killed_during_start_up_is_relaunched_once(tmp_path):
     """A worker SIGKILLed before its first cell (the OOM killer, a kill -9) is not the cells' fault: the
     world size is launched again, and its cells are measured. Before: every cell of the world size was
     `failed` with "launch exited with code 1 before its first cell" and never relaunched."""
-    from bench.run.launch import killed_by
+    from bench.run.launch_log import killed_by
     from bench.run_folder import launch_file
 
     env = os.environ | {"OMP_NUM_THREADS": "1"}

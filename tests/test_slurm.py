@@ -20,7 +20,10 @@ from test_multinode import ENV, REPO, TINY, collect, events, free_port, plan, ro
 from bench.__main__ import main as bench_main
 from bench.lifetime import alive
 from bench.matrix import Cell
-from bench.run.slurm import EXIT_CANCELLED, Job, launch_steps, sbatch_script, spread
+from bench.run.schedule import job_schedule, launch_steps
+from bench.run.slurm import EXIT_CANCELLED
+from bench.run.slurm_job import Job
+from bench.run.slurm_script import sbatch_script
 
 EXPECTED = [("torch", "2", "ok"), ("naive", "2", "ok"), ("bucketed", "2", "ok")]
 SETS = [a for o in TINY for a in ("--set", o)]
@@ -230,8 +233,8 @@ def test_launch_steps_and_the_script_hand_worked(tmp_path):
     # 4 GPUs per node, 4 nodes: 1, 2 and 4 ranks fit one node; 8 = 2 nodes × 4; 16 = 4 nodes × 4
     assert launch_steps([16, 1, 8, 2, 4, 8], 4, 4) == [(1, 1, 1), (2, 1, 2), (4, 1, 4), (8, 2, 4), (16, 4, 4)]
     job = Job(nodes=4, time="02:00:00", partition="gpu", gpus_per_node=4)
-    text = sbatch_script(tmp_path / "r", spread([(8, 2, 4), (16, 4, 4)], 4, {8: 1, 16: 1}), job, 4, 4,
-                         ["bench", "slurm"])
+    schedule = job_schedule([(8, 2, 4), (16, 4, 4)], 4, {8: 1, 16: 1})
+    text = sbatch_script(tmp_path / "r", schedule, job, 4, 4, ["bench", "slurm"])
     assert "#SBATCH --nodes=4" in text and "#SBATCH --gpus-per-node=4" in text and "--account" not in text
     assert "#SBATCH --partition=gpu" in text and "#SBATCH --exclusive" in text  # the nodes' CPUs, all
     assert text.count("\nstep ") == 2 and "\nstep 16 4 4 0\n" in text and "LANES" not in text
@@ -246,21 +249,21 @@ def test_one_node_world_sizes_run_in_lanes_on_their_own_nodes_at_the_same_time()
     where one after another took 370. On 4 nodes a lane each: 80 + 220."""
     seconds = {1: 10, 2: 20, 4: 40, 8: 80, 16: 100, 32: 120}
     steps = launch_steps(list(seconds), 4, 8)
-    two = spread(steps, 2, seconds)
+    two = job_schedule(steps, 2, seconds)
     assert two.lanes == (((8, 1, 8),), ((1, 1, 1), (2, 1, 2), (4, 1, 4)))
     assert two.spanning == ((16, 2, 8), (32, 4, 8))
     assert two.seconds(seconds) == 300 and two.nodes_used() == 4
-    four = spread(steps, 4, seconds)
+    four = job_schedule(steps, 4, seconds)
     assert [len(lane) for lane in four.lanes] == [1, 1, 1, 1] and four.seconds(seconds) == 300
-    assert spread(steps[:4], 1, seconds).seconds(seconds) == 150
-    assert spread(steps[:4], 8, seconds).nodes_used() == 4
+    assert job_schedule(steps[:4], 1, seconds).seconds(seconds) == 150
+    assert job_schedule(steps[:4], 8, seconds).nodes_used() == 4
     assert four.words() == ("world size 8 on node 0 | world size 4 on node 1 | world size 2 on node 2 | "
                             "world size 1 on node 3 (at the same time); then world size 16 on 2 nodes × 8; "
                             "then world size 32 on 4 nodes × 8")
 
 
 def slurm_fs_is_local(path: Path) -> bool:
-    from bench.run.slurm import LOCAL_FILESYSTEMS, filesystem_of
+    from bench.run.slurm_job import LOCAL_FILESYSTEMS, filesystem_of
 
     found = filesystem_of(path)
     return found is not None and found[0] in LOCAL_FILESYSTEMS
@@ -437,7 +440,7 @@ def test_nodes_the_plan_cannot_use_are_refused_unless_chosen(tmp_path, capsys):
 
 
 def test_time_limit_and_local_filesystems_by_hand():
-    from bench.run.slurm import filesystem_of, shared_fs_warning, time_limit
+    from bench.run.slurm_job import filesystem_of, shared_fs_warning, time_limit
 
     # the estimate + 25 %, rounded up to 15 min: 600 s → 750 → 00:15:00; 10 h → 12.5 h; 100,000 s → 125,000
     # → 139 quarters = 125,100 s = 1 day 10:45:00
@@ -510,7 +513,7 @@ def test_a_plan_run_counts_one_launch_a_cell(tmp_path, capsys):
     time limit counts one, and says so."""
     from bench.run.estimate import estimate_range
     from bench.run.planner import plan as make_plan
-    from bench.run.slurm import time_limit
+    from bench.run.slurm_job import time_limit
 
     planned = make_plan("gpu-node", plan_only=True, nnodes=1, gpus_per_node=8)
     assert planned.config.run.launches == 2

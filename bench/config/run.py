@@ -35,10 +35,10 @@ class RunConfig:
     warmup_steps: int = 5           # both engines rebuild their buckets after iteration 1: at least 2
     timed_steps: int = 20           # with target_ci_pct > 0: the minimum (rounds before the first look)
     repeats: int = 1                # timed windows per cell (barrier + sync before each); samples pooled
-    # Separate launches that time every cell, in an order shuffled with the seed (bench/run/launch.py); the
+    # Separate launches that time every cell, in an order shuffled with the seed (bench/run/schedule.py); the
     # cell's interval combines the variance within and between them (bench/run/between.py). 1: the between-
-    # launch variance is unknown. The first launch of a world size also runs the phase, compute-only,
-    # probe, memory and profiled passes; the others time the steps only.
+    # launch variance is unknown. The first launch of a world size runs every pass (schema.PASSES); the
+    # others the timed steps, the parity gate and the compute-only rounds (schema.REPEAT_PASSES).
     launches: int = 1
     # Adaptive timed rounds (bench.stats.stop_reason): after timed_steps × repeats rounds, and at each
     # doubling of them, stop once every engine's median step and every paired speed_vs_torch ratio of the

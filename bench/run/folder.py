@@ -126,7 +126,7 @@ def prepare(out: Path, config: BenchConfig, resume: bool) -> Path:
     create(out)
     try:
         (out / run_folder.CONFIG).write_text(to_toml(config))
-    except OSError as e:  # read-only, full: the folder this process made is not left half-made
+    except OSError as e:  # read-only, a full disk: the folder this process made is not left half-made
         shutil.rmtree(out, ignore_errors=True)
         raise ConfigError(f"--out={str(out)!r}: cannot create the run folder ({e.strerror or e})") from None
     return out

@@ -3,20 +3,22 @@ pooled, and the step-time columns recomputed over the launches with the two-leve
 (bench/run/between.py), moderated over the cells of the same world size (the family measured in the same
 launches).
 
-A record's `launch_rows` holds one entry per launch that ran the cell, in the order they ran:
-{launch, full, status, error, n_steps, n_warmup, n_ratios, nccl_transport, row}, where `row` is that launch's
+A record's `launch_rows` holds one entry per launch that ran the cell, in the order they ran: {launch,
+passes, status, error, n_steps, n_warmup, n_ratios, nccl_transport, row}, where `row` is that launch's
 measured row without its lists; the lists (`step_times_ms`, `warmup_times_ms`, `speed_vs_torch_ratios`) are
-the record's own, the launches' concatenated in that order (n_* say where each launch's part ends).
+the record's own, the launches' concatenated in that order (n_* say where each launch's part ends), and
+`passes` the names of the passes that launch ran (bench.schema.Passes; a folder written before it kept a
+`full` boolean instead, still read: `passes_of`).
 
-The merged row: the first launch of a world size (the full one, which also ran the phase, probe and memory
-passes and the profiler) gives every column the others do not measure; over the launches
-that measured the cell come the step time (exp of the mean of the launches' log medians) and its interval,
-`between_launch_cv_pct`, `launches`, throughputs at that step time, p90/mean/min/std over the pooled steps,
-the pooled speed_vs_torch (its rounds are pairs in every launch), the compute-only time the same way as the
-step (every launch runs its compute-only rounds) and exposed communication as their difference, so step,
-compute-only and exposed communication come from the same launches and add up, the longest warm-up found,
-the outlier steps summed, and the wall times summed. A launch that failed ends the cell: its status and
-error (naming the launch) are the cell's, the launches before it stay in `launch_rows`. A racing search's
+The merged row: the first launch of a world size (the one whose Passes gives every column: it also ran the
+phase, probe and memory passes and the profiler) gives every column the others do not measure; over the
+launches that measured the cell come the step time (exp of the mean of the launches' log medians) and its
+interval, `between_launch_cv_pct`, `launches`, throughputs at that step time, p90/mean/min/std over the pooled
+steps, the pooled speed_vs_torch (its rounds are pairs in every launch), the compute-only time the same way as
+the step (every launch runs its compute-only rounds) and exposed communication as their difference, so step,
+compute-only and exposed communication come from the same launches and add up, the longest warm-up found, the
+outlier steps summed, and the wall times summed. A launch that failed ends the cell: its status and error
+(naming the launch) are the cell's, the launches before it stay in `launch_rows`. A racing search's
 elimination (raced_out) ends the cell the same way, its row the rounds of the launch that eliminated it.
 """
 
@@ -28,25 +30,41 @@ from collections.abc import Iterable
 
 from bench import metrics, schema, stats
 from bench.run import between, results
+from bench.schema import PASSES, REPEAT_PASSES, Passes
 
 MEASURED = ("ok", "diverged")  # a launch's outcomes that carry steps (diverged: measured, ranks differ)
 LISTS = ("step_times_ms", "warmup_times_ms", "speed_vs_torch_ratios")
-# Columns proportional to 1 / step time: recomputed at the merged step time from the full launch's value.
+# Columns proportional to 1 / step time: recomputed at the merged step time from the base row's value.
 PER_STEP_TIME = ("tokens_per_s", "model_tflops_per_s", "mfu")
 WALL = ("cell_wall_s", "steps_wall_s")  # the cell's cost: summed over its launches
 
 
-def launch_entry(launch: int, full: bool, status: str, error: str | None, row: dict | None,
+def launch_entry(launch: int, passes: Passes, status: str, error: str | None, row: dict | None,
                  nccl_transport: str | None) -> tuple[dict, dict[str, list]]:
     """One launch's outcome for a cell → (its `launch_rows` entry, its lists to append to the record's).
-    `full`: the launch also ran the phase, compute-only, probe and memory passes."""
+    `passes`: what the launch ran (its names kept in the entry)."""
     row = dict(row or {})
     lists = {key: list(row.pop(key, None) or []) for key in LISTS}
-    entry = {"launch": launch, "full": full, "status": status, "error": error,
+    entry = {"launch": launch, "passes": list(passes), "status": status, "error": error,
              "n_steps": len(lists["step_times_ms"]),
              "n_warmup": len(lists["warmup_times_ms"]), "n_ratios": len(lists["speed_vs_torch_ratios"]),
              "nccl_transport": nccl_transport, "row": row}
     return entry, lists
+
+
+def passes_of(entry: dict) -> Passes:
+    """The passes a `launch_rows` entry's launch ran: its `passes`, or, in a record written before they were
+    kept, its `full` boolean (True: every pass; a resumed older folder's records are merged again)."""
+    if "passes" in entry:
+        return Passes(tuple(entry["passes"]))
+    return PASSES if entry.get("full") else REPEAT_PASSES
+
+
+def base_entry(entries: list[dict]) -> dict:
+    """The measured entry whose row gives the columns a repeat launch does not measure: the first whose
+    launch ran every pass, else the first measured."""
+    measured = [e for e in entries if e["status"] in MEASURED]
+    return next((e for e in measured if passes_of(e).gives_every_column), measured[0])
 
 
 def split(entries: list[dict], pooled: list, count: str) -> list[list]:
@@ -119,9 +137,9 @@ def merged_row(entries: list[dict], lists: dict[str, list], global_batch: int,
                family: between.Family | None, compute_family: between.Family | None = None) -> dict:
     """The measured part of the cell's row over its launches (module docstring); `lists` are the record's
     pooled lists; `compute_family` the world size's family of compute-only rounds. Columns the launches did
-    not measure stay as the full launch gives them."""
+    not measure stay as the base row (`base_entry`) gives them."""
     measured = [i for i, e in enumerate(entries) if e["status"] in MEASURED]
-    base = next((entries[i]["row"] for i in measured if entries[i]["full"]), entries[measured[0]]["row"])
+    base = base_entry(entries)["row"]
     row = dict(base) | {key: list(values) for key, values in lists.items()}
     steps = [p for i, p in enumerate(split(entries, lists["step_times_ms"], "n_steps")) if i in measured]
     rows = [entries[i]["row"] for i in measured]
@@ -229,13 +247,13 @@ class LaunchRecords:
             return False
         return all(e["launch"] != launch for e in entries)
 
-    def outcome(self, cell, launch: int, full: bool, status: str, error: str | None, row: dict | None,
+    def outcome(self, cell, launch: int, passes: Passes, status: str, error: str | None, row: dict | None,
                 nccl_transport: str | None = None) -> dict:
         """Record one launch's outcome for `cell`; returns the cell's new merged record."""
         previous = self.latest.get(cell.cell_id) or {}
         entries = list(previous.get("launch_rows") or [])
         lists = {key: list(previous.get(key) or []) for key in LISTS}
-        entry, new = launch_entry(launch, full, status, error, row, nccl_transport)
+        entry, new = launch_entry(launch, passes, status, error, row, nccl_transport)
         entries.append(entry)
         for key in LISTS:
             lists[key] += new[key]
@@ -251,7 +269,6 @@ class LaunchRecords:
 
     def _merged(self, cell, entries: list[dict], lists: dict[str, list], trace_dir: str | None) -> dict:
         status, error = merged_status(entries, self.launches)
-        measured = [e for e in entries if e["status"] in MEASURED]
         if status not in MEASURED:  # a failure ends the cell: no row; the launches before it stay listed.
             # A race's elimination ends it too, keeping the rounds it was compared on (that launch's row)
             ended = next(e for e in entries if e["status"] not in MEASURED)
@@ -265,8 +282,7 @@ class LaunchRecords:
                          family_of(members, "compute_only"))
         record = self.results.make_record(cell, self.config, status, error,
                                           measured=row | {"launch_rows": entries})
-        base = next((e for e in measured if e["full"]), measured[0])
-        return record | {"nccl_transport": base["nccl_transport"], "trace_dir": trace_dir}
+        return record | {"nccl_transport": base_entry(entries)["nccl_transport"], "trace_dir": trace_dir}
 
     def remerge(self, cells) -> None:
         """Merge `cells` (one world size's) again under their family's prior now; write the records whose

@@ -22,23 +22,25 @@ What the launches at once share, and how it is held:
 
 `auto` packs on CUDA only. On a CPU a slot is `ws` × run.threads_per_rank cores (`on` only): CPU ranks of
 launches at once share the memory bandwidth and caches, which a GPU's do not.
+
+This module owns the node's side (its GPUs and CPUs, each slot's environment and affinity); how many slots
+and which cells each takes is the pure scheduler's (bench/run/schedule.py).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.matrix import engine_groups
-from bench.race import recipe
+from bench.run.schedule import slot_count
 
 
 @dataclass(frozen=True)
 class Slot:
     """Where one of a world size's launches at once runs: its GPUs (visible-device ids; empty on CPU), its
     CPUs (the launcher's affinity ids; empty: unchanged) and how many launches run at once (`of`: the
-    slots, or fewer when a world size has fewer units than slots: Sweep.lanes)."""
+    slots, or fewer when a world size has fewer units than slots: schedule.lanes)."""
 
     index: int
     of: int
@@ -78,26 +80,16 @@ def visible_gpus(gpus: int, environ: dict[str, str] | None = None) -> list[str]:
     return own[:gpus] if own else [str(i) for i in range(gpus)]
 
 
-def slot_count(pack: str, device: str, ws: int, gpus: int, cpus: int, threads_per_rank: int) -> int:
-    """How many launches of world size `ws` run at once (module docstring): on CUDA (`auto` or `on`) the
-    node's GPUs ÷ ws; on a CPU (`on` only) its cores ÷ (ws × max(1, run.threads_per_rank)); 1 when off."""
-    if pack == "off" or (device == "cpu" and pack == "auto"):
-        return 1
-    if device == "cuda":
-        return max(1, gpus // ws)
-    return max(1, cpus // (ws * max(1, threads_per_rank)))
-
-
 def launches_at_once(run, ws: int, gpus: int) -> int:
-    """`slot_count` for a run's settings (config.run: pack, device, threads_per_rank) on this launcher's
-    CPUs: what the sweep (`slots`), the estimate and --dry-run all count with."""
+    """schedule.slot_count for a run's settings (config.run: pack, device, threads_per_rank) on this
+    launcher's CPUs: what the sweep (`slots`), the estimate and --dry-run all count with."""
     return slot_count(run.pack, run.device, ws, gpus, len(launcher_cpus()), run.threads_per_rank)
 
 
 def slots(pack: str, device: str, ws: int, gpus: int, threads_per_rank: int,
           cpus: Sequence[int] | None = None, environ: dict[str, str] | None = None) -> list[Slot]:
-    """The slots of world size `ws` on this node: `slot_count` of them, slot i on the i-th block of ws GPUs
-    and the i-th equal share of the CPUs (hand-worked in tests/test_packing.py)."""
+    """The slots of world size `ws` on this node: schedule.slot_count of them, slot i on the i-th block of
+    ws GPUs and the i-th equal share of the CPUs (hand-worked in tests/test_packing.py)."""
     cpus = list(launcher_cpus() if cpus is None else cpus)
     n = slot_count(pack, device, ws, gpus, len(cpus), threads_per_rank)
     if n == 1:
@@ -112,44 +104,3 @@ def threads_per_rank(slot: Slot, ws: int, threads_per_rank: int, ranks_cpus: int
     """run.threads_per_rank, or the CPUs the launch may use (its slot's, packed) ÷ its ranks."""
     cpus = len(slot.cpus) if slot.of > 1 and slot.cpus else ranks_cpus
     return threads_per_rank or max(1, cpus // ws)
-
-
-def spread(units: Sequence[Hashable], seconds: Callable[[Hashable], float], n: int) -> list[list[Hashable]]:
-    """`units` over n slots, longest first, each to the slot with the least time so far (LPT: within 4/3 of
-    the best split's longest slot, Graham 1969); a slot's units keep their order in `units`. Slots may be
-    empty when there are fewer units than slots."""
-    loads, shares = [0.0] * n, [[] for _ in range(n)]
-    order = {u: i for i, u in enumerate(units)}
-    for unit in sorted(units, key=lambda u: (-seconds(u), order[u])):
-        k = min(range(n), key=lambda i: (loads[i], i))
-        loads[k] += seconds(unit)
-        shares[k].append(unit)
-    return [sorted(s, key=order.__getitem__) for s in shares]
-
-
-def packed_seconds(unit_seconds: Sequence[float], n: int) -> float:
-    """The wall time of units spread over n slots at once (`spread`): its longest slot."""
-    units = list(range(len(unit_seconds)))
-    return max((sum(unit_seconds[u] for u in share) for share in spread(units, unit_seconds.__getitem__, n)),
-               default=0.0)
-
-
-def units(cells: Sequence, races: bool) -> list[list]:
-    """What a slot takes whole, in the cells' order: a race's recipes (its candidates race each other
-    through the launch: bench/worker/racing.py), else the groups stepped side by side (engine_groups)."""
-    if not races:
-        return engine_groups(list(cells))
-    out: dict[tuple, list] = {}
-    for cell in cells:
-        out.setdefault(recipe(cell), []).append(cell)
-    return list(out.values())
-
-
-def shares(cells: Sequence, races: bool, seconds: Callable[[object], float], n: int) -> list[list]:
-    """`cells` of one world size split over n slots (`spread` of their `units`, a unit's time the sum of its
-    cells'), each share in the cells' order; empty shares left out."""
-    parts = units(cells, races)
-    spread_parts = spread(list(range(len(parts))), lambda i: sum(seconds(c) for c in parts[i]), n)
-    order = {id(c): i for i, c in enumerate(cells)}
-    return [sorted((c for i in share for c in parts[i]), key=lambda c: order[id(c)])
-            for share in spread_parts if share]

@@ -205,7 +205,8 @@ def parts_lines(config, cells: list[Cell], gpus: int = 0, race: bool = False) ->
     prints by the same names at its end). A device whose step-time noise is not measured gives both ends of
     its range; a race, its low and high scenarios."""
     from bench import schema
-    from bench.run.estimate import RATES, estimate_parts, race_parts, replace
+    from bench.run.estimate import RATES, estimate_parts, replace
+    from bench.run.estimate_race import race_parts
 
     r = config.run
     if race:
@@ -225,12 +226,12 @@ def parts_lines(config, cells: list[Cell], gpus: int = 0, race: bool = False) ->
 def launch_count(config, runnable: list[Cell], gpus: int) -> int:
     """The sweep's torchrun launches: run.launches per world size, each as many at once as it packs into
     (run.pack: its slots, at most one per unit a slot takes whole)."""
-    from bench.run import packing
+    from bench.run import packing, schedule
 
     r, count = config.run, 0
     for ws, cells in by_launch(runnable).items():
         n = packing.launches_at_once(r, ws, gpus)
-        units = len(packing.units(cells, schema.search(r.search).races)) if n > 1 else 1
+        units = len(schedule.units(cells, schema.search(r.search).races)) if n > 1 else 1
         count += min(n, units) * r.launches
     return count
 
@@ -280,7 +281,7 @@ def estimate_line(plan: Plan, todo: list[Cell] | None = None) -> str:
 
 def race_line(config, cells: list[Cell], gpus: int = 0) -> str:
     """`--dry-run` of a racing search: its wall-time range and what the range assumes."""
-    from bench.run.estimate import race_looks, race_seconds
+    from bench.run.estimate_race import race_looks, race_seconds
 
     r = config.run
     low, high = race_seconds(config, cells, gpus=gpus)

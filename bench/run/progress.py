@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 import time
 
+from bench.run.launch_log import EXCEPTION_LINE
+
 
 def _hms(seconds: float) -> str:
     seconds = int(max(0, seconds))
@@ -83,3 +85,26 @@ class Progress:
         if self.tty:
             self.stream.write("\n")
             self.stream.flush()
+
+
+def summary_line(record: dict) -> str:
+    """One line per finished cell."""
+    def num(key, fmt):
+        value = record.get(key)
+        return "-" if value is None else format(value, fmt)
+
+    # one rank communicates nothing: step − compute-only is then the sync work no_sync skips (design.md,
+    # "Two witnesses": sync_overhead_ms), not exposed communication
+    comm = "sync overhead (1 rank)" if record.get("world_size") == 1 else "exposed comm"
+    exposed = f"{num('exposed_comm_ms', '.2f')} ms"
+    if (record.get("exposed_comm_ms") or 0) < 0:  # step − compute-only below 0: the two medians' noise
+        exposed = f"~0 ms ({record['exposed_comm_ms']:.2f}: the step and the compute-only step within noise)"
+    line = (f"{record['status']:<8} {record['cell_id']}  step p50 {num('step_time_ms_p50', '.2f')} ms"
+            f"  p90 {num('step_time_ms_p90', '.2f')} ms  {num('samples_per_s', '.1f')} samples/s"
+            f"  {comm} {exposed}")
+    if record["status"] == "raced_out" and record.get("error"):  # one sentence (bench/race.py): whole
+        line += f"  ({record['error']})"
+    elif record["status"] not in ("ok",) and record.get("error"):
+        lines = record["error"].strip().splitlines()
+        line += f"  ({next((x for x in lines if EXCEPTION_LINE.match(x.strip())), lines[-1])[:160]})"
+    return line

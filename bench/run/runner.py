@@ -1,4 +1,4 @@
-"""A sweep into an open run folder: one launch per world size (bench/run/launch.py), a progress line per cell,
+"""A sweep into an open run folder: one launch per world size (bench/run/sweep.py), a progress line per cell,
 the totals at the end; or, for the user's own torchrun or srun, the plan file instead of the launches.
 """
 
@@ -51,8 +51,8 @@ def sweep(folder: RunFolder, plan: Plan) -> int:
     """Run the plan's cells that `folder` has no record of and print the totals. The exit code: 0 done
     (failed cells are recorded, not fatal), 1 the folder stopped taking writes, 130 interrupted (Ctrl-C or
     SIGTERM)."""
-    from bench.run.launch import Sweep
     from bench.run.progress import Progress
+    from bench.run.sweep import Sweep
 
     t_entry = time.perf_counter()
     run_dir, config, todo = folder.path, plan.config, folder.todo(plan)
@@ -153,11 +153,11 @@ def write_plan_only(folder: RunFolder, plan: Plan, quiet: bool = False,
     to run on every node; prints how to launch it and collect it unless `quiet`. `slots`: per packed world
     size, the cell ids of each of its launches at once (bench slurm's packed steps; `--slot I` runs the
     I-th)."""
-    from bench.run.launch import write_plan
+    from bench.run.plan_file import LaunchWork, write_plan
 
     todo = folder.todo(plan)
     path = folder.path / run_folder.PLAN
-    write_plan(path, plan.config, folder.path, todo, launcher_pid=None, profile=plan.profiled(todo),
+    write_plan(path, plan.config, folder.path, LaunchWork(todo, plan.profiled(todo)), launcher_pid=None,
                slots=slots)
     if quiet:
         return path
