@@ -22,6 +22,7 @@ from bench.config import load_config
 from bench.matrix import expand
 from bench.run.launch_log import tail
 from bench.worker.cell import run_group
+from bench.worker.context import Launch
 from bench.worker.groups import plan_groups
 from bench.worker.guard import Guard, check_losses
 
@@ -94,7 +95,7 @@ def outcomes(model: str, engines_: str) -> dict[str, tuple[str, str, dict]]:
                                        "run.probe_iters=1"])
     cells, device, out = [c for c in expand(config) if not c.skip_reason], torch.device("cpu"), {}
     for group in plan_groups(cells, config, device):
-        out |= {c.engine: o for c, o in zip(group, run_group(group, config, device, 0, 1))}
+        out |= {c.engine: o for c, o in zip(group, run_group(group, Launch(config, device)))}
     return out
 
 

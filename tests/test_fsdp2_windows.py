@@ -15,8 +15,9 @@ from bench import engines
 from bench.config import load_config
 from bench.engines.fsdp2 import fsdp_modules, gradient_sync
 from bench.matrix import expand
-from bench.worker.cell import compute_only_rounds, skew_values
 from bench.worker.guard import Guard
+from bench.worker.rounds import compute_only_rounds
+from bench.worker.row_values import skew_values
 from bench.worker.trainer import Trainer
 from tests.dist_utils import run_distributed
 

@@ -22,6 +22,7 @@ from bench.run import nccl_log
 from bench.schema import RESULT_COLUMNS, MiB
 from bench.worker import process
 from bench.worker.cell import run_group
+from bench.worker.context import Launch
 from bench.worker.trainer import Trainer
 from bench.workloads import get_workload
 
@@ -141,7 +142,7 @@ def test_memory_is_released_between_cells(tmp_path):
         def run_all() -> list[int]:
             after = []
             for group in [[c] for c in cells] + [cells]:  # each cell alone, then all side by side
-                for status, error, _ in run_group(group, config, device, 0, 1):
+                for status, error, _ in run_group(group, Launch(config, device)):
                     assert (status, error) == ("ok", None)
                 gc.collect()
                 after.append(torch.cuda.memory_allocated(device))
@@ -205,7 +206,7 @@ def test_pick_device_on_this_machine():
 @pytest.mark.timeout(400)
 def test_plan_mode_under_nccl_a_failing_cell_costs_seconds_not_the_timeout(tmp_path):
     """A plan run (no launcher) where rank 1 raises in one cell while rank 0 waits in a collective with it:
-    rank 0 leaves that collective when rank 1's failure key appears (plan_mode.FailureWatch aborts its
+    rank 0 leaves that collective when rank 1's failure key appears (its failure watch aborts its
     NCCL communicator), both agree, and the next cell runs — well inside the 600 s process-group timeout,
     after which NCCL's watchdog would have killed the ranks and the rest of the world size."""
     import subprocess

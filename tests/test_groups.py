@@ -11,6 +11,7 @@ from bench.config import load_config
 from bench.matrix import expand
 from bench.worker import groups
 from bench.worker.cell import run_group
+from bench.worker.context import Launch
 from bench.worker.groups import (
     NCCL_RESERVE_BYTES,
     RESIDENT_BYTES_PER_PARAM,
@@ -91,22 +92,21 @@ def test_every_cell_of_a_cut_group_is_paired_with_torch_and_reported_once(tmp_pa
     is reported once, and every other cell gets speed_vs_torch."""
     import json
 
-    from bench.worker import main as worker_main
     from bench.worker.events import Events
+    from bench.worker.launch_groups import run_and_emit
 
     config = load_config("cpu-smoke", ["matrix.scaling=strong", "matrix.world_size=1", "matrix.grad_accum=1",
                                        "profile.enabled=false", "run.timed_steps=3", "run.phase_steps=1",
                                        "run.compute_only_steps=1", "run.probe_iters=1"])
     monkeypatch.setattr(groups, "capacity", lambda *args: 2)
-    events, seen, left = Events(tmp_path / "events.jsonl"), set(), set()
+    launch, seen = Launch(config, torch.device("cpu"), events=Events(tmp_path / "events.jsonl")), set()
     planned = plan_groups(expand(config), config, torch.device("cpu"))
     assert len(planned) == 3
     for group in planned:
         companions = frozenset(c.cell_id for c in group if c.cell_id in seen)
         seen |= {c.cell_id for c in group}
-        worker_main.run_and_emit(group, config, torch.device("cpu"), events, {}, left,
-                                 companions=companions)
-    finished = [json.loads(line) for line in events.path.read_text().splitlines()
+        run_and_emit(group, launch, companions)
+    finished = [json.loads(line) for line in launch.events.path.read_text().splitlines()
                 if json.loads(line)["event"] == "finish"]
     assert sorted(e["cell_id"] for e in finished) == sorted(c.cell_id for c in expand(config))
     for e in finished:
@@ -131,8 +131,8 @@ def plan_and_run_with_own_free_memory(rank, world_size, free_per_rank):
     dist.all_gather_object(seen, ids)  # a plan that differs fails here, before it could hang a collective
     if seen[0] != seen[1]:
         return ids, None
-    statuses = [status for status, _, _ in run_group(planned[0], config, torch.device("cpu"), rank,
-                                                     world_size)]
+    statuses = [status for status, _, _ in run_group(planned[0], Launch(config, torch.device("cpu"), rank,
+                                                                   world_size))]
     return ids, statuses
 
 

@@ -199,6 +199,7 @@ def test_launch_records_merge_a_family_and_resume_where_they_stopped(tmp_path):
 
 def test_the_straggler_fault_slows_every_step_of_the_cells_it_names(one_rank_group):
     from bench.worker.cell import run_group
+    from bench.worker.context import Launch
     from bench.worker.trainer import Trainer
 
     config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.grad_accum=1", "matrix.scaling=strong",
@@ -209,8 +210,8 @@ def test_the_straggler_fault_slows_every_step_of_the_cells_it_names(one_rank_gro
     # the last rank (rank 1 of 2, rank 0 of 1) of the cells the pattern names, only
     assert [Trainer(c, config, torch.device("cpu"), 0, 1, 2).straggle_s for c in cells] == [0.0, 0.02]
     assert Trainer(cells[1], config, torch.device("cpu"), 0, 2, 2).straggle_s == 0.0
-    rows = {c.engine: row for c, (_, _, row) in zip(cells, run_group(cells, config, torch.device("cpu"), 0, 1,
-                                                                     passes=frozenset(REPEAT_PASSES)))}
+    launch = Launch(config, torch.device("cpu"), passes=frozenset(REPEAT_PASSES))
+    rows = {c.engine: row for c, (_, _, row) in zip(cells, run_group(cells, launch))}
     # every overlap step, warm-up and timed, sleeps 20 ms
     assert rows["overlap"]["step_time_ms_min"] >= 20.0 and min(rows["overlap"]["warmup_times_ms"]) >= 20.0
     # a timing-only launch (run.launches' repeats) runs its compute-only rounds (merged with the step over
@@ -222,7 +223,8 @@ def test_the_straggler_fault_slows_every_step_of_the_cells_it_names(one_rank_gro
 def test_rounds_still_warming_up_are_found_and_run_again(one_rank_group):
     import time
 
-    from bench.worker.cell import adaptive_rounds, warmup_found
+    from bench.worker.rounds import adaptive_rounds
+    from bench.worker.warmup import warmup_found
 
     calls = {"n": 0}
 
@@ -246,7 +248,8 @@ def test_rounds_run_again_are_replaced_until_the_count_stands(one_rank_group):
     # once, the 5 would leave 11: what made a cell's interval vanish on CI, 5 steady rounds of 6).
     import time
 
-    from bench.worker.cell import adaptive_rounds, warmup_found
+    from bench.worker.rounds import adaptive_rounds
+    from bench.worker.warmup import warmup_found
 
     calls = {"n": 0}
 
@@ -296,7 +299,7 @@ def test_a_run_of_two_launches_end_to_end(tmp_path):
 
 
 def test_a_quiet_group_hands_its_unspent_budget_to_the_next():
-    from bench.worker.cell import Budget
+    from bench.worker.rounds import Budget
 
     budget = Budget()
     assert budget.allowance_s(8.0) == 8.0

@@ -280,29 +280,32 @@ def test_an_agent_killed_mid_cell_survivor_exits_collect_and_resume(tmp_path):
 
 
 def test_a_peers_failure_reaches_a_watching_rank_within_a_second():
-    """Plan mode under NCCL (bench/worker/plan_mode.py FailureWatch): the rank that fails a group sets the
-    group's failure key at once; a rank watching that key calls its abort (the communicator's, on CUDA),
-    so a collective it waits in with the failed rank ends now rather than at the process-group timeout.
-    Its own failure does not abort it; a key of another group is not its concern."""
+    """Plan mode under NCCL (bench/worker/plan_mode.py FailureKey, bench/worker/watch.py): the rank that
+    fails a group sets the group's failure key at once; a rank watching that key calls its abort (the
+    communicator's, on CUDA), so a collective it waits in with the failed rank ends now rather than at the
+    process-group timeout. Its own failure does not abort it; a key of another group is not its concern."""
     import time as time_mod
 
     import torch.distributed as dist
 
-    from bench.worker.plan_mode import FailureWatch
+    from bench.worker.plan_mode import FailureKey
+    from bench.worker.watch import FailureWatch
 
     store = dist.HashStore()
     calls: list[float] = []
-    with FailureWatch(store, "ws2-group0", 0, lambda: calls.append(time_mod.monotonic())) as watch0:
-        FailureWatch(store, "ws2-group1", 1, lambda: None).failed()  # another group's failure
+    heard = FailureKey(store, "ws2-group0", 0)
+    with FailureWatch(heard, lambda: calls.append(time_mod.monotonic())) as watch0:
+        FailureKey(store, "ws2-group1", 1).post()  # another group's failure
         time_mod.sleep(0.7)
         assert not calls
         t0 = time_mod.monotonic()
-        FailureWatch(store, "ws2-group0", 1, lambda: None).failed()  # rank 1 fails this group
+        FailureKey(store, "ws2-group0", 1).post()  # rank 1 fails this group
         while not calls and time_mod.monotonic() - t0 < 5:
             time_mod.sleep(0.05)
-    assert len(calls) == 1 and calls[0] - t0 < 1.0 and watch0.aborted
+    assert len(calls) == 1 and calls[0] - t0 < 1.0 and watch0.fired
     mine: list[float] = []
-    with FailureWatch(store, "ws2-group2", 0, lambda: mine.append(1.0)) as watch:
-        watch.failed()
+    own = FailureKey(store, "ws2-group2", 0)
+    with FailureWatch(own, lambda: mine.append(1.0)):
+        own.post()
         time_mod.sleep(0.7)
     assert not mine and store.get("bench/ws2-group2/failed") == b"0"

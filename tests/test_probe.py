@@ -11,8 +11,9 @@ from dist_utils import run_distributed
 from bench.config import load_config
 from bench.matrix import expand
 from bench.worker import measure
-from bench.worker.cell import probe_values, steps_needed
+from bench.worker.cell import steps_needed
 from bench.worker.measure import SWEEP_MIN_BYTES, Probe
+from bench.worker.row_values import probe_values
 from bench.worker.trainer import Trainer
 
 

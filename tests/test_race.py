@@ -156,7 +156,8 @@ def simulate(rng, scales: list[float], config, cells) -> tuple[list[int], int, n
     for i, (done, share) in enumerate(plan):
         per_rank = [[list(data[e, :done])] for e in range(len(cells))]
         upcoming = points[i + 1] if i + 1 < len(points) else done
-        gone, why, _ = racing.decide(per_rank, alive, cells, config, done, share, upcoming, {}, 0.0)
+        look = racing.Look(done, share, upcoming, 0.0)
+        gone, why, _ = racing.decide(per_rank, alive, cells, config, look, {})
         alive = [e for e in alive if e not in gone]
         if why is not None:
             return alive, done, data
@@ -293,11 +294,12 @@ def test_the_budget_stops_a_race_it_cannot_carry_to_its_first_look():
     assert len(cells) == 14 and race.looks(10, 160, 14)[0][0] == 13
     spread = [80.0, 120.0, 95.0, 105.0, 100.0, 90.0, 110.0, 85.0, 115.0, 100.0]  # median 100, ±15 % wide
     per_rank = [[spread] for _ in cells]
-    gone, why, fill = racing.decide(per_rank, list(range(14)), cells, config, 10, 0.0, 13, {}, 14.0)
+    look = racing.Look(10, 0.0, 13, 14.0)
+    gone, why, fill = racing.decide(per_rank, list(range(14)), cells, config, look, {})
     assert (gone, why, fill) == ({}, "budget", 0)
     # with room for it (40 s a group), the race goes on to its first look
     roomy = load_config("default", ["run.device=cpu", "matrix.world_size=2", "run.max_group_s=40"])
-    assert racing.decide(per_rank, list(range(14)), cells, roomy, 10, 0.0, 13, {}, 14.0) == [{}, None, 0]
+    assert racing.decide(per_rank, list(range(14)), cells, roomy, look, {}) == [{}, None, 0]
 
 
 def test_race_rounds_stop_stepping_what_they_eliminate(one_rank_group):

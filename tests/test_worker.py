@@ -15,9 +15,11 @@ from bench.config import load_config
 from bench.matrix import expand
 from bench.schema import RESULT_COLUMNS
 from bench.worker import process
-from bench.worker.cell import compute_only_rounds, run_group, steps_needed
+from bench.worker.cell import run_group, steps_needed
+from bench.worker.context import Launch
 from bench.worker.guard import Guard
 from bench.worker.profiling import profile_cell
+from bench.worker.rounds import compute_only_rounds
 from bench.worker.trainer import Instrument, Precision, Trainer, build_on
 from bench.workloads import get_workload
 from bench.workloads.mrpc import StagedPairs
@@ -33,7 +35,7 @@ def test_run_group_measures_a_cell(tmp_path, one_rank_group, precision):
     config = smoke_config(["matrix.world_size=1", "matrix.engine=torch", "matrix.grad_accum=2",
                                        f"matrix.precision={precision}", "run.timed_steps=3", "run.repeats=2"])
     (cell,) = expand(config)
-    ((status, error, row),) = run_group([cell], config, torch.device("cpu"), 0, 1)
+    ((status, error, row),) = run_group([cell], Launch(config, torch.device("cpu")))
     assert (status, error) == ("ok", None) and "status" not in row
     assert set(row) - set(RESULT_COLUMNS) == {"step_times_ms", "steps_wall_s", "allreduce_sweep",
                                               "bucket_sizes_bytes", "compute_only_ms_per_rank",
@@ -94,7 +96,7 @@ def test_engines_of_a_group_run_side_by_side_and_compare_to_torch(tmp_path, one_
                                        "matrix.grad_accum=1", "matrix.bucket_cap_mb=25",
                                        "run.timed_steps=6", "profile.enabled=false"])
     cells = expand(config)
-    outcomes = run_group(cells, config, torch.device("cpu"), 0, 1)
+    outcomes = run_group(cells, Launch(config, torch.device("cpu")))
     rows = {cell.engine: row for cell, (_, _, row) in zip(cells, outcomes, strict=True)}
     assert all(status == "ok" for status, _, _ in outcomes)
     # 6 rounds, and as many again as the warm-up test found in them, at most 6, run once (bench/worker/
@@ -406,7 +408,7 @@ def test_a_group_releases_every_model_it_built(tmp_path, one_rank_group, monkeyp
     monkeypatch.setattr(cell_module, "Trainer", Recorded)
     config = smoke_config(["matrix.world_size=1", "matrix.grad_accum=1", "profile.enabled=false",
                            "run.timed_steps=2"])
-    outcomes = run_group(expand(config), config, torch.device("cpu"), 0, 1)
+    outcomes = run_group(expand(config), Launch(config, torch.device("cpu")))
     assert all(status == "ok" for status, _, _ in outcomes)
     gc.collect()
     assert len(built) == 2 * len(outcomes)  # side by side, then each alone for its peak memory
@@ -482,7 +484,7 @@ def _sleep_steps(rank: int, spread: bool) -> list:
 
 
 def _adaptive_on_each_rank(rank, world_size, overrides, spread):
-    from bench.worker.cell import adaptive_rounds
+    from bench.worker.rounds import adaptive_rounds
 
     config = smoke_config(overrides)
     rounds = adaptive_rounds(_sleep_steps(rank, spread), config, torch.device("cpu"), reference=0)
@@ -509,7 +511,7 @@ def test_adaptive_rounds_stop_together_on_every_rank(overrides, spread, rounds, 
 
 
 def test_adaptive_rounds_off_run_the_fixed_count(one_rank_group):
-    from bench.worker.cell import adaptive_rounds
+    from bench.worker.rounds import adaptive_rounds
 
     config = smoke_config(["run.timed_steps=3", "run.repeats=2", "run.target_ci_pct=0"])
     rounds = adaptive_rounds(_sleep_steps(0, True), config, torch.device("cpu"), reference=0)
@@ -522,7 +524,7 @@ def test_a_group_records_why_its_rounds_stopped_and_the_precision_reached(tmp_pa
                            "matrix.bucket_cap_mb=25", "run.timed_steps=6", "run.target_ci_pct=100",
                            "run.max_timed_steps=24", "profile.enabled=false"])
     cells = expand(config)
-    outcomes = run_group(cells, config, torch.device("cpu"), 0, 1)
+    outcomes = run_group(cells, Launch(config, torch.device("cpu")))
     rows = {c.engine: row for c, (_, _, row) in zip(cells, outcomes)}
     for row in rows.values():  # ±100 % is met at the first look, unless the shared machine stalled a step
         # the rounds run: those measured and those the warm-up test left out (kept in warmup_times_ms after
@@ -557,13 +559,13 @@ def test_a_budget_stop_runs_the_rounds_that_still_fit(one_rank_group, monkeypatc
     # round: (3 − 2) / 0.1 = 10 more, 30 in all.
     import types
 
-    from bench.worker import cell
+    from bench.worker import rounds as rounds_mod
 
     readings = iter([0.0, 1.0, 2.0])
-    monkeypatch.setattr(cell, "time", types.SimpleNamespace(perf_counter=lambda: next(readings)))
+    monkeypatch.setattr(rounds_mod, "time", types.SimpleNamespace(perf_counter=lambda: next(readings)))
     config = smoke_config(["run.timed_steps=5", "run.repeats=2", "run.target_ci_pct=1",
                            "run.max_timed_steps=640", "run.max_group_s=3"])
-    rounds = cell.adaptive_rounds(_sleep_steps(0, True), config, torch.device("cpu"), 0)
+    rounds = rounds_mod.adaptive_rounds(_sleep_steps(0, True), config, torch.device("cpu"), 0)
     per_rank, stopped_by = rounds.per_rank, rounds.stopped_by
     assert stopped_by == "budget" and [len(t) for ranks in per_rank for t in ranks] == [30, 30]
 
@@ -572,7 +574,7 @@ def test_the_compute_only_rounds_give_the_step_and_the_spread_between_ranks():
     """Per round the slowest rank is the compute-only step (as for a timed step) and slowest − fastest is
     the skew: ranks [10, 12, 11] and [13, 12, 15] ms → rounds 13, 12, 15 (p50 13), gaps 3, 0, 4 (p50 3)."""
     from bench import metrics
-    from bench.worker.cell import exposed_values, skew_values
+    from bench.worker.row_values import exposed_values, skew_values
 
     per_rank = [[10.0, 12.0, 11.0], [13.0, 12.0, 15.0]]
     values = exposed_values([20.0, 21.0, 22.0], metrics.step_times_over_ranks(per_rank))
@@ -605,11 +607,11 @@ def test_a_compiling_warm_up_step_tells_the_watchdog_it_is_alive(one_rank_group,
     import time as time_mod
     from types import SimpleNamespace
 
-    from bench.worker import cell as cell_mod
+    from bench.worker import warmup
 
-    monkeypatch.setattr(cell_mod, "HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(warmup, "HEARTBEAT_S", 0.05)
     slow = SimpleNamespace(cell=SimpleNamespace(compile="inductor", cell_id="torch-x-inductor"),
                            step=lambda: time_mod.sleep(0.3))
     heard = []
-    cell_mod.warm_up([slow], 1, torch.device("cpu"), Guard(), heard.append)
+    warmup.warm_up([slow], 1, torch.device("cpu"), Guard(), heard.append)
     assert len(heard) >= 3 and heard[0].startswith("compiling torch-x-inductor (")

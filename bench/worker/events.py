@@ -9,7 +9,7 @@ One JSON object per line, appended and flushed per event, each with its time `t`
            "raced_out" with its measurements so far and the comparison that eliminated it, or a cell that
            left its group alone (bench/worker/guard.py: its trainer raised, its loss was not finite, torch
            refused to compile it) "failed" | "oom" | "skipped" with its own error, row empty; and carried_s
-           (the timed-rounds budget left unspent so far: bench/worker/cell.py's Budget);
+           (the timed-rounds budget left unspent so far: bench/worker/rounds.py's Budget);
 - "error"  a rank whose cell raised: cell_ids, rank, status ("failed" | "oom"), phase, error; in a plan run
            (bench/worker/plan_mode.py) every rank writes one for a failed group, `peer: true` on the ranks
            that only learnt of it, and phase "start" when the process group never formed.

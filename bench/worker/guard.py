@@ -15,9 +15,9 @@ through the c10d store: the failing rank posts its failure and waits GRACE_S for
 they do not, the rank raises FailedAlone, and the group is over on every rank within seconds — the failing
 rank records its cell's own cause and leaves, the others (their collective broken, or told by the store)
 leave without a word of their own (PeerFailed), the launcher relaunches the group's other cells
-(bench/worker/main.py, bench/run/launch.py) — instead of waiting for the process group's timeout (0.75 ×
-run.cell_timeout_s) and recording the whole group `timeout` with the cause lost. A failure of the process
-group itself (`dist.DistError`) is re-raised as before: the group's "error" event ends the launch.
+(bench/worker/launch_groups.py, bench/run/launch.py) — instead of waiting for the process group's timeout
+(0.75 × run.cell_timeout_s) and recording the whole group `timeout` with the cause lost. A failure of the
+process group itself (`dist.DistError`) is re-raised as before: the group's "error" event ends the launch.
 """
 
 from __future__ import annotations

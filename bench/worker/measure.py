@@ -1,6 +1,6 @@
 """What a cell measures on every rank: timed windows, reductions over ranks, the parity check, the
-all-reduce probe, peak memory and the work (tokens, FLOPs) of a step. Each function is collective where it
-says so: every rank calls it, in the same order.
+all-reduce probe, peak memory, the work (tokens, FLOPs) of a step, a step timed phase by phase and fp16's
+skipped steps. Each function is collective where it says so: every rank calls it, in the same order.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch.distributed as dist
 from bench import stats
 from bench.peaks import peak_flops_per_s
 from bench.schema import WIRE_DTYPES, MiB
-from bench.worker.trainer import Trainer, sync_device
+from bench.worker.trainer import PhaseClock, Trainer, sync_device
 
 
 class Stopwatch:
@@ -282,3 +282,21 @@ def device_peak_flops(device: torch.device, precision: str) -> float | None:
     if device.type != "cuda":
         return None
     return peak_flops_per_s(torch.cuda.get_device_name(device), precision)
+
+
+def phase_pass(trainer: Trainer) -> dict[str, float | None]:
+    """One step with device syncs between phases → forward/backward/optimizer ms, and the engine's own
+    end-of-backward wait (ddp_core on CPU only: see Engine.sync_wait_ms)."""
+    clock = PhaseClock(trainer.device)
+    trainer.step(clock)
+    return {"forward": clock.ms["forward"], "backward": clock.ms["backward"],
+            "sync_wait": trainer.engine.sync_wait_ms(trainer.model, trainer.device),
+            "optimizer": clock.ms["opt_step"]}
+
+
+def skipped_steps(trainer: Trainer) -> int | None:
+    """Collective for fp16 cells (every rank's trainer has the same precision): optimizer steps the
+    GradScaler skipped so far, the maximum over ranks (under no_sync a rank's local gradients can overflow
+    alone); None for other precisions. A device sync."""
+    local = trainer.precision.skipped_steps()
+    return None if local is None else int(max_over_ranks(local, trainer.device))

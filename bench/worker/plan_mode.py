@@ -12,12 +12,12 @@ compute nodes, so the ranks do it themselves.
   then, on a process group rebuilt on the same store, through an all-reduce of the failed flag, which also
   proves the group works. Then the next group runs. When the agreement cannot complete (a peer died, the
   store is gone), the rank stops: re-running the plan continues from the first unfinished cell.
-- Under NCCL the failing rank also says so at once through the store (FailureWatch): every other rank
-  watches that key while it runs the group and aborts its communicator when it appears, so a peer left
-  inside a collective with the failed rank raises within a second instead of waiting out the
-  process-group timeout (450 s on the GPU presets), after which NCCL's watchdog would have killed it and
-  the rest of its world size. gloo's abort does not end a collective in progress (checked: torch 2.13), so
-  on gloo the peers still wait for run.pg_timeout_s, and then carry on.
+- Under NCCL the failing rank also says so at once through the store (FailureKey): every other rank
+  watches that key while it runs the group (bench/worker/watch.py) and aborts its communicator when it
+  appears, so a peer left inside a collective with the failed rank raises within a second instead of
+  waiting out the process-group timeout (450 s on the GPU presets), after which NCCL's watchdog would
+  have killed it and the rest of its world size. gloo's abort does not end a collective in progress
+  (checked: torch 2.13), so on gloo the peers still wait for run.pg_timeout_s, and then carry on.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import json
 import os
 import socket
 import sys
-import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -35,6 +34,7 @@ import torch.distributed as dist
 
 from bench import run_folder
 from bench.config import BenchConfig
+from bench.matrix import Cell
 from bench.worker import process
 from bench.worker.events import EventReader
 
@@ -89,7 +89,11 @@ def agreed_finished(run_dir: Path) -> tuple[set[str], set[str]]:
     return box[0]
 
 
-POLL_S = 0.5  # how often a FailureWatch reads the store: a peer's failure is noticed within about this
+def unfinished(run_dir: Path, cells: list[Cell], to_profile: list[Cell]) -> tuple[list[Cell], list[Cell]]:
+    """Collective: the cells to time and the cells to profile less those an earlier run of the plan
+    finished (agreed_finished: the same on every rank)."""
+    timed, traced = agreed_finished(run_dir)
+    return [c for c in cells if c.cell_id not in timed], [c for c in to_profile if c.cell_id not in traced]
 
 
 def failure_key(key: str) -> str:
@@ -97,53 +101,35 @@ def failure_key(key: str) -> str:
     return f"bench/{key}/failed"
 
 
-class FailureWatch:
-    """While a group runs on this rank, watch the store for another rank's failure of it (failure_key) and
-    then call `abort` once (the default process group's abort under NCCL: a collective in flight with the
-    failed rank raises on this rank's main thread instead of waiting for the timeout). `failed()` posts this
-    rank's own failure. A context manager: the watching thread stops, and is joined, on exit (before the
-    main thread uses the store to agree on the outcome)."""
+class FailureKey:
+    """Plan mode's source of "another rank failed this group" for the watch (bench/worker/watch.py): the
+    group's failure key in the store. `post()` sets it for this rank's own failure; calling the value asks
+    whether another rank set it (None once the store is gone or the failure is this rank's own)."""
 
-    def __init__(self, store, key: str, rank: int, abort):
-        self.store, self.key, self.rank, self.abort = store, failure_key(key), rank, abort
-        self.aborted = False
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="bench-failure-watch", daemon=True)
+    def __init__(self, store, key: str, rank: int):
+        self.store, self.key, self.rank = store, failure_key(key), rank
 
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._done.set()
-        self._thread.join()
-
-    def failed(self) -> None:
+    def post(self) -> None:
         """This rank failed the group: say so to the others now (the first to fail names itself)."""
         try:
             self.store.compare_set(self.key, "", str(self.rank))
         except (RuntimeError, dist.DistError):
             pass  # the store is gone: the agreement that follows finds out and stops this rank
 
-    def _watch(self) -> None:
-        while not self._done.wait(POLL_S):
-            try:
-                if not self.store.check([self.key]):
-                    continue
-                if self.store.get(self.key) == str(self.rank).encode():
-                    return  # this rank's own failure: its main thread knows
-            except (RuntimeError, dist.DistError):
-                return
-            self.aborted = True
-            self.abort()
-            return
+    def __call__(self) -> bool | None:
+        try:
+            if not self.store.check([self.key]):
+                return False
+            return None if self.store.get(self.key) == str(self.rank).encode() else True
+        except (RuntimeError, dist.DistError):
+            return None
 
 
 def abort_for(device: torch.device):
-    """What a FailureWatch calls on this rank: under NCCL, abort the default group's communicators
-    (ProcessGroup.abort: ncclCommAbort ends the collectives in flight, which then raise), leaving c10d's
-    bookkeeping to the main thread (group_failed destroys and rebuilds the group); nothing on gloo, whose
-    abort leaves a collective in flight waiting (its timeout ends it)."""
+    """What the failure watch calls on this rank in plan mode: under NCCL, abort the default group's
+    communicators (ProcessGroup.abort: ncclCommAbort ends the collectives in flight, which then raise),
+    leaving c10d's bookkeeping to the main thread (group_failed destroys and rebuilds the group); nothing on
+    gloo, whose abort leaves a collective in flight waiting (its timeout ends it)."""
     if device.type != "cuda":
         return lambda: None
     group = dist.distributed_c10d._get_default_group()

@@ -105,10 +105,10 @@ def race_rounds(steps: list[Callable[[], object]], cells: list[Cell], config: Be
             return TimedRounds(per_rank, None, eliminated)
         decision = [{}, None, 0]  # eliminated (index → Elimination's fields), why stop, rounds to fill
         if dist.get_rank() == 0:
+            look = Look(done, shares[i], points[i + 1] if i + 1 < len(points) else done,
+                        time.perf_counter() - t0)
             with measure.ANALYSIS:
-                decision = decide(per_rank, alive, cells, config, done, shares[i],
-                                  points[i + 1] if i + 1 < len(points) else done, earlier,
-                                  time.perf_counter() - t0)
+                decision = decide(per_rank, alive, cells, config, look, earlier)
         dist.broadcast_object_list(decision, src=0)
         for e, fields in sorted(decision[0].items()):
             eliminated[e] = race.Elimination(**fields)
@@ -126,14 +126,26 @@ def race_rounds(steps: list[Callable[[], object]], cells: list[Cell], config: Be
     raise AssertionError("unreachable: the last look is max_timed_steps, where stop_reason stops")
 
 
-def decide(per_rank: list, alive: list[int], cells: list[Cell], config: BenchConfig, done: int,
-           share: float, upcoming: int, earlier: dict, elapsed_s: float) -> list:
+@dataclass(frozen=True)
+class Look:
+    """One look of a race, as rank 0 decides at it: the rounds done, the share of the race's error rate
+    spent here (race.looks; 0 at a checkpoint that only asks the stopping rule), the round count of the next
+    look or checkpoint (`done` at the last), and the seconds since the race's first round."""
+
+    done: int
+    share: float
+    upcoming: int
+    elapsed_s: float
+
+
+def decide(per_rank: list, alive: list[int], cells: list[Cell], config: BenchConfig, look: Look,
+           earlier: dict) -> list:
     """Rank 0 at a look: [eliminated (index → Elimination's fields), why the survivors stop (None: go on;
     always before run.timed_steps × repeats rounds, the survivors' minimum, and with adaptivity off),
     rounds that still fit in their budget after a "budget" stop]."""
-    r = config.run
+    r, done, elapsed_s = config.run, look.done, look.elapsed_s
     samples = {e: metrics.step_times_over_ranks(per_rank[e]) for e in alive}
-    out = race.eliminate({cells[e].cell_id: samples[e] for e in alive}, done, share, earlier)
+    out = race.eliminate({cells[e].cell_id: samples[e] for e in alive}, done, look.share, earlier)
     gone = {e: asdict(out[cells[e].cell_id]) for e in alive if cells[e].cell_id in out}
     if not r.adaptive:
         return [gone, None, 0]
@@ -146,7 +158,7 @@ def decide(per_rank: list, alive: list[int], cells: list[Cell], config: BenchCon
     # the survivors' pace from here: one step of each per round, at their medians so far
     round_s = sum(float(np.median(samples[e])) for e in left) / 1e3
     budget = sum(group_budget_s(config, len(g)) for g in engine_groups([cells[e] for e in left]))
-    why = stats.stop_reason(worst, r.target_ci_pct, done, r.max_timed_steps, elapsed_s, upcoming, budget,
+    why = stats.stop_reason(worst, r.target_ci_pct, done, r.max_timed_steps, elapsed_s, look.upcoming, budget,
                             round_s=round_s)
     fill = stats.budget_fill(done, elapsed_s, budget, r.max_timed_steps, round_s=round_s) \
         if why == "budget" else 0

@@ -2,7 +2,7 @@
 rather than assumed from `run.warmup_steps`, and which steps are outliers (Tukey's fences), counted and
 shown, never dropped.
 
-Used by the worker (bench/worker/cell.py) on every group's step times, and by the launcher when it merges a
+Used by the worker (bench/worker/warmup.py) on every group's step times, and by the launcher when it merges a
 cell's launches (bench/run/merge.py). Pure numpy; deterministic (the permutation test is seeded).
 
 **Warm-up** (`warmup_end`): the test asks whether the series starts with a stretch of slower steps. For every

@@ -9,6 +9,7 @@ the compute-only window.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections import defaultdict
@@ -35,6 +36,13 @@ def sync_device(device: torch.device) -> None:
     """Wait for the device's queued work (no-op on CPU). Note: a CPU-GPU sync point."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def release(device: torch.device) -> None:
+    """Free what dropped trainers held (models, buckets, optimizer state) before anything else runs."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 class Precision:
