@@ -20,7 +20,7 @@ from bench.schema import PASSES, Passes
 class LaunchWork:
     """What one launch (or a plan run) is given to do: the cells to time, the cells to profile after them,
     the passes it runs (bench.schema PASSES; a repeat launch of run.launches REPEAT_PASSES), the
-    timed-rounds budget earlier launches left unspent (worker.cell.Budget), and the slot it runs in
+    timed-rounds budget earlier launches left unspent (worker.rounds.Budget), and the slot it runs in
     (packing.Slot.facts: into every row)."""
 
     cells: list[Cell]

@@ -45,7 +45,7 @@ class Sweep:
         self.stats = SweepStats()
         self.records = LaunchRecords(run_dir, config, fresh)
         self.restarts: Counter = Counter()  # world size → launches relaunched after a worker was killed
-        self.carried_s = 0.0  # timed-rounds budget the launches so far left unspent (worker.cell.Budget)
+        self.carried_s = 0.0  # timed-rounds budget the launches so far left unspent (worker.rounds.Budget)
         # the run's and its launches' parts of the cost anatomy (schema.ANATOMY_PARTS); the cells' are in rows
         self.anatomy: dict[str, float] = {}
         self.launch_anatomy: list[dict] = []
