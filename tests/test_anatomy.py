@@ -1,4 +1,4 @@
-"""The cost anatomy (bench/schema.py ANATOMY_PARTS): its parts, its arithmetic (hand-worked), the estimate's,
+"""The cost anatomy (bench/anatomy.py PARTS): its parts, its arithmetic (hand-worked), the estimate's,
 and what a real run records (tests/test_race_run.py runs one)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from bench import schema
+from bench import anatomy
 from bench.__main__ import main as bench_main
 from bench.config import load_config
 from bench.matrix import MEMORY_STEPS
@@ -21,43 +21,43 @@ from tests.test_estimate import HAND, hand_cell
 
 
 def test_parts_are_defined_once_with_a_scope_each():
-    scopes = set(schema.ANATOMY_CELL_PARTS) | set(schema.ANATOMY_LAUNCH_PARTS) | set(schema.ANATOMY_RUN_PARTS)
-    assert scopes == set(schema.ANATOMY_PARTS)
+    scopes = set(anatomy.CELL_PARTS) | set(anatomy.LAUNCH_PARTS) | set(anatomy.RUN_PARTS)
+    assert scopes == set(anatomy.PARTS)
     assert {"spawn", "rendezvous", "build", "warmup", "timed", "profile", "compute_only", "gate", "analysis",
-            "writing"} <= set(schema.ANATOMY_PARTS)
+            "writing"} <= set(anatomy.PARTS)
 
 
 def test_share_hand_worked():
     # 6 s of a race's timed rounds over three candidates that stepped 10, 10 and 40 rounds: 1, 1, 4
-    shared = schema.anatomy_share(6.0, ["a", "b", "c"], [10, 10, 40])
+    shared = anatomy.share(6.0, ["a", "b", "c"], [10, 10, 40])
     assert shared == pytest.approx({"a": 1.0, "b": 1.0, "c": 4.0})
     # without weights (or all zero): evenly
-    assert schema.anatomy_share(6.0, ["a", "b", "c"]) == pytest.approx({"a": 2.0, "b": 2.0, "c": 2.0})
-    assert schema.anatomy_share(6.0, ["a", "b"], [0, 0]) == pytest.approx({"a": 3.0, "b": 3.0})
-    assert schema.anatomy_share(6.0, []) == {}
+    assert anatomy.share(6.0, ["a", "b", "c"]) == pytest.approx({"a": 2.0, "b": 2.0, "c": 2.0})
+    assert anatomy.share(6.0, ["a", "b"], [0, 0]) == pytest.approx({"a": 3.0, "b": 3.0})
+    assert anatomy.share(6.0, []) == {}
 
 
 def test_add_total_and_an_unknown_part():
-    parts = schema.anatomy_add({}, "timed", 1.5)
-    schema.anatomy_add(parts, "timed", 0.5)
+    parts = anatomy.add({}, "timed", 1.5)
+    anatomy.add(parts, "timed", 0.5)
     assert parts == {"timed": 2.0}
     # summed in PARTS order, whatever order they came in
-    assert list(schema.anatomy_total([{"timed": 1.0, "build": 2.0}, {"spawn": 3.0, "timed": 1.0}])) == [
+    assert list(anatomy.total([{"timed": 1.0, "build": 2.0}, {"spawn": 3.0, "timed": 1.0}])) == [
         "spawn", "build", "timed"]
     with pytest.raises(KeyError, match="'bogus' is not one of"):
-        schema.anatomy_add({}, "bogus", 1.0)
+        anatomy.add({}, "bogus", 1.0)
 
 
 def test_table_and_words():
-    lines = schema.anatomy_table({"build": 1.0, "timed": 3.0}, wall_s=5.0)
+    lines = anatomy.table({"build": 1.0, "timed": 3.0}, wall_s=5.0)
     assert lines[0].split() == ["build", "1.0", "s", "20.0", "%"]
     assert lines[1].split() == ["timed", "3.0", "s", "60.0", "%"]
     assert "total" in lines[-1] and "unaccounted 1.0 s" in lines[-1]
     # the launcher's writing overlaps the ranks' work: shown, not added
-    lines = schema.anatomy_table({"timed": 3.0, "writing": 1.0}, wall_s=4.0)
+    lines = anatomy.table({"timed": 3.0, "writing": 1.0}, wall_s=4.0)
     assert "not in the total" in lines[1] and "unaccounted 1.0 s" in lines[-1]
-    assert schema.anatomy_added({"timed": 3.0, "writing": 1.0}) == 3.0
-    assert schema.anatomy_words({"timed": 3.0, "build": 1.0}) == "build 1.0 s, timed 3.0 s"
+    assert anatomy.added({"timed": 3.0, "writing": 1.0}) == 3.0
+    assert anatomy.words({"timed": 3.0, "build": 1.0}) == "build 1.0 s, timed 3.0 s"
 
 
 def test_cell_parts_hand_worked():
@@ -92,7 +92,7 @@ def test_estimate_parts_add_up_to_the_estimate_and_the_dry_run_prints_them(capsy
     assert bench_main(["run", "--config", "cpu-smoke", "--set", "matrix.engine=torch,bucketed",
                        "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert f"  the estimate's parts: {schema.anatomy_words(parts)}" in out
+    assert f"  the estimate's parts: {anatomy.words(parts)}" in out
     assert bench_main(["run", "--config", "cpu-smoke", "--set", "matrix.engine=torch,bucketed",
                        "--search", "race", "--dry-run"]) == 0
     out = capsys.readouterr().out

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import engines, race, run_folder, schema
+from bench import anatomy, engines, race, run_folder
 from bench.advise import api as advise
 from bench.config import load_config
 from bench.matrix import expand
@@ -81,12 +81,12 @@ def test_a_race_on_cpu_smoke_eliminates_the_slow_candidate(tmp_path, monkeypatch
     assert set(run_ledger.raced_out(run.results)["cell_id"]) == {r["cell_id"] for r in rows
                                                               if r["status"] == "raced_out"}
     assert "raced_out" not in set(run_ledger.not_measured(run.results)["status"])
-    # the cost anatomy (schema.ANATOMY_PARTS): the run's parts in anatomy.json and printed; a raced-out cell
+    # the cost anatomy (anatomy.PARTS): the run's parts in anatomy.json and printed; a raced-out cell
     # paid for its build, warm-up and rounds only, a survivor for every phase
     assert "where the time went (anatomy.json" in proc.stdout
     data = run_folder.read_anatomy(out)
     assert {"start", "spawn", "rendezvous", "teardown", "writing", "build", "timed"} <= set(data["parts"])
-    assert schema.anatomy_added(data["parts"]) <= data["wall_s"] and len(data["launches"]) == launches
+    assert anatomy.added(data["parts"]) <= data["wall_s"] and len(data["launches"]) == launches
     for r in slow:
         parts = records[r["cell_id"]]["anatomy_s"]
         assert {"build", "warmup", "timed"} <= set(parts)
@@ -95,7 +95,7 @@ def test_a_race_on_cpu_smoke_eliminates_the_slow_candidate(tmp_path, monkeypatch
         assert {"build", "warmup", "timed", "gate", "compute_only", "memory"} <= set(
             records[r["cell_id"]]["anatomy_s"])
     shown = run_ledger.anatomy_run_table(data)
-    added = shown[~shown["part"].isin(schema.ANATOMY_CONCURRENT)]["seconds"].sum()
+    added = shown[~shown["part"].isin(anatomy.CONCURRENT)]["seconds"].sum()
     assert list(shown["part"])[-1] == "unaccounted" and added == pytest.approx(data["wall_s"], abs=0.05)
     assert set(run_ledger.anatomy_cells_table(list(records.values()))["cell_id"]) == set(records)
 

@@ -40,7 +40,7 @@ def test_run_group_measures_a_cell(tmp_path, one_rank_group, precision):
     assert set(row) - set(RESULT_COLUMNS) == {"step_times_ms", "steps_wall_s", "allreduce_sweep",
                                               "bucket_sizes_bytes", "compute_only_ms_per_rank",
                                               "warmup_times_ms", "speed_vs_torch_ratios", "anatomy_s"}
-    # the cost anatomy (schema.ANATOMY_PARTS): every phase of the cell, each of its seconds > 0, timed within
+    # the cost anatomy (anatomy.PARTS): every phase of the cell, each of its seconds > 0, timed within
     # the wall time of the steps around it
     parts = row["anatomy_s"]
     assert set(parts) == {"build", "warmup", "timed", "analysis", "phase", "gate", "compute_only", "probe",

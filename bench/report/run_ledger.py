@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench import schema
+from bench import anatomy
 from bench.report.tables import CELL_COLUMNS
 from bench.schema import ROUND_FIGURES, partial_race_row
 
@@ -42,13 +42,13 @@ def run_launches(df: pd.DataFrame) -> int:
 
 
 def anatomy_run_table(data: dict) -> pd.DataFrame:
-    """Where the run's wall time went (RUN/anatomy.json, schema.ANATOMY_PARTS): per part its scope, seconds
+    """Where the run's wall time went (RUN/anatomy.json, anatomy.PARTS): per part its scope, seconds
     and share of the wall time, in that order, then what no part covers."""
     wall = float(data.get("wall_s") or 0.0)
-    rows = [{"part": p, "scope": schema.ANATOMY_PARTS[p][0], "seconds": round(s, 2),
-             "share_pct": round(100 * s / wall, 1) if wall else None, "what": schema.ANATOMY_PARTS[p][1]}
-            for p, s in (data.get("parts") or {}).items() if p in schema.ANATOMY_PARTS]
-    covered = sum(r["seconds"] for r in rows if r["part"] not in schema.ANATOMY_CONCURRENT)
+    rows = [{"part": p, "scope": anatomy.PARTS[p][0], "seconds": round(s, 2),
+             "share_pct": round(100 * s / wall, 1) if wall else None, "what": anatomy.PARTS[p][1]}
+            for p, s in (data.get("parts") or {}).items() if p in anatomy.PARTS]
+    covered = sum(r["seconds"] for r in rows if r["part"] not in anatomy.CONCURRENT)
     rows.append({"part": "unaccounted", "scope": "run", "seconds": round(wall - covered, 2),
                  "share_pct": round(100 * (wall - covered) / wall, 1) if wall else None,
                  "what": f"of the wall time {wall:.1f} s, what no part holds"})
@@ -59,7 +59,7 @@ def anatomy_cells_table(records: list[dict]) -> pd.DataFrame:
     """Each cell's parts of the cost anatomy (cells.jsonl `anatomy_s`), seconds, with its status: a raced-out
     cell shows what it cost before the race dropped it."""
     rows = [{"cell_id": r["cell_id"], "status": r.get("status"),
-             **{p: round(r["anatomy_s"].get(p, 0.0), 3) for p in schema.ANATOMY_CELL_PARTS},
+             **{p: round(r["anatomy_s"].get(p, 0.0), 3) for p in anatomy.CELL_PARTS},
              "total_s": round(sum(r["anatomy_s"].values()), 3)}
             for r in records if r.get("anatomy_s")]
     return pd.DataFrame(rows)

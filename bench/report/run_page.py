@@ -167,7 +167,7 @@ def raced_out_section(df: pd.DataFrame, out_dir: Path) -> Section:
 
 
 def anatomy_section(run: Run, out_dir: Path) -> Section:
-    """Where the run's wall time went, by the cost anatomy's parts (schema.ANATOMY_PARTS), and each cell's."""
+    """Where the run's wall time went, by the cost anatomy's parts (anatomy.PARTS), and each cell's."""
     sec = Section("Where the time went", "anatomy")
     sec.para("The run's wall time by part (anatomy.json): per run, per launch and per cell, a phase its "
              "group ran side by side shared among the cells that entered it (a race's timed rounds by the "

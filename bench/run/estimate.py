@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from bench import schema, stats
+from bench import anatomy, stats
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell, by_launch, engines_per_group
 from bench.run import packing, schedule
@@ -233,7 +233,7 @@ def compiling(cells: list[Cell]) -> set[str]:
 
 def cell_parts(config: BenchConfig, rates: Rates, cell: Cell, flops_per_sample: float, n_params: int,
                n_tensors: int, at_least: int = 0, compiles: bool | None = None) -> dict[str, float]:
-    """A cell's wall time by the cost anatomy's parts (schema.ANATOMY_PARTS), its profiled pass not included:
+    """A cell's wall time by the cost anatomy's parts (anatomy.PARTS), its profiled pass not included:
     build (the timed trainer), warmup (its steps; a compiled cell's compile), timed (the expected rounds, at
     least `at_least`), phase (its steps), gate (gate_seconds), compute_only (without the all-reduce),
     memory (a second build and MEMORY_STEPS steps), other (the fixed per-cell overhead, Rates.cell_s); per
@@ -328,7 +328,7 @@ def scaled_parts(parts: dict[str, dict[str, float]], seconds: float) -> dict[str
     """One world size's cells' parts (cell id → parts) summed, scaled to the `seconds` its launches take
     (over_slots: packed, the longest slot, less than their sum): the parts then add up to the estimate.
     Worked: two cells of {timed: 3, build: 1} each in two slots at once (4 s each) → timed 3, build 1."""
-    summed = schema.anatomy_total(parts.values())
+    summed = anatomy.total(parts.values())
     whole = sum(summed.values())
     return {p: v * seconds / whole for p, v in summed.items()} if whole else summed
 
@@ -365,7 +365,7 @@ def estimate_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None
 
 def estimate_parts(config: BenchConfig, cells: list[Cell], rates: Rates | None = None,
                    gpus: int = 0) -> dict[str, float]:
-    """estimate_seconds by the cost anatomy's parts (schema.ANATOMY_PARTS), in PARTS order: what `--dry-run`
+    """estimate_seconds by the cost anatomy's parts (anatomy.PARTS), in PARTS order: what `--dry-run`
     prints beside its total, and what the run then measures by the same names."""
     rates = rates or RATES[config.run.device]
     sizes = workload_sizes(config)
@@ -376,7 +376,7 @@ def estimate_parts(config: BenchConfig, cells: list[Cell], rates: Rates | None =
         parts = {c.cell_id: grid_cell_parts(config, rates, c, sizes, c.cell_id in paying) for c in launch}
         seconds = {c: sum(p.values()) for c, p in parts.items()}
         out.append(scaled_parts(parts, over_slots(config, ws, gpus, seconds, launch)))
-    return schema.anatomy_total(out)
+    return anatomy.total(out)
 
 
 def estimate_range(config: BenchConfig, cells: list[Cell], rates: Rates | None = None,

@@ -5,7 +5,7 @@ candidate to its recipe's first look, then the survivors as grid cells. Never us
 
 from __future__ import annotations
 
-from bench import race, schema
+from bench import anatomy, race
 from bench.config import BenchConfig
 from bench.matrix import Cell, by_launch, group_budget_s
 from bench.run import estimate  # its RATES looked up when used (a test sets its own)
@@ -46,12 +46,12 @@ def race_seconds(config: BenchConfig, cells: list[Cell], rates: Rates | None = N
 
 def race_parts(config: BenchConfig, cells: list[Cell], rates: Rates | None = None,
                gpus: int = 0) -> tuple[dict[str, float], ...]:
-    """race_seconds' (low, high) by the anatomy's parts (schema.ANATOMY_PARTS)."""
+    """race_seconds' (low, high) by the anatomy's parts (anatomy.PARTS)."""
     rates = rates or estimate.RATES[config.run.device]
     flops, n_params, n_tensors = workload_sizes(config)
     runnable = [c for c in cells if not c.skip_reason]
     base = fixed_parts(config, rates, runnable)
-    return tuple(schema.anatomy_total([base, _race_scenario(config, rates, runnable, flops, n_params,
+    return tuple(anatomy.total([base, _race_scenario(config, rates, runnable, flops, n_params,
                                                             n_tensors, scenario, gpus)])
                  for scenario in RACE_SCENARIOS)
 
@@ -92,7 +92,7 @@ def _race_scenario(config: BenchConfig, rates: Rates, runnable: list[Cell], flop
                                                            n_params, first, cell.cell_id in paying)
         seconds = {c: sum(p.values()) for c, p in parts.items()}
         total.append(scaled_parts(parts, over_slots(config, ws, gpus, seconds, launch)))
-    return schema.anatomy_total(total)
+    return anatomy.total(total)
 
 
 def _carried_out(cell: Cell, survived: dict[tuple, bool]) -> bool:

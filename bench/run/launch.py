@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench import run_folder, schema
+from bench import anatomy, run_folder
 from bench.config import usable_cpus
 from bench.lifetime import die_with_parent, kill_groups
 from bench.matrix import Cell
@@ -154,7 +154,7 @@ class Launch:
         return self.after_exit(self.proc.returncode)
 
     def anatomy(self, ended_at: float) -> dict[str, float]:
-        """The launch's parts of the cost anatomy (schema.ANATOMY_PARTS) from its events' times: spawn (to the
+        """The launch's parts of the cost anatomy (anatomy.PARTS) from its events' times: spawn (to the
         last rank's hello), rendezvous (to its first group's start), teardown (its last event to its end)."""
         hello, first, last = self.times.get("hello"), self.times.get("start"), self.times.get("last")
         parts = {}
@@ -242,7 +242,7 @@ class Launch:
         cells.jsonl supersedes the old."""
         t0 = time.perf_counter()
         self.sweep.records.with_traces(cell_id, trace_dir, profile_s)
-        schema.anatomy_add(self.sweep.anatomy, "writing", time.perf_counter() - t0)
+        anatomy.add(self.sweep.anatomy, "writing", time.perf_counter() - t0)
 
     def finished(self, cell: Cell, ev: dict) -> None:
         """Record a finished cell and the launcher's overhead beyond its steps."""

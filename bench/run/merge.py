@@ -28,7 +28,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 
-from bench import metrics, schema, stats
+from bench import anatomy, metrics, stats
 from bench.run import between, results
 from bench.schema import PASSES, REPEAT_PASSES, Passes
 
@@ -150,7 +150,7 @@ def merged_row(entries: list[dict], lists: dict[str, list], global_batch: int,
     row["outlier_steps"] = None if None in outliers else sum(outliers)
     for key in WALL:
         row[key] = sum(r.get(key) or 0.0 for r in rows)
-    row["anatomy_s"] = schema.anatomy_total(r.get("anatomy_s") or {} for r in rows)  # summed, as WALL
+    row["anatomy_s"] = anatomy.total(r.get("anatomy_s") or {} for r in rows)  # summed, as WALL
     spread = spread_of(entries, lists["step_times_ms"])
     if len(measured) == 1 or spread is None:  # one launch, or no steps to merge: its own row
         return row | {"between_launch_cv_pct": None}
@@ -190,7 +190,7 @@ def with_profile(record: dict, profile_s: float | None) -> dict:
     if profile_s is None:
         return record
     parts = {k: v for k, v in (record.get("anatomy_s") or {}).items() if k != "profile"}
-    return record | {"anatomy_s": schema.anatomy_total([parts, {"profile": profile_s}])}
+    return record | {"anatomy_s": anatomy.total([parts, {"profile": profile_s}])}
 
 
 def merged_status(entries: list[dict], total: int) -> tuple[str, str | None]:

@@ -13,7 +13,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from bench import schema
+from bench import anatomy, schema
 from bench.config import BenchConfig, ConfigError, load_config, resolve_path
 from bench.matrix import Cell, by_launch, expand
 from bench.run import checks
@@ -201,7 +201,7 @@ def describe(plan: Plan) -> list[str]:
 
 
 def parts_lines(config, cells: list[Cell], gpus: int = 0, race: bool = False) -> list[str]:
-    """`--dry-run`: the estimate by the cost anatomy's parts (schema.ANATOMY_PARTS: what the run measures and
+    """`--dry-run`: the estimate by the cost anatomy's parts (anatomy.PARTS: what the run measures and
     prints by the same names at its end). A device whose step-time noise is not measured gives both ends of
     its range; a race, its low and high scenarios."""
     from bench import schema
@@ -211,16 +211,16 @@ def parts_lines(config, cells: list[Cell], gpus: int = 0, race: bool = False) ->
     r = config.run
     if race:
         low, high = race_parts(config, cells, gpus=gpus)
-        return [f"  race's parts, low: {schema.anatomy_words(low)}",
-                f"  race's parts, high: {schema.anatomy_words(high)}"]
+        return [f"  race's parts, low: {anatomy.words(low)}",
+                f"  race's parts, high: {anatomy.words(high)}"]
     rates = RATES[r.device]
     what = "the grid's" if schema.search(r.search).races else "the estimate's"
     if r.adaptive and rates.half_width_sqrt_n_pct is None:
         low = estimate_parts(config, cells, replace(rates, half_width_sqrt_n_pct=0.0), gpus)
         high = estimate_parts(config, cells, replace(rates, half_width_sqrt_n_pct=float("inf")), gpus)
-        return [f"  {what} parts, fewest rounds: {schema.anatomy_words(low)}",
-                f"  {what} parts, every group to its cap: {schema.anatomy_words(high)}"]
-    return [f"  {what} parts: {schema.anatomy_words(estimate_parts(config, cells, gpus=gpus))}"]
+        return [f"  {what} parts, fewest rounds: {anatomy.words(low)}",
+                f"  {what} parts, every group to its cap: {anatomy.words(high)}"]
+    return [f"  {what} parts: {anatomy.words(estimate_parts(config, cells, gpus=gpus))}"]
 
 
 def launch_count(config, runnable: list[Cell], gpus: int) -> int:

@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench import run_folder
+from bench import anatomy, run_folder
 from bench.run import results
 from bench.run.folder import RunFolder
 from bench.run.planner import Plan, estimate_line
@@ -118,19 +118,18 @@ def process_age_s(at: float) -> float:
 
 
 def write_anatomy(run_dir: Path, runner, records: list[dict], wall_s: float, start_s: float) -> dict:
-    """RUN/anatomy.json: this `bench run`'s wall time and where it went (schema.ANATOMY_PARTS): its run and
+    """RUN/anatomy.json: this `bench run`'s wall time and where it went (anatomy.PARTS): its run and
     launch parts, its cells' parts summed (each cell's own in its row's `anatomy_s`), and what none
     covers. `start` is the wall time before the first launch (the process's own start included)."""
     import json
 
-    from bench import schema
 
     launches = runner.launch_anatomy
     run_parts = {"start": max(0.0, start_s)} | dict(runner.anatomy)
-    cells = schema.anatomy_total(r.get("anatomy_s") or {} for r in records)
-    parts = schema.anatomy_total([run_parts, *(x["parts"] for x in launches), cells])
+    cells = anatomy.total(r.get("anatomy_s") or {} for r in records)
+    parts = anatomy.total([run_parts, *(x["parts"] for x in launches), cells])
     out = {"wall_s": wall_s, "parts": parts, "run": run_parts, "launches": launches, "cells": len(records),
-           "part_scopes": {p: schema.ANATOMY_PARTS[p][0] for p in parts}}
+           "part_scopes": {p: anatomy.PARTS[p][0] for p in parts}}
     (run_dir / run_folder.ANATOMY).write_text(json.dumps(out, indent=1) + "\n")
     return out
 
@@ -139,11 +138,10 @@ def print_anatomy(run_dir: Path) -> None:
     """The measured anatomy, as the dry run printed the estimate's parts."""
     import json
 
-    from bench import schema
 
     data = json.loads((run_dir / run_folder.ANATOMY).read_text())
     print(f"where the time went ({run_folder.ANATOMY}; per cell: each row's anatomy_s):")
-    for line in schema.anatomy_table(data["parts"], data["wall_s"]):
+    for line in anatomy.table(data["parts"], data["wall_s"]):
         print(line)
 
 

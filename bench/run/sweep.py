@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import race, run_folder, schema
+from bench import anatomy, race, run_folder
 from bench.config import BenchConfig
 from bench.matrix import Cell, by_launch
 from bench.run import packing, results, schedule
@@ -46,7 +46,7 @@ class Sweep:
         self.records = LaunchRecords(run_dir, config, fresh)
         self.restarts: Counter = Counter()  # world size → launches relaunched after a worker was killed
         self.carried_s = 0.0  # timed-rounds budget the launches so far left unspent (worker.rounds.Budget)
-        # the run's and its launches' parts of the cost anatomy (schema.ANATOMY_PARTS); the cells' are in rows
+        # the run's and its launches' parts of the cost anatomy (anatomy.PARTS); the cells' are in rows
         self.anatomy: dict[str, float] = {}
         self.launch_anatomy: list[dict] = []
         self.first_spawn: float | None = None  # perf_counter() at the first launch's start
@@ -58,7 +58,7 @@ class Sweep:
                nccl_transport: str | None = None) -> None:
         t0 = time.perf_counter()
         record = self.records.outcome(cell, launch.repeat, launch.passes, status, error, row, nccl_transport)
-        schema.anatomy_add(self.anatomy, "writing", time.perf_counter() - t0)
+        anatomy.add(self.anatomy, "writing", time.perf_counter() - t0)
         self.finish(record)
 
     def finish(self, record: dict) -> None:

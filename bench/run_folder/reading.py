@@ -77,7 +77,7 @@ def read_records(run_dir: Path | str) -> list[dict]:
 
 
 def read_anatomy(run_dir: Path | str) -> dict | None:
-    """anatomy.json (where the last `bench run` into the folder spent its wall time, schema.ANATOMY_PARTS), or
+    """anatomy.json (where the last `bench run` into the folder spent its wall time, anatomy.PARTS), or
     None for a folder without one (older runs, plan runs)."""
     path = Path(run_dir) / ANATOMY
     try:

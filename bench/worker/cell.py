@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from bench import metrics, schema
+from bench import anatomy, metrics
 from bench.config import BenchConfig
 from bench.matrix import MEMORY_STEPS, Cell, group_budget_s
 from bench.race import Elimination
@@ -153,7 +153,7 @@ class GroupRun:
         self.done = PhaseResults()
         self.spent: dict[str, dict[str, float]] = {c.cell_id: {} for c in cells}
 
-    # each phase's part of the cost anatomy (schema.ANATOMY_PARTS PARTS)
+    # each phase's part of the cost anatomy (anatomy.PARTS)
     PART = {"build": "build", "warm": "warmup", "rounds": "timed", "checks": "phase", "gates": "gate",
             "compute_only": "compute_only", "probes": "probe", "memory": "memory"}
 
@@ -164,7 +164,7 @@ class GroupRun:
         return [t.cell.cell_id for t in self.trainers if t is not None]
 
     def charge(self, phase: str, ids: list[str], seconds: float, analysis_s: float = 0.0) -> None:
-        """A phase's seconds shared among the cells that entered it (schema.anatomy_share): the warm-up in
+        """A phase's seconds shared among the cells that entered it (anatomy.share): the warm-up in
         proportion to each cell's own warm-up steps' time and compile, the timed rounds to its own steps'
         time (a candidate raced out at round 16 of a race whose survivors ran 40 pays for its 16), the
         others evenly; the statistics between the rounds as `analysis`."""
@@ -175,11 +175,11 @@ class GroupRun:
         elif part == "timed" and timed is not None and timed.per_rank:
             weights = [sum(metrics.step_times_over_ranks(timed.per_rank[i])) if timed.per_rank.get(i) else 0.0
                        for i in ids]
-        for cell_id, s in schema.anatomy_share(seconds - analysis_s, ids, weights).items():
-            schema.anatomy_add(self.spent.setdefault(cell_id, {}), part, s)
-        for cell_id, s in schema.anatomy_share(analysis_s, ids, weights).items():
+        for cell_id, s in anatomy.share(seconds - analysis_s, ids, weights).items():
+            anatomy.add(self.spent.setdefault(cell_id, {}), part, s)
+        for cell_id, s in anatomy.share(analysis_s, ids, weights).items():
             if s:
-                schema.anatomy_add(self.spent[cell_id], "analysis", s)
+                anatomy.add(self.spent[cell_id], "analysis", s)
 
     def build(self) -> None:
         """A trainer per cell, every one over the same data schedule's length."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from bench import schema
+from bench import anatomy
 from bench.matrix import Cell
 from bench.worker import plan_mode, process
 from bench.worker.cell import Outcome, run_group
@@ -169,7 +169,7 @@ def emit_finish(group: list[Cell], outcomes: list[Outcome], launch: Launch, wall
     for cell, (status, error, row) in zip(group, outcomes, strict=True):
         row |= launch.facts | {"cell_wall_s": wall_s / len(group)}
         if "anatomy_s" in row:
-            schema.anatomy_add(row["anatomy_s"], "other", other)
+            anatomy.add(row["anatomy_s"], "other", other)
         launch.events.emit(event="finish", cell_id=cell.cell_id, status=status, error=error, row=row,
                            **carried)
 

@@ -157,7 +157,7 @@ def profile_and_emit(cell: Cell, launch: Launch) -> None:
     except Exception as e:
         emit_error(launch, [cell.cell_id], e, "profile")
         raise
-    if launch.rank == 0:  # profile_s: the anatomy's "profile" part of the cell (schema.ANATOMY_PARTS)
+    if launch.rank == 0:  # profile_s: the anatomy's "profile" part of the cell (anatomy.PARTS)
         launch.events.emit(event="traced", cell_id=cell.cell_id, trace_dir=trace_dir,
                            profile_s=time.perf_counter() - t0)
     release(launch.device)

@@ -37,7 +37,7 @@ class Stopwatch:
 
 # The rank-0 statistics between a group's rounds (the warm-up test, the stopping rule, a race's looks), summed
 # over the process: bench/worker/cell.py charges what a group's rounds added to it to the anatomy's
-# `analysis` part, not to `timed` (schema.ANATOMY_PARTS).
+# `analysis` part, not to `timed` (anatomy.PARTS).
 ANALYSIS = Stopwatch()
 
 
