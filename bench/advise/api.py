@@ -238,7 +238,7 @@ def project_at(run_dir: Path, target: Target, cells: list[str]) -> tuple[project
 
 
 def dominant_loss(projected: dict) -> str:
-    """What the projected step loses most to: the projection's largest term (bench.project.simulate.TERMS:
+    """What the projected step loses most to: the projection's largest term (bench.project.terms.LOSS_TERMS:
     straggler, interference, host floor), and where that is exposed communication or nothing, its
     `bottleneck` (bandwidth, latency, overlap-limited, compute) says which kind."""
     term = projected.get("dominant_term")

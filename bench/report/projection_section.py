@@ -15,7 +15,7 @@ import pandas as pd
 from bench import run_folder
 from bench.project.interval import LIMIT_PCT
 from bench.project.project import configurations
-from bench.project.simulate import TERMS
+from bench.project.terms import LOSS_TERMS
 from bench.report.projection_figure import efficiency_figure
 from bench.report.render import Section, write_csv
 
@@ -75,8 +75,8 @@ def dominant_by_world_size(projection: pd.DataFrame) -> pd.DataFrame | None:
         row = {"network": network, "cell_id": cell_id}
         for _, r in group.dropna(subset=["efficiency_pct"]).iterrows():
             term = r["dominant_term"]
-            ms = r[f"{term}_ms"] if term in TERMS else 0.0
-            row[f"ws{int(r['world_size'])}"] = f"{term} {ms:.2f} ms" if term in TERMS else term
+            ms = r[f"{term}_ms"] if term in LOSS_TERMS else 0.0
+            row[f"ws{int(r['world_size'])}"] = f"{term} {ms:.2f} ms" if term in LOSS_TERMS else term
         rows.append(row)
     return pd.DataFrame(rows)
 
