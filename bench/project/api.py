@@ -18,22 +18,16 @@ from bench import run_folder
 from bench.config import MAX_WORLD_SIZE
 from bench.project import interval, protocol
 from bench.project.collectives import ALGORITHMS
-from bench.project.evidence import read_evidence
+from bench.project.configuration import Configuration
+from bench.project.evidence import read_evidence, with_evidence
+from bench.project.fixed_costs import fixed_cost_needed
 from bench.project.inputs import read_sweep, read_timeline
 from bench.project.measured import Measured, fits_table, measured_fits
 from bench.project.network import FABRICS, INTER_NODE, custom_network, preset_network
 from bench.project.physics import DEFAULT_INTERFERENCE, DEFAULT_STEP_CV
-from bench.project.project import (
-    Configuration,
-    cells_table,
-    configurations,
-    fixed_cost_needed,
-    median_abs_error,
-    projection_table,
-    validation_table,
-    with_evidence,
-    workload_shapes,
-)
+from bench.project.project import cells_table, projection_table
+from bench.project.run_configurations import configurations, workload_shapes
+from bench.project.validation import median_abs_error, validation_table
 from bench.run_folder import load_run
 from bench.schema import WIRE_DTYPES
 
@@ -176,7 +170,7 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
     it measured, and (with `write`) write RUN/projection/ or `out`. The run's own network is anchored to
     the world sizes it measured (project.anchor_of), and so is `measured_on`: one of `networks`, the preset
     that describes the GPUs the run measured on. With `cells` (cell ids), projection.csv holds those cells
-    only, each from its own batch (project.from_cell: its global batch kept where it divides among the
+    only, each from its own batch (configuration.from_cell: its global batch kept where it divides among the
     ranks, else its per-rank batch held), as `bench advise` needs them.
 
     A CPU run projected to a GPU network (a preset or custom) takes σ and γ at their GPU defaults
