@@ -230,8 +230,10 @@ def project_at(run_dir: Path, target: Target, cells: list[str]) -> tuple[project
     """The ranked cells projected to the target, each from its own batch (bench.project.run with `cells`):
     (the projection, its notes, why none)."""
     try:
-        projection = project.run(run_dir, [target.network], [target.gpus], gpus_per_node=target.gpus_per_node,
-                                 inter_network=target.inter_network, cells=cells, write=False)
+        options = project.NetworkOptions(gpus_per_node=target.gpus_per_node,
+                                         inter_network=target.inter_network)
+        projection = project.run(run_dir, [target.network], [target.gpus], options=options, cells=cells,
+                                 write=False)
     except (project.UsageError, InputError, RunError) as exc:
         return None, [], str(exc)
     return projection, projection.notes + projection.physics, ""
