@@ -130,7 +130,7 @@ def sharded_terms(compute: Compute, blocks: tuple[int, ...], sharding: Sharding,
     optimizer = table.compute("optimizer", compute.optimizer_ms, Table.ends(collectives))
     if sharding.mode in ("zero2", "zero1") and n > 1:  # updated parameter shards gathered after the step
         gather = allgather_cost(network, total * sharding.param_bytes, n)
-        table.collective("all-gather of the updated parameters", gather, Table.ends([optimizer]))
+        table.collective("all-gather of the updated parameters", gather, Table.end(optimizer))
     return table.terms
 
 
@@ -140,13 +140,13 @@ def _forward(table: Table, fwd: list[float], gathers: list[Cost] | None) -> None
     when the compute before it is done."""
     gathered: list[tuple[tuple[int, float], ...]] = [()] * len(fwd)
     if gathers:
-        gathered[0] = Table.ends([table.collective("block 0 all-gather (forward)", gathers[0],
-                                                   table.compute_done())])
+        first = table.collective("block 0 all-gather (forward)", gathers[0], table.compute_done())
+        gathered[0] = Table.end(first)
     for i, ms in enumerate(fwd):
         row = table.compute(f"block {i} forward", ms, gathered[i], hides_comm=True)
         if gathers and i < len(fwd) - 1:
             issued = table.collective(f"block {i + 1} all-gather (forward)", gathers[i + 1], ((row, 0.0),))
-            gathered[i + 1] = Table.ends([issued])
+            gathered[i + 1] = Table.end(issued)
 
 
 def _backward(table: Table, bwd: list[float], gathers: list[Cost] | None,
@@ -157,17 +157,17 @@ def _backward(table: Table, bwd: list[float], gathers: list[Cost] | None,
     last = len(bwd) - 1
     gathered: list[tuple[tuple[int, float], ...]] = [()] * len(bwd)
     if gathers:
-        gathered[last] = Table.ends([table.collective(f"block {last} all-gather (backward)", gathers[last],
-                                                      table.compute_done())])
+        first = table.collective(f"block {last} all-gather (backward)", gathers[last], table.compute_done())
+        gathered[last] = Table.end(first)
     for i in range(last, -1, -1):
         row = table.compute(f"block {i} backward", bwd[i], gathered[i], hides_comm=True)
         if gathers and i > 0:
             issued = table.collective(f"block {i - 1} all-gather (backward)", gathers[i - 1], ((row, 0.0),))
-            gathered[i - 1] = Table.ends([issued])
+            gathered[i - 1] = Table.end(issued)
         if reductions:
-            done = table.collective(f"block {i} {reduction}", reductions[i][1], Table.ends([row]))
+            done = table.collective(f"block {i} {reduction}", reductions[i][1], Table.end(row))
             for extra in reductions[i][2]:
-                done = table.collective(f"block {i} all-reduce between nodes", extra, Table.ends([done]))
+                done = table.collective(f"block {i} all-reduce between nodes", extra, Table.end(done))
 
 
 def simulate_sharded(compute: Compute, blocks: tuple[int, ...], sharding: Sharding, network: Network | None,

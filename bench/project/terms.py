@@ -58,7 +58,7 @@ LOSS_TERMS = ("exposed_comm", "interference", "straggler", "host_floor")
 COMPUTE_BOUND_EXPOSED = 0.05  # exposed communication at most this fraction of the step: compute-bound
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Term:
     """One row of a step's table (module docstring): `ms` on `stream`, starting once that stream is free
     and every `after` point (row of an earlier term, fraction of it done) is reached. `hides_comm`: compute
@@ -79,12 +79,14 @@ class Table:
 
     def __init__(self):
         self.terms: list[Term] = []
+        self._last_compute: int | None = None
 
     def compute(self, name: str, ms: float, after: tuple[tuple[int, float], ...] = (),
                 hides_comm: bool = False) -> int:
         """A stretch of compute on the rank (after the compute before it)."""
         self.terms.append(Term(name, COMPUTE, ms, after, hides_comm))
-        return len(self.terms) - 1
+        self._last_compute = len(self.terms) - 1
+        return self._last_compute
 
     def collective(self, name: str, cost: Cost, after: tuple[tuple[int, float], ...] = ()) -> int:
         """A collective on the communication stream (after the collective issued before it)."""
@@ -93,13 +95,17 @@ class Table:
 
     def compute_done(self) -> tuple[tuple[int, float], ...]:
         """The `after` point "the compute issued so far is done" (none before the first compute)."""
-        rows = [i for i, term in enumerate(self.terms) if term.stream == COMPUTE]
-        return self.ends(rows[-1:])
+        return () if self._last_compute is None else ((self._last_compute, 1.0),)
+
+    @staticmethod
+    def end(row: int) -> tuple[tuple[int, float], ...]:
+        """The `after` point: `row` done."""
+        return ((row, 1.0),)
 
     @staticmethod
     def ends(rows: Sequence[int]) -> tuple[tuple[int, float], ...]:
         """`after` points: each of `rows` done."""
-        return tuple((row, 1.0) for row in rows)
+        return tuple([(row, 1.0) for row in rows])
 
 
 @dataclass(frozen=True)
@@ -142,23 +148,26 @@ def critical_path_ms(terms: Sequence[Term]) -> tuple[float, float]:
     path = 0.0
     for term in terms[:first]:   # compute before the frame: no collective runs under it
         path += term.ms
-    start: dict[int, float] = {}
-    end: dict[int, float] = {}
-    free = {COMPUTE: 0.0, COMM: 0.0}   # each stream's clock, in the frame
+    start = [0.0] * len(terms)
+    end = [0.0] * len(terms)
+    compute_free = comm_free = 0.0   # each stream's clock, in the frame
     exposed = 0.0
     for i in range(first, len(terms)):
         term = terms[i]
-        if any(j < first for j, _ in term.after):
+        if first and any(j < first for j, _ in term.after):
             raise ValueError(f"{term.name} waits on a row before the frame's start ({terms[first].name})")
-        ready = max((end[j] if f == 1.0 else start[j] + f * terms[j].ms for j, f in term.after), default=0.0)
+        ready = max([end[j] if f == 1.0 else start[j] + f * terms[j].ms for j, f in term.after], default=0.0)
         if term.stream == COMPUTE:
-            wait = max(0.0, ready - free[COMPUTE])
+            wait = max(0.0, ready - compute_free)
             exposed += wait
             path += wait
             path += term.ms
-        start[i] = max(ready, free[term.stream])
-        end[i] = free[term.stream] = start[i] + term.ms
-    tail = max(0.0, free[COMM] - free[COMPUTE])
+            start[i] = max(ready, compute_free)
+            end[i] = compute_free = start[i] + term.ms
+        else:
+            start[i] = max(ready, comm_free)
+            end[i] = comm_free = start[i] + term.ms
+    tail = max(0.0, comm_free - compute_free)
     return path + tail, exposed + tail
 
 
