@@ -8,7 +8,9 @@ import math
 import pandas as pd
 import pytest
 
+from bench.project.buckets import uniform_buckets
 from bench.project.collectives import TREE_BW_FACTOR, allreduce_cost, hierarchical, ring, tree
+from bench.project.configuration import Configuration
 from bench.project.fit import FitError, fit_alpha_beta, measured_network
 from bench.project.inputs import timeline_buckets
 from bench.project.network import (
@@ -21,7 +23,7 @@ from bench.project.network import (
     flat_fabric,
     preset_network,
 )
-from bench.project.project import Configuration, project, uniform_buckets
+from bench.project.project import project
 from bench.project.simulate import Buckets, Compute, simulate_step
 
 # ---- fabrics -----------------------------------------------------------------------------------------

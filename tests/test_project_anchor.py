@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 
 from bench.project import interval
+from bench.project.configuration import Configuration
 from bench.project.interval import ANCHORED, POOLED, band_name
 from bench.project.network import custom_network
 from bench.project.physics import OFF
-from bench.project.project import Configuration, project
+from bench.project.project import project
 from bench.project.simulate import Buckets, Compute
 from projection_lab import fitting
 from projection_lab.fitting import fit_bands

@@ -14,9 +14,10 @@ from analyze_fixtures import COMM_STREAM, GPU_META, kernel, runtime, write_trace
 from bench import run_folder
 from bench.analyze import intervals as iv
 from bench.analyze.summary import CLASSES_FILE, LAUNCH_FILE, TraceJob, analyse_trace_tables
-from bench.project.evidence import TraceEvidence, host_ms_of, interference_of, read_evidence
+from bench.project.configuration import Configuration
+from bench.project.evidence import TraceEvidence, host_ms_of, interference_of, read_evidence, with_evidence
 from bench.project.physics import DEFAULT_INTERFERENCE
-from bench.project.project import Configuration, project, with_evidence
+from bench.project.project import project
 from bench.project.simulate import Buckets, Compute
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"

@@ -14,11 +14,12 @@ import pytest
 
 from bench.project import interval
 from bench.project.collectives import allgather_cost, hierarchical, reduce_scatter_cost, ring
+from bench.project.configuration import Configuration, step_of
 from bench.project.interval import Band, bounds, t1_relative_90
 from bench.project.network import Network, custom_network, flat_fabric, preset_network
 from bench.project.physics import OFF, Physics
 from bench.project.powersgd import compress
-from bench.project.project import Configuration, project, step_of
+from bench.project.project import project
 from bench.project.sharded import Sharding, estimated_blocks, simulate_sharded
 from bench.project.simulate import Buckets, Compute
 from bench.report.projection_section import interval_by_world_size

@@ -238,7 +238,7 @@ def test_validator_refuses_a_corpus_without_its_columns(tmp_path):
 
 
 def test_step_cv_from_a_run_row():
-    from bench.project.project import step_cv_of
+    from bench.project.evidence import step_cv_of
 
     # 2 ranks, median slowest-minus-fastest 1 ms of a 10 ms step: expected range of 2 draws = 2σT/√π, so
     # σ = 1 / (2 · 10 / √π) = 0.088623. One rank, p90 12 vs p50 10: σ = 0.2 / 1.2816 = 0.15605.

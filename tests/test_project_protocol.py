@@ -16,15 +16,12 @@ import pytest
 from bench.config import load_config
 from bench.matrix import expand
 from bench.project import protocol
+from bench.project.buckets import uniform_buckets
+from bench.project.configuration import Configuration
+from bench.project.fixed_costs import fixed_cost_needed, with_fixed_costs
 from bench.project.network import preset_network
 from bench.project.physics import OFF, Physics
-from bench.project.project import (
-    Configuration,
-    fixed_cost_needed,
-    project,
-    uniform_buckets,
-    with_fixed_costs,
-)
+from bench.project.project import project
 from bench.project.simulate import Compute
 from projection_lab import protocols
 from projection_lab.published import LAST_LINE, read_corpus

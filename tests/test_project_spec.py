@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from bench.__main__ import main
-from bench.project.project import PROJECTION_COLUMNS
+from bench.project.columns import PROJECTION_COLUMNS
 from bench.project.spec import SpecError, project_spec
 
 # 250,000 params · 4 B = 1e6 B: one bucket (under the 1 MiB first bucket), ready at the end of backward.

@@ -81,7 +81,7 @@ def test_the_report_draws_the_projection_from_its_data_and_bench_project_writes_
 
 
 def test_a_strong_line_that_ends_where_its_batch_stops_dividing_is_marked():
-    from bench.project.project import Configuration
+    from bench.project.configuration import Configuration
     from bench.report.projection_figure import ends_early
 
     base = pd.Series({"cell_id": "c", "scaling": "strong"})

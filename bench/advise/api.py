@@ -244,15 +244,17 @@ def project_at(run_dir: Path, target: Target, cells: list[str]) -> tuple[project
     """The ranked cells projected to the target, each from its own batch (bench.project.run with `cells`):
     (the projection, its notes, why none)."""
     try:
-        projection = project.run(run_dir, [target.network], [target.gpus], gpus_per_node=target.gpus_per_node,
-                                 inter_network=target.inter_network, cells=cells, write=False)
+        options = project.NetworkOptions(gpus_per_node=target.gpus_per_node,
+                                         inter_network=target.inter_network)
+        projection = project.run(run_dir, [target.network], [target.gpus], options=options, cells=cells,
+                                 write=False)
     except (project.UsageError, InputError, RunError) as exc:
         return None, [], str(exc)
     return projection, projection.notes + projection.physics, ""
 
 
 def dominant_loss(projected: dict) -> str:
-    """What the projected step loses most to: the projection's largest term (bench.project.simulate.TERMS:
+    """What the projected step loses most to: the projection's largest term (bench.project.terms.LOSS_TERMS:
     straggler, interference, host floor), and where that is exposed communication or nothing, its
     `bottleneck` (bandwidth, latency, overlap-limited, compute) says which kind."""
     term = projected.get("dominant_term")

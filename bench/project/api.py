@@ -18,22 +18,16 @@ from bench import run_folder
 from bench.config import MAX_WORLD_SIZE
 from bench.project import interval, protocol
 from bench.project.collectives import ALGORITHMS
-from bench.project.evidence import read_evidence
+from bench.project.configuration import Configuration
+from bench.project.evidence import read_evidence, with_evidence
+from bench.project.fixed_costs import fixed_cost_needed
 from bench.project.inputs import read_sweep, read_timeline
 from bench.project.measured import Measured, fits_table, measured_fits
 from bench.project.network import FABRICS, INTER_NODE, custom_network, preset_network
 from bench.project.physics import DEFAULT_INTERFERENCE, DEFAULT_STEP_CV
-from bench.project.project import (
-    Configuration,
-    cells_table,
-    configurations,
-    fixed_cost_needed,
-    median_abs_error,
-    projection_table,
-    validation_table,
-    with_evidence,
-    workload_shapes,
-)
+from bench.project.project import cells_table, projection_table
+from bench.project.run_configurations import configurations, workload_shapes
+from bench.project.validation import median_abs_error, validation_table
 from bench.run_folder import load_run
 from bench.schema import WIRE_DTYPES
 
@@ -126,11 +120,29 @@ class Projection:
 FILES = (run_folder.PROJECTION, run_folder.VALIDATION, run_folder.NETWORK_FIT, run_folder.PROJECTION_NOTES)
 
 
-def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
-                 inter_network: str = DEFAULT_INTER_NETWORK, bw_gbps: float | None = None,
-                 latency_us: float | None = None, nics_per_node: int | None = None) -> dict:
+@dataclass(frozen=True)
+class NetworkOptions:
+    """How the networks of a projection are built and used, beside their preset names: a preset's node
+    layout (`gpus_per_node`, the fabric between nodes and its NICs per node, None: one per GPU), or one
+    custom flat network (`bw_gbps` and `latency_us`, both or neither); the all-reduce `algorithm`; and
+    `measured_on`, the preset that describes the GPUs the run measured on (anchored as the run's own
+    network is: project.anchor_of)."""
+
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    inter_network: str = DEFAULT_INTER_NETWORK
+    nics_per_node: int | None = None
+    bw_gbps: float | None = None
+    latency_us: float | None = None
+    algorithm: str = "auto"
+    measured_on: str | None = None
+
+
+def networks_for(names: list[str] | None, world_sizes: list[int], options: NetworkOptions = NetworkOptions()
+                 ) -> dict:
     """Name → Network for every preset asked for (None for `measured`: the run's own probe), or the one
-    custom network of `bw_gbps` and `latency_us`; UsageError naming the flag and its value."""
+    custom network of `options.bw_gbps` and `options.latency_us`; UsageError naming the flag and its
+    value."""
+    bw_gbps, latency_us, gpus_per_node = options.bw_gbps, options.latency_us, options.gpus_per_node
     custom = bw_gbps is not None or latency_us is not None
     if custom and names is not None:
         raise UsageError(f"--network={','.join(names)!r} and --bw-gbps/--latency-us: give one or the other")
@@ -143,10 +155,10 @@ def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node:
             raise UsageError(str(exc)) from None
     if not 1 <= gpus_per_node <= MAX_WORLD_SIZE:
         raise UsageError(f"--gpus-per-node={gpus_per_node} must lie in [1, {MAX_WORLD_SIZE}]")
-    if inter_network not in INTER_NODE:
-        raise UsageError(f"--inter-network={inter_network!r} is not one of {list(INTER_NODE)}")
-    if nics_per_node is not None and nics_per_node < 1:
-        raise UsageError(f"--nics-per-node={nics_per_node} must be >= 1")
+    if options.inter_network not in INTER_NODE:
+        raise UsageError(f"--inter-network={options.inter_network!r} is not one of {list(INTER_NODE)}")
+    if options.nics_per_node is not None and options.nics_per_node < 1:
+        raise UsageError(f"--nics-per-node={options.nics_per_node} must be >= 1")
     out = {}
     for name in names or [MEASURED]:
         name = name.strip()
@@ -155,7 +167,7 @@ def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node:
             continue
         if name not in FABRICS:
             raise UsageError(f"--network={name!r} is not a preset; choose from {[*FABRICS, MEASURED]}")
-        net = preset_network(name, gpus_per_node, inter_network, nics_per_node)
+        net = preset_network(name, gpus_per_node, options.inter_network, options.nics_per_node)
         for n in world_sizes:
             try:
                 net.nodes(n)
@@ -167,17 +179,15 @@ def networks_for(names: list[str] | None, world_sizes: list[int], gpus_per_node:
 
 
 def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFAULT_WORLD_SIZES, *,
-        gpus_per_node: int = DEFAULT_GPUS_PER_NODE, inter_network: str = DEFAULT_INTER_NETWORK,
-        nics_per_node: int | None = None, algorithm: str = "auto", bw_gbps: float | None = None,
-        latency_us: float | None = None, cells: list[str] | None = None, out: Path | str | None = None,
-        write: bool = True, measured_on: str | None = None) -> Projection:
+        options: NetworkOptions = NetworkOptions(), cells: list[str] | None = None,
+        out: Path | str | None = None, write: bool = True) -> Projection:
     """Project every configuration of the run at `run_dir` to `world_sizes` on each of `networks` (preset
-    names, default the run's own probe; or a custom `bw_gbps` + `latency_us`), validate on the world sizes
+    names, default the run's own probe; or the custom network of `options`), validate on the world sizes
     it measured, and (with `write`) write RUN/projection/ or `out`. The run's own network is anchored to
-    the world sizes it measured (project.anchor_of), and so is `measured_on`: one of `networks`, the preset
-    that describes the GPUs the run measured on. With `cells` (cell ids), projection.csv holds those cells
-    only, each from its own batch (project.from_cell: its global batch kept where it divides among the
-    ranks, else its per-rank batch held), as `bench advise` needs them.
+    the world sizes it measured (project.anchor_of), and so is `options.measured_on`: one of `networks`,
+    the preset that describes the GPUs the run measured on. With `cells` (cell ids), projection.csv holds
+    those cells only, each from its own batch (configuration.from_cell: its global batch kept where it
+    divides among the ranks, else its per-rank batch held), as `bench advise` needs them.
 
     A CPU run projected to a GPU network (a preset or custom) takes σ and γ at their GPU defaults
     (physics.py): its own step-time spread and gloo's interference describe a loaded host, not GPUs (a
@@ -186,72 +196,99 @@ def run(run_dir: Path | str, networks: list[str] | None = None, world_sizes=DEFA
     out = Path(out) if out is not None else run_dir / run_folder.PROJECTION_DIR
     if write:  # refused before anything is read or written: another command's folder, a file, a user's
         run_folder.check_out(out, "project", run_dir, FILES)
-    if algorithm not in ALGORITHMS:
-        raise UsageError(f"--algorithm={algorithm!r} is not one of {list(ALGORITHMS)}")
-    world_sizes = sorted(set(world_sizes))
-    if not world_sizes or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WORLD_SIZE
-                              for n in world_sizes):
-        raise UsageError(f"--world-sizes={world_sizes}: must be integers in [1, {MAX_WORLD_SIZE}]")
-    presets = networks_for(networks, world_sizes, gpus_per_node, inter_network, bw_gbps, latency_us,
-                           nics_per_node)
-    if measured_on is not None and (measured_on == MEASURED or measured_on not in presets):
-        raise UsageError(f"--measured-on={measured_on!r} is not one of the --network presets "
-                         f"{[n for n in presets if n != MEASURED]} (the run's own network is always "
-                         f"anchored)")
+    world_sizes, presets = _checked(networks, world_sizes, options)
     try:
         run = load_run(run_dir)
     except run_folder.RunError as exc:
         raise run_folder.RunError(f"run={str(run_dir)!r}: {exc}") from None
-    if measured_on is not None and run.device != "cuda":
-        raise UsageError(f"--measured-on={measured_on!r}: the run measured on {run.device!r}, not on "
+    if options.measured_on is not None and run.device != "cuda":
+        raise UsageError(f"--measured-on={options.measured_on!r}: the run measured on {run.device!r}, not on "
                          f"the GPUs of a preset")
     timeline, sweep = read_timeline(run_dir), read_sweep(run_dir)
-    workload = run.config.get("workload", {})
-    configs = configurations(run.results, timeline, _layout(run_dir, workload), workload_shapes(workload))
-    evidence = read_evidence(run_dir)
-    configs = [with_evidence(c, evidence) if c.compute is not None else c for c in configs]
-
+    configs = _configurations(run_dir, run, timeline)
     fits, notes = measured_fits(run.results, sweep)
     measured = Measured(fits)
     network_at = {name: measured.network_at if net is None else (lambda n, dtype, net=net: (net, net.label))
                   for name, net in presets.items()}
-    gpu_networks = [n for n in presets if n != MEASURED]
-    if run.device == "cpu" and gpu_networks:
-        notes.append("compute measured on CPU, network of GPUs: a what-if, not a prediction for a GPU "
-                     "cluster")
-        notes.append(f"CPU run on {', '.join(gpu_networks)}: σ {DEFAULT_STEP_CV:g} and γ "
-                     f"{DEFAULT_INTERFERENCE:g}, the GPU defaults (bench/project/physics.py), replace this "
-                     f"host's own ({cpu_physics_words(configs)}), which a loaded CPU's jitter and gloo's "
-                     f"threads set, not a GPU's")
-    if timeline is None:
-        notes.append("no bucket_timeline.csv (run `bench analyze` on a profiled run): buckets are assumed "
-                     "ready uniformly over backward")
+    notes += _input_notes(run.device, [n for n in presets if n != MEASURED], configs, timeline is not None)
     # one line per configuration: notes.txt keeps them all, the printout only says where they are
     physics = [f"{run_folder.PHYSICS_NOTE}{c.base['cell_id']}: "
                + "; ".join(x for x in (c.physics_source, c.fixed_source) if x)
                for c in configs if c.physics_source or c.fixed_source]
     gpu_configs = [gpu_physics(c) for c in configs] if run.device == "cpu" else configs
-    anchored = (MEASURED, measured_on or MEASURED)
+    anchored = (MEASURED, options.measured_on or MEASURED)
     tables = []
     for name, at in network_at.items():
         mine = configs if name == MEASURED else gpu_configs
         if cells is None:
-            tables.append(projection_table(mine, {name: at}, world_sizes, algorithm, anchored=anchored))
+            tables.append(projection_table(mine, {name: at}, world_sizes, options.algorithm,
+                                           anchored=anchored))
         else:
             chosen = run.results[run.results["cell_id"].isin(cells)]
-            tables.append(cells_table(mine, chosen, {name: at}, world_sizes, algorithm, anchored=anchored))
+            tables.append(cells_table(mine, chosen, {name: at}, world_sizes, options.algorithm,
+                                      anchored=anchored))
     table = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
-    notes += interval.width_notes(table["interval_regime"].dropna())
-    notes += protocol.notes(table["protocol"].dropna())
-    if needed := [why for c in configs if (why := fixed_cost_needed(c, table))]:
-        notes.append(needed[0] + (f" (and {len(needed) - 1} more configurations like it)" if len(needed) > 1
-                                  else ""))
+    notes += _table_notes(configs, table)
     projection = Projection(projection=table, notes=notes, physics=physics,
                             validation=validation_table(configs, measured, run.env.get("cpu_cores")),
                             fits=fits_table(fits), configurations=len(configs))
     if write:
         projection.save(out, run_dir)
     return projection
+
+
+def _configurations(run_dir: Path, run, timeline: pd.DataFrame | None) -> list[Configuration]:
+    """The run's configurations (run_configurations.py), each with the physics its evidence gives."""
+    workload = run.config.get("workload", {})
+    configs = configurations(run.results, timeline, _layout(run_dir, workload), workload_shapes(workload))
+    evidence = read_evidence(run_dir)
+    return [with_evidence(c, evidence) if c.compute is not None else c for c in configs]
+
+
+def _checked(networks: list[str] | None, world_sizes, options: NetworkOptions) -> tuple[list[int], dict]:
+    """(the world sizes, sorted, and the networks by name) of a request; UsageError naming the flag and its
+    value before anything is read."""
+    if options.algorithm not in ALGORITHMS:
+        raise UsageError(f"--algorithm={options.algorithm!r} is not one of {list(ALGORITHMS)}")
+    world_sizes = sorted(set(world_sizes))
+    if not world_sizes or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WORLD_SIZE
+                              for n in world_sizes):
+        raise UsageError(f"--world-sizes={world_sizes}: must be integers in [1, {MAX_WORLD_SIZE}]")
+    presets = networks_for(networks, world_sizes, options)
+    measured_on = options.measured_on
+    if measured_on is not None and (measured_on == MEASURED or measured_on not in presets):
+        raise UsageError(f"--measured-on={measured_on!r} is not one of the --network presets "
+                         f"{[n for n in presets if n != MEASURED]} (the run's own network is always "
+                         f"anchored)")
+    return world_sizes, presets
+
+
+def _input_notes(device: str, gpu_networks: list[str], configs: list[Configuration], has_timeline: bool
+                 ) -> list[str]:
+    """The caveats the run's inputs give: a CPU run projected to GPUs, no bucket timeline."""
+    notes = []
+    if device == "cpu" and gpu_networks:
+        notes.append("compute measured on CPU, network of GPUs: a what-if, not a prediction for a GPU "
+                     "cluster")
+        notes.append(f"CPU run on {', '.join(gpu_networks)}: σ {DEFAULT_STEP_CV:g} and γ "
+                     f"{DEFAULT_INTERFERENCE:g}, the GPU defaults (bench/project/physics.py), replace this "
+                     f"host's own ({cpu_physics_words(configs)}), which a loaded CPU's jitter and gloo's "
+                     f"threads set, not a GPU's")
+    if not has_timeline:
+        notes.append("no bucket_timeline.csv (run `bench analyze` on a profiled run): buckets are assumed "
+                     "ready uniformly over backward")
+    return notes
+
+
+def _table_notes(configs: list[Configuration], table: pd.DataFrame) -> list[str]:
+    """The caveats the projected rows give: how wide their intervals are, the protocols they print, a
+    batch changed with no fixed cost measured."""
+    notes = interval.width_notes(table["interval_regime"].dropna())
+    notes += protocol.notes(table["protocol"].dropna())
+    if needed := [why for c in configs if (why := fixed_cost_needed(c, table))]:
+        notes.append(needed[0] + (f" (and {len(needed) - 1} more configurations like it)" if len(needed) > 1
+                                  else ""))
+    return notes
 
 
 def gpu_physics(config: Configuration) -> Configuration:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.config import MAX_WORLD_SIZE
@@ -25,6 +26,7 @@ from bench.project.api import (
     DEFAULT_INTER_NETWORK,
     DEFAULT_WORLD_SIZES,
     MEASURED,
+    NetworkOptions,
     UsageError,
     run,
     what_if,
@@ -105,23 +107,35 @@ def main(args: argparse.Namespace) -> int:
         print("bench project: run_dir=None: give a results/<run-id>/ folder, or --spec / --model / --params "
               "for a what-if", file=sys.stderr)
         return 2
+    return _printed(lambda: _run_lines(args), (UsageError, InputError, RunError, OutError), args.out)
+
+
+def _printed(lines: Callable[[], list[str]], refused: tuple[type[Exception], ...], out: Path | None) -> int:
+    """Print what `lines` gives, exit 0; or the one line saying why not, exit 2: a `refused` error (bad
+    input, named key and value), or an OSError (the folder cannot be written: read-only, full)."""
     try:
-        networks = None if args.network is None else args.network.split(",")
-        per_node = DEFAULT_GPUS_PER_NODE if args.gpus_per_node is None else args.gpus_per_node
-        projection = run(args.run_dir, networks, parse_world_sizes(args.world_sizes), gpus_per_node=per_node,
-                         inter_network=args.inter_network,
-                         nics_per_node=args.nics_per_node, algorithm=args.algorithm,
-                         bw_gbps=args.bw_gbps, latency_us=args.latency_us,
-                         out=args.out, measured_on=args.measured_on)
-    except (UsageError, InputError, RunError, OutError) as exc:
+        printed = lines()
+    except refused as exc:
         print(f"bench project: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # the folder cannot be written (read-only, full)
-        print(f"bench project: --out={str(args.out)!r}: cannot write ({exc.strerror or exc})",
-              file=sys.stderr)
+    except OSError as exc:
+        print(f"bench project: --out={str(out)!r}: cannot write ({exc.strerror or exc})", file=sys.stderr)
         return 2
-    print("\n".join([*projection.lines(), *flat_notes(networks or [], args.gpus_per_node)]))
+    print("\n".join(printed))
     return 0
+
+
+def _run_lines(args: argparse.Namespace) -> list[str]:
+    """The projection of a run (api.run) and what it prints."""
+    networks = None if args.network is None else args.network.split(",")
+    per_node = DEFAULT_GPUS_PER_NODE if args.gpus_per_node is None else args.gpus_per_node
+    options = NetworkOptions(gpus_per_node=per_node, inter_network=args.inter_network,
+                             nics_per_node=args.nics_per_node, bw_gbps=args.bw_gbps,
+                             latency_us=args.latency_us, algorithm=args.algorithm,
+                             measured_on=args.measured_on)
+    projection = run(args.run_dir, networks, parse_world_sizes(args.world_sizes), options=options,
+                     out=args.out)
+    return [*projection.lines(), *flat_notes(networks or [], args.gpus_per_node)]
 
 
 def flat_notes(networks: list[str], gpus_per_node: int | None) -> list[str]:
@@ -163,45 +177,40 @@ def _dest(flag: str) -> str:
 
 def spec_main(args: argparse.Namespace) -> int:
     """The what-if: projection.csv and notes.txt from a spec, nothing measured."""
+    return _printed(lambda: _spec_lines(args), (SpecError, UsageError, OutError), args.out)
 
+
+def _spec_lines(args: argparse.Namespace) -> list[str]:
+    """The what-if of the spec file and flags (api.what_if) and what it prints."""
     from bench.project.spec import read_spec
 
-    try:
-        if args.run_dir is not None:
-            raise SpecError(f"run_dir={str(args.run_dir)!r}: a what-if (--spec/--model/--params) takes "
-                            f"no run folder")
-        if args.measured_on is not None:
-            raise SpecError(f"--measured-on={args.measured_on!r}: a what-if measured nothing to anchor to")
-        if args.bw_gbps is not None or args.latency_us is not None:
-            raise SpecError(f"--bw-gbps={args.bw_gbps} --latency-us={args.latency_us}: a what-if takes a "
-                            f"--network preset")
-        keys = read_spec(args.spec) if args.spec is not None else {}
-        for flag, _, _ in SPEC_FLAGS:
-            value = getattr(args, _dest(flag))
-            if value is not None:
-                keys[_dest(flag)] = _listed(flag, value) if flag in LIST_FLAGS else value
-        if args.model is not None:
-            keys["model"], _, keys["size"] = args.model.partition(":")
-        if args.network is not None:  # several, comma-separated: one what-if per network
-            names = args.network.split(",")
-            keys["network"] = names if len(names) > 1 else names[0]
-        if args.world_sizes != WORLD_SIZES_TEXT or "world_sizes" not in keys:
-            keys["world_sizes"] = parse_world_sizes(args.world_sizes)
-        if args.gpus_per_node is not None:
-            keys.setdefault("gpus_per_node", args.gpus_per_node)
-        keys.setdefault("inter_network", args.inter_network)
-        if args.nics_per_node is not None:
-            keys.setdefault("nics_per_node", args.nics_per_node)
-        keys.setdefault("algorithm", args.algorithm)
-        projection = what_if(keys, out=args.out)
-    except (SpecError, UsageError, OutError) as exc:
-        print(f"bench project: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # the folder cannot be written (read-only, full)
-        print(f"bench project: --out={str(args.out)!r}: cannot write ({exc.strerror or exc})",
-              file=sys.stderr)
-        return 2
+    if args.run_dir is not None:
+        raise SpecError(f"run_dir={str(args.run_dir)!r}: a what-if (--spec/--model/--params) takes "
+                        f"no run folder")
+    if args.measured_on is not None:
+        raise SpecError(f"--measured-on={args.measured_on!r}: a what-if measured nothing to anchor to")
+    if args.bw_gbps is not None or args.latency_us is not None:
+        raise SpecError(f"--bw-gbps={args.bw_gbps} --latency-us={args.latency_us}: a what-if takes a "
+                        f"--network preset")
+    keys = read_spec(args.spec) if args.spec is not None else {}
+    for flag, _, _ in SPEC_FLAGS:
+        value = getattr(args, _dest(flag))
+        if value is not None:
+            keys[_dest(flag)] = _listed(flag, value) if flag in LIST_FLAGS else value
+    if args.model is not None:
+        keys["model"], _, keys["size"] = args.model.partition(":")
+    if args.network is not None:  # several, comma-separated: one what-if per network
+        names = args.network.split(",")
+        keys["network"] = names if len(names) > 1 else names[0]
+    if args.world_sizes != WORLD_SIZES_TEXT or "world_sizes" not in keys:
+        keys["world_sizes"] = parse_world_sizes(args.world_sizes)
+    if args.gpus_per_node is not None:
+        keys.setdefault("gpus_per_node", args.gpus_per_node)
+    keys.setdefault("inter_network", args.inter_network)
+    if args.nics_per_node is not None:
+        keys.setdefault("nics_per_node", args.nics_per_node)
+    keys.setdefault("algorithm", args.algorithm)
+    projection = what_if(keys, out=args.out)
     networks = keys.get("network", [])
-    print("\n".join([*projection.lines(), *flat_notes(networks if isinstance(networks, list) else
-                                                        str(networks).split(","), args.gpus_per_node)]))
-    return 0
+    return [*projection.lines(), *flat_notes(networks if isinstance(networks, list) else
+                                             str(networks).split(","), args.gpus_per_node)]

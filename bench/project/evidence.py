@@ -12,19 +12,22 @@
         go below. A CPU run has none: its host is its compute, already in the step.
 
 Each falls back to its documented default (physics.py) with a note saying why: no traces analysed, no
-overlapped kernel with a lone twin, no launch statistics.
+overlapped kernel with a lone twin, no launch statistics. σ, the per-rank step-time spread the straggler
+draws from, comes from the base cell's own row (step_cv_of). with_evidence attaches all three to a
+configuration; physics_of gives a configuration's terms (those, else σ from its row and the defaults).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 
 from bench import run_folder
+from bench.project.configuration import Configuration
 from bench.project.inputs import InputError
-from bench.project.physics import DEFAULT_INTERFERENCE
+from bench.project.physics import DEFAULT_INTERFERENCE, Physics, expected_max_normal
 
 ALL_STEPS = "all"  # trace_summary / launch_stats' whole-window row (bench.analyze.columns.ALL_STEPS)
 
@@ -97,3 +100,47 @@ def host_ms_of(evidence: TraceEvidence, cell_id: str, device: str) -> tuple[floa
     if steps.empty:
         return 0.0, f"none (no profiled step of {cell_id} in launch_stats.csv)"
     return float(steps.median()), f"launch_stats host_busy_ms of {cell_id} (median of {len(steps)} steps)"
+
+
+Z90 = 1.2816  # the standard normal's 90th percentile
+
+
+def step_cv_of(row: pd.Series) -> tuple[float, str]:
+    """σ, the per-rank step-time spread (standard deviation / median) the straggler term draws from, and
+    where it came from. On more than one rank the median slowest-minus-fastest gap is the expected range
+    of n draws, 2·σ·T·E[Z_(n)]: the gap is rank_skew_ms_p50, taken in the compute-only rounds where each
+    rank's step is its own work (a timed step ends on every rank with its last collective, so its gap is
+    ≈ 0 under NCCL), over those rounds' median compute_only_ms_p50 (else the step's); on one rank,
+    (p90 − p50)/z90 over p50; else 0 (nothing measured)."""
+    t = row.get("step_time_ms_p50")
+    if pd.isna(t) or not t > 0:
+        return 0.0, "no step times"
+    n = int(row["world_size"])
+    skew, compute = row.get("rank_skew_ms_p50"), row.get("compute_only_ms_p50")
+    if n > 1 and not pd.isna(skew):
+        base = compute if not pd.isna(compute) and compute > 0 else t
+        return max(0.0, skew / (2 * base * expected_max_normal(n))), f"rank_skew_ms_p50 of {row['cell_id']}"
+    p90 = row.get("step_time_ms_p90")
+    if not pd.isna(p90):
+        return max(0.0, (p90 - t) / Z90 / t), f"step_time_ms p90/p50 of {row['cell_id']}"
+    return 0.0, "no step-time spread"
+
+
+def physics_of(config: Configuration) -> Physics:
+    """The physics terms of a measured configuration: those with_evidence attached, else σ from its base
+    cell (step_cv_of), interference at its documented default and no host floor."""
+    return config.physics if config.physics is not None else Physics(step_cv=step_cv_of(config.base)[0])
+
+
+def with_evidence(config: Configuration, evidence: TraceEvidence | None) -> Configuration:
+    """The configuration with its physics from the run: σ from its base cell (step_cv_of), γ from the
+    traces of its communicating cells (the base cell first), host_ms from the base cell's launch
+    statistics (bench/project/evidence.py); physics_source says where each came from."""
+    cv, cv_source = step_cv_of(config.base)
+    cells = [c for c, n in zip(config.rows["cell_id"], config.rows["world_size"]) if int(n) > 1]
+    evidence = evidence or TraceEvidence(None, None, None)
+    gamma, gamma_source = interference_of(evidence, cells)
+    host, host_source = host_ms_of(evidence, config.base["cell_id"], str(config.base.get("device", "")))
+    source = f"σ {cv:.4g}: {cv_source}; γ {gamma:.4g}: {gamma_source}; host {host:.4g} ms: {host_source}"
+    return replace(config, physics=Physics(step_cv=cv, interference_factor=gamma, host_ms=host),
+                   physics_source=source)

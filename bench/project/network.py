@@ -17,6 +17,7 @@ Which protocol's constants a fabric uses is said at each preset.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 MiB = 2**20
@@ -325,3 +326,6 @@ def scaled_network(net: Network, factor: float) -> Network:
     pair = scaled_fabric(net.pair, factor) if net.pair is not None else None
     return replace(net, intra=scaled_fabric(net.intra, factor), inter=scaled_fabric(net.inter, factor),
                    pair=pair)
+
+
+NetworkAt = Callable[[int, str], tuple[Network, str]]  # (world size, wire dtype) → (network, source words)

@@ -1,11 +1,11 @@
 """One optimizer step of a sharded data-parallel engine (FSDP / FSDP2 / ZeRO) on n ranks: compute as
-measured, the per-block all-gathers and reduce-scatters simulated on one communication stream.
+measured, the per-block all-gathers and reduce-scatters on one communication stream, as a table of terms
+(bench/project/terms.py) that step_time times.
 
 The model is cut into blocks (the fully_shard groups), each holding params_i parameters; block i's compute
 is its share params_i / Σ params of forward F and backward B (per micro-step: F/K, B/K). NCCL runs the
-collectives of one communicator in issue order, so they share one stream (`comm_free` below); compute runs
-on another. Per micro-step, with prefetch one block ahead (FSDP's forward/backward prefetch, FSDP2's
-default):
+collectives of one communicator in issue order, so they share one stream; compute runs on another. Per
+micro-step, with prefetch one block ahead (FSDP's forward/backward prefetch, FSDP2's default):
 
     forward   AG_1 issued at the micro-step's start; block i starts at max(compute free, AG_i done) and,
               as it starts, issues AG_{i+1}
@@ -25,8 +25,13 @@ Modes (`Sharding.mode`), what each block sends (S_i = params_i × bytes):
               all-gather of every updated parameter after the optimizer, exposed
     zero1     ZeRO-1: all-reduce per block in backward (as DDP), then the same all-gather after the optimizer
 
+Rows of the table, per micro-step: each block's forward and backward (compute, hides_comm: the sharded
+engine's collectives run under both), each all-gather after the point that issues it, each reduction after
+its block's backward, HYBRID_SHARD's between-nodes all-reduce after its reduce-scatter; then the optimizer
+after every collective, and ZeRO-1/2's all-gather after the optimizer.
+
 Collective costs: collectives.py (all-gather and reduce-scatter are NCCL rings). exposed = step − (F + B
-+ O); the physics terms (physics.py) are added as in simulate.py. With one rank nothing is communicated.
++ O); the physics terms (physics.py) are added by terms.step_time. With one rank nothing is communicated.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ from dataclasses import dataclass
 
 from bench.project.collectives import NONE, Cost, allgather_cost, allreduce_cost, reduce_scatter_cost
 from bench.project.network import Network, flat_fabric
-from bench.project.physics import OFF, Physics, host_floor_ms, interference_ms, straggler_ms
-from bench.project.simulate import COMPUTE_BOUND_EXPOSED, Compute, Step
+from bench.project.physics import OFF, Physics
+from bench.project.simulate import Compute
+from bench.project.terms import COMM, Step, Table, Term, step_time
 
 MODES = ("full", "grad_op", "hybrid", "zero2", "zero1")
 RESHARD_MODES = ("full", "hybrid")   # a second all-gather before each block's backward
@@ -78,23 +84,6 @@ def uniform_blocks(params: int, blocks: int) -> tuple[int, ...]:
     return (each,) * (blocks - 1) + (params - each * (blocks - 1),)
 
 
-class _Stream:
-    """The communication stream: collectives start when issued and the previous one is done."""
-
-    def __init__(self):
-        self.free = 0.0
-        self.latency = self.bandwidth = 0.0
-        self.used: list[str] = []
-
-    def run(self, cost: Cost, issued_ms: float) -> float:
-        self.free = max(issued_ms, self.free) + cost.total_us / 1e3
-        self.latency += cost.latency_us / 1e3
-        self.bandwidth += cost.bandwidth_us / 1e3
-        if cost is not NONE and cost.algorithm not in self.used:
-            self.used.append(cost.algorithm)
-        return self.free
-
-
 def _between_nodes(net: Network, size: float) -> Network:
     """The flat network of one GPU per node for HYBRID_SHARD's shard all-reduce: each GPU's share of its
     node's NICs, the inter-node latencies."""
@@ -117,10 +106,10 @@ def _costs(net: Network, n: int, sharding: Sharding, params: int) -> tuple[Cost,
     return allgather_cost(net, gather, n), reduce_scatter_cost(net, reduce, n), []
 
 
-def simulate_sharded(compute: Compute, blocks: tuple[int, ...], sharding: Sharding, network: Network | None,
-                     n: int, physics: Physics = OFF) -> Step:
-    """The step of `compute` with `blocks` (parameters per fully_shard group, forward order) sharded on
-    `n` ranks of `network` (module docstring)."""
+def sharded_terms(compute: Compute, blocks: tuple[int, ...], sharding: Sharding, network: Network | None,
+                  n: int) -> list[Term]:
+    """The table of one sharded step (module docstring) of `blocks` (parameters per fully_shard group,
+    forward order); on one rank no collective."""
     if not blocks or any(b < 1 for b in blocks):
         raise ValueError(f"blocks={blocks}: need at least one block of >= 1 parameter")
     if n > 1 and network is None:
@@ -128,51 +117,64 @@ def simulate_sharded(compute: Compute, blocks: tuple[int, ...], sharding: Shardi
     k, total = compute.grad_accum, sum(blocks)
     fwd = [compute.forward_ms / k * b / total for b in blocks]
     bwd = [compute.backward_ms / k * b / total for b in blocks]
-    comm, t = _Stream(), 0.0
-    costs = [_costs(network, n, sharding, b) if n > 1 else (NONE, NONE, []) for b in blocks]
-    gathers_in_steps = sharding.mode not in ("zero2", "zero1")
-    last = len(blocks) - 1
+    costs = [_costs(network, n, sharding, b) for b in blocks] if n > 1 else None
+    in_steps = costs is not None and sharding.mode not in ("zero2", "zero1")
+    reshard = costs is not None and sharding.mode in RESHARD_MODES
+    table = Table()
     for micro in range(k):
-        reduce = sharding.reduce_every_micro_step or micro == k - 1
-        gathered = [t] * len(blocks)
-        if gathers_in_steps:
-            gathered[0] = comm.run(costs[0][0], t)
-        for i in range(len(blocks)):
-            start = max(t, gathered[i])
-            if gathers_in_steps and i < last:
-                gathered[i + 1] = comm.run(costs[i + 1][0], start)
-            t = start + fwd[i]
-        gathered = [t] * len(blocks)
-        if sharding.mode in RESHARD_MODES:
-            gathered[last] = comm.run(costs[last][0], t)
-        for i in range(last, -1, -1):
-            start = max(t, gathered[i])
-            if sharding.mode in RESHARD_MODES and i > 0:
-                gathered[i - 1] = comm.run(costs[i - 1][0], start)
-            t = start + bwd[i]
-            if reduce:
-                end = comm.run(costs[i][1], t)
-                for extra in costs[i][2]:
-                    end = comm.run(extra, end)
-    t = max(t, comm.free) + compute.optimizer_ms
+        reduce = costs is not None and (sharding.reduce_every_micro_step or micro == k - 1)
+        _forward(table, fwd, [c[0] for c in costs] if in_steps else None)
+        _backward(table, bwd, [c[0] for c in costs] if reshard else None, costs if reduce else None,
+                  "all-reduce" if sharding.mode == "zero1" else "reduce-scatter")
+    collectives = [i for i, term in enumerate(table.terms) if term.stream == COMM]
+    optimizer = table.compute("optimizer", compute.optimizer_ms, Table.ends(collectives))
     if sharding.mode in ("zero2", "zero1") and n > 1:  # updated parameter shards gathered after the step
-        t = comm.run(allgather_cost(network, total * sharding.param_bytes, n), t)
-    pure = compute.step_ms
-    exposed = max(0.0, t - pure)
-    comm_ms = comm.latency + comm.bandwidth
-    interference = interference_ms(max(0.0, comm_ms - exposed), physics) if n > 1 else 0.0
-    straggler = straggler_ms(pure, n, physics)
-    step = t + interference + straggler
-    floor = host_floor_ms(step, physics)
-    step += floor
-    if exposed <= COMPUTE_BOUND_EXPOSED * step:
-        bottleneck = "compute"
-    elif comm_ms <= compute.forward_ms + compute.backward_ms:
-        bottleneck = "overlap-limited"
-    else:
-        bottleneck = "bandwidth" if comm.bandwidth >= comm.latency else "latency"
-    return Step(step, exposed, comm_ms, comm.latency, comm.bandwidth, bottleneck, tuple(comm.used),
-                interference, straggler, floor)
+        gather = allgather_cost(network, total * sharding.param_bytes, n)
+        table.collective("all-gather of the updated parameters", gather, Table.end(optimizer))
+    return table.terms
+
+
+def _forward(table: Table, fwd: list[float], gathers: list[Cost] | None) -> None:
+    """One micro-step's forward: block i after its all-gather (`gathers`, None: parameters already there),
+    and as it starts the next block's all-gather issued (prefetch one ahead); the first all-gather issued
+    when the compute before it is done."""
+    gathered: list[tuple[tuple[int, float], ...]] = [()] * len(fwd)
+    if gathers:
+        first = table.collective("block 0 all-gather (forward)", gathers[0], table.compute_done())
+        gathered[0] = Table.end(first)
+    for i, ms in enumerate(fwd):
+        row = table.compute(f"block {i} forward", ms, gathered[i], hides_comm=True)
+        if gathers and i < len(fwd) - 1:
+            issued = table.collective(f"block {i + 1} all-gather (forward)", gathers[i + 1], ((row, 0.0),))
+            gathered[i + 1] = Table.end(issued)
+
+
+def _backward(table: Table, bwd: list[float], gathers: list[Cost] | None,
+              reductions: list[tuple[Cost, Cost, list[Cost]]] | None, reduction: str) -> None:
+    """One micro-step's backward, last block first: block i after its all-gather again (`gathers`, None:
+    kept since forward), issuing the next one's as it starts; as it ends, its reduction (`reductions`, None:
+    gradients accumulate) and any collectives after that reduction."""
+    last = len(bwd) - 1
+    gathered: list[tuple[tuple[int, float], ...]] = [()] * len(bwd)
+    if gathers:
+        first = table.collective(f"block {last} all-gather (backward)", gathers[last], table.compute_done())
+        gathered[last] = Table.end(first)
+    for i in range(last, -1, -1):
+        row = table.compute(f"block {i} backward", bwd[i], gathered[i], hides_comm=True)
+        if gathers and i > 0:
+            issued = table.collective(f"block {i - 1} all-gather (backward)", gathers[i - 1], ((row, 0.0),))
+            gathered[i - 1] = Table.end(issued)
+        if reductions:
+            done = table.collective(f"block {i} {reduction}", reductions[i][1], Table.end(row))
+            for extra in reductions[i][2]:
+                done = table.collective(f"block {i} all-reduce between nodes", extra, Table.end(done))
+
+
+def simulate_sharded(compute: Compute, blocks: tuple[int, ...], sharding: Sharding, network: Network | None,
+                     n: int, physics: Physics = OFF) -> Step:
+    """The step of `compute` with `blocks` (parameters per fully_shard group, forward order) sharded on
+    `n` ranks of `network` (module docstring)."""
+    return step_time(sharded_terms(compute, blocks, sharding, network, n), compute.step_ms, n, physics)
 
 
 def bytes_of(dtype: str) -> int:

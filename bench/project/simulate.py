@@ -1,23 +1,18 @@
-"""One optimizer step of a DDP configuration on n ranks: compute as measured, communication simulated.
+"""One optimizer step of a replicated DDP configuration on n ranks: compute as measured, its bucket
+all-reduces against the synced backward, as a table of terms (bench/project/terms.py) that step_time times.
 
 With K micro-steps (gradient accumulation), all but the last run under no_sync; only the last backward
 (length b = backward/K) produces buckets. Bucket i becomes ready at ready_i · b after that backward starts
-and is all-reduced on one communication stream, in issue order:
+and is all-reduced on the communication stream, in issue order; the optimizer waits for every bucket:
 
+    rows      forward · backward under no_sync (K > 1) · synced backward b (hides_comm) ·
+              bucket i's all-reduce (after ready_i of b) · optimizer (after every all-reduce)
     start_i = max(ready_i · b, end_{i−1}),   end_i = start_i + cost(bytes_i, n)
-    tail    = max(b, end_last)               exposed = tail − b
-    step    = forward + backward · (K−1)/K + tail + optimizer
+    step    = forward + backward · (K−1)/K + max(b, end_last) + optimizer
               + interference + straggler + host floor      (bench/project/physics.py; off by default)
 
-interference takes the all-reduce time that ran under backward (Σ cost − exposed), straggler the compute
-(forward + backward + optimizer), host floor the step so far.
-
-Bottleneck (first rule that holds):
-    compute          exposed ≤ 5 % of the step: the step is within 5 % of its no-communication time
-    overlap-limited  Σ cost ≤ b: the stream could have hidden every all-reduce behind backward, but buckets
-                     became ready too late (the last one at the end of backward) for it to do so
-    bandwidth        Σ bandwidth terms ≥ Σ latency terms
-    latency          otherwise
+The bottleneck's overlap window is the synced backward: all-reduces that fit in b could all have been
+hidden, had their buckets been ready earlier.
 """
 
 from __future__ import annotations
@@ -26,13 +21,9 @@ from dataclasses import dataclass, replace
 
 from bench.project.collectives import allreduce_cost
 from bench.project.network import Network
-from bench.project.physics import OFF, Physics, host_floor_ms, interference_ms, straggler_ms
+from bench.project.physics import OFF, Physics
 from bench.project.protocol import micro_at
-
-BOTTLENECKS = ("compute", "bandwidth", "latency", "overlap-limited")
-# what N ranks add to the compute, each a Step field `<term>_ms` (Step.dominant_term names the largest)
-TERMS = ("exposed_comm", "interference", "straggler", "host_floor")
-COMPUTE_BOUND_EXPOSED = 0.05  # exposed communication at most this fraction of the step: compute-bound
+from bench.project.terms import Step, Table, Term, step_time
 
 
 @dataclass(frozen=True)
@@ -81,60 +72,28 @@ class Buckets:
             raise ValueError(f"bucket ready fractions must lie in [0, 1] and sizes be > 0 ({self.source})")
 
 
-@dataclass(frozen=True)
-class Step:
-    """A simulated step (ms) and how its communication splits."""
-
-    step_ms: float
-    exposed_comm_ms: float
-    comm_ms: float
-    latency_ms: float
-    bandwidth_ms: float
-    bottleneck: str
-    algorithms: tuple[str, ...]
-    interference_ms: float = 0.0
-    straggler_ms: float = 0.0
-    host_floor_ms: float = 0.0
-
-    @property
-    def dominant_term(self) -> str:
-        """The largest of what N ranks add to the compute: exposed communication or a physics term."""
-        name, value = max(((t, getattr(self, f"{t}_ms")) for t in TERMS), key=lambda kv: kv[1])
-        return name if value > 0 else "none"
+def ddp_terms(compute: Compute, buckets: Buckets, network: Network | None, n: int,
+              algorithm: str = "auto") -> list[Term]:
+    """The table of one DDP step (module docstring); on one rank no all-reduce (nothing to reduce)."""
+    k = compute.grad_accum
+    table = Table()
+    table.compute("forward", compute.forward_ms)
+    if k > 1:
+        table.compute("backward under no_sync", compute.backward_ms * (k - 1) / k)
+    synced = table.compute("synced backward", compute.backward_ms / k, hides_comm=True)
+    reduced = []
+    if n > 1:
+        if network is None:
+            raise ValueError(f"world size {n} needs a network")
+        for i, (size, ready) in enumerate(zip(buckets.sizes, buckets.ready)):
+            reduced.append(table.collective(f"bucket {i} all-reduce",
+                                            allreduce_cost(network, size, n, algorithm), ((synced, ready),)))
+    table.compute("optimizer", compute.optimizer_ms, Table.ends(reduced))
+    return table.terms
 
 
 def simulate_step(compute: Compute, buckets: Buckets, network: Network | None, n: int,
                   algorithm: str = "auto", physics: Physics = OFF) -> Step:
     """The step of `compute` with `buckets` all-reduced on `n` ranks of `network` (module docstring).
     n = 1 needs no network: nothing is communicated (and no rank waits for another)."""
-    k = compute.grad_accum
-    last_backward = compute.backward_ms / k
-    comm_end = latency = bandwidth = 0.0
-    used: list[str] = []
-    if n > 1:
-        if network is None:
-            raise ValueError(f"world size {n} needs a network")
-        for size, ready in zip(buckets.sizes, buckets.ready):
-            cost = allreduce_cost(network, size, n, algorithm)
-            comm_end = max(ready * last_backward, comm_end) + cost.total_us / 1e3
-            latency += cost.latency_us / 1e3
-            bandwidth += cost.bandwidth_us / 1e3
-            if cost.algorithm not in used:
-                used.append(cost.algorithm)
-    exposed = max(0.0, comm_end - last_backward)
-    earlier_backward = compute.backward_ms * (k - 1) / k  # the micro-steps under no_sync
-    step = compute.forward_ms + earlier_backward + last_backward + exposed + compute.optimizer_ms
-    comm = latency + bandwidth
-    interference = interference_ms(max(0.0, comm - exposed), physics) if n > 1 else 0.0
-    straggler = straggler_ms(compute.step_ms, n, physics)
-    step += interference + straggler
-    floor = host_floor_ms(step, physics)
-    step += floor
-    if exposed <= COMPUTE_BOUND_EXPOSED * step:
-        bottleneck = "compute"
-    elif comm <= last_backward:
-        bottleneck = "overlap-limited"
-    else:
-        bottleneck = "bandwidth" if bandwidth >= latency else "latency"
-    return Step(step, exposed, comm, latency, bandwidth, bottleneck, tuple(used), interference, straggler,
-                floor)
+    return step_time(ddp_terms(compute, buckets, network, n, algorithm), compute.step_ms, n, physics)

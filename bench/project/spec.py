@@ -21,9 +21,11 @@ import pandas as pd
 from bench import engines
 from bench.config import MAX_BATCH, MAX_BUCKET_MB, MAX_SECONDS, MAX_STEPS, MAX_WORLD_SIZE
 from bench.project.collectives import ALGORITHMS
+from bench.project.columns import PROJECTION_COLUMNS, typed
+from bench.project.configuration import Configuration
 from bench.project.network import FABRICS, INTER_NODE, preset_network
 from bench.project.physics import DEFAULT_INTERFERENCE, DEFAULT_STEP_CV, Physics
-from bench.project.project import PROJECTION_COLUMNS, Configuration, _typed, project
+from bench.project.project import project
 from bench.project.sharded import MODES, Sharding, estimated_blocks, uniform_blocks
 from bench.project.simulate import Buckets, Compute
 from bench.schema import DEFAULT_BUCKET_MB, PRECISIONS, WIRE_DTYPES
@@ -294,7 +296,7 @@ def projection_of(spec: Spec) -> pd.DataFrame:
     physics = Physics(step_cv=spec.step_cv, interference_factor=spec.interference, host_ms=spec.host_ms)
     rows = project(config, spec.network, lambda n, dtype: (net, net.label), sorted(set(spec.world_sizes)),
                    spec.algorithm, physics)
-    return _typed(pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS)))
+    return typed(pd.DataFrame(rows, columns=list(PROJECTION_COLUMNS)))
 
 
 def read_spec(path: Path) -> dict:

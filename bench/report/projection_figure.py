@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench import metrics  # noqa: E402
-from bench.project.project import Configuration  # noqa: E402
+from bench.project.configuration import Configuration  # noqa: E402
 from bench.schema import DEFAULT_BUCKET_MB  # noqa: E402
 from bench.style import DPI  # noqa: E402
 from bench.style import PROJECTION_PANEL as PANEL  # noqa: E402

@@ -14,8 +14,8 @@ import pandas as pd
 
 from bench import run_folder
 from bench.project.interval import LIMIT_PCT
-from bench.project.project import configurations
-from bench.project.simulate import TERMS
+from bench.project.run_configurations import configurations
+from bench.project.terms import LOSS_TERMS
 from bench.report.projection_figure import efficiency_figure
 from bench.report.render import Section, write_csv
 
@@ -75,8 +75,8 @@ def dominant_by_world_size(projection: pd.DataFrame) -> pd.DataFrame | None:
         row = {"network": network, "cell_id": cell_id}
         for _, r in group.dropna(subset=["efficiency_pct"]).iterrows():
             term = r["dominant_term"]
-            ms = r[f"{term}_ms"] if term in TERMS else 0.0
-            row[f"ws{int(r['world_size'])}"] = f"{term} {ms:.2f} ms" if term in TERMS else term
+            ms = r[f"{term}_ms"] if term in LOSS_TERMS else 0.0
+            row[f"ws{int(r['world_size'])}"] = f"{term} {ms:.2f} ms" if term in LOSS_TERMS else term
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -98,50 +98,68 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
     configs = configurations(results, None, None) if results is not None else []
     if efficiency_figure(projection, configs, out_dir / "plots" / "projection.png"):
         sec.image("plots/projection.png", "projected scaling efficiency, measured points on the curves")
-    table = efficiency_by_world_size(projection)
-    write_csv(table, out_dir / "tables" / "projection_efficiency.csv")
-    sec.para("Predicted efficiency per world size, from each configuration's smallest measured world size "
-             "and the chosen network (alpha-beta all-reduce model, buckets queued on one communication "
-             "stream as they become ready). Not a measurement. Strong scaling keeps the global batch, so "
-             "each rank's share (its compute) shrinks with more ranks while its all-reduces do not: those "
-             "curves fall toward 0 % and end (×) at the largest world size the global batch divides among; "
-             "beyond it projection.csv's rows are empty, with the reason. Weak scaling holds the per-rank "
-             "batch.", "formula")
-    sec.table(table, "tables/projection_efficiency.csv")
-    intervals = interval_by_world_size(projection)
-    if intervals is not None and len(intervals):
-        write_csv(intervals, out_dir / "tables" / "projection_interval.csv")
-        sec.para("Each projected efficiency with its 90 % interval: the model's own error on published "
-                 "multi-GPU and multi-node tables in the same regime (NVLink or PCIe inside a node, across "
-                 "nodes, sharded), held out by source, widened by the measured inputs' intervals "
-                 "(docs/projection.md, The interval). projection.csv has the samples/s interval too.",
-                 "formula")
-        sec.table(intervals, "tables/projection_interval.csv")
-    dominant = dominant_by_world_size(projection)
-    if dominant is not None and len(dominant):
-        write_csv(dominant, out_dir / "tables" / "projection_dominant_term.csv")
-        sec.para("What dominates at each world size: the largest of what N ranks add to the compute: exposed "
-                 "communication (all-reduce time backward could not hide), interference (backward slowed "
-                 "by the all-reduces it overlaps), straggler (the slowest rank's expected lag) or the host "
-                 "floor (docs/design.md, Projection).", "formula")
-        sec.table(dominant, "tables/projection_dominant_term.csv")
+    _projected_tables(sec, projection, out_dir)
     validation = _read(folder / run_folder.VALIDATION)
     if validation is not None and validation["error_pct"].notna().any():
         errors = validation["error_pct"].dropna()
-        sec.para(f"Validation against this run's own larger world sizes: median |error| "
-                 f"{errors.abs().median():.1f} % over {len(errors)} cells "
-                 f"(signed median {errors.median():+.1f} %).")
-        write_csv(validation, out_dir / "tables" / "projection_validation.csv")
-        shown = ["cell_id", "world_size", "measured_step_ms", "predicted_step_ms", "error_pct"]
-        sec.table(validation[shown], "tables/projection_validation.csv")
+        _table(sec, validation, out_dir, "projection_validation",
+               f"Validation against this run's own larger world sizes: median |error| "
+               f"{errors.abs().median():.1f} % over {len(errors)} cells "
+               f"(signed median {errors.median():+.1f} %).",
+               shown=["cell_id", "world_size", "measured_step_ms", "predicted_step_ms", "error_pct"])
     fits = _read(folder / run_folder.NETWORK_FIT)
     if fits is not None and len(fits):
-        write_csv(fits, out_dir / "tables" / "projection_network_fit.csv")
-        sec.para("The network fitted to this run's all-reduce probe (alpha-beta per world size).")
-        sec.table(fits, "tables/projection_network_fit.csv")
-    notes_file = folder / run_folder.PROJECTION_NOTES
+        _table(sec, fits, out_dir, "projection_network_fit",
+               "The network fitted to this run's all-reduce probe (alpha-beta per world size).")
+    _notes(sec, folder / run_folder.PROJECTION_NOTES, out_dir)
+    return sec
+
+
+def _table(sec: Section, table: pd.DataFrame, out_dir: Path, name: str, words: str, cls: str = "",
+           shown: list[str] | None = None) -> None:
+    """`table` written to tables/<name>.csv and put in the section under the words that say what it is
+    (its `shown` columns only, when given)."""
+    write_csv(table, out_dir / "tables" / f"{name}.csv")
+    sec.para(words, cls)
+    sec.table(table if shown is None else table[shown], f"tables/{name}.csv")
+
+
+# what each table of the projected rows is, as the section says it
+EFFICIENCY_WORDS = (
+    "Predicted efficiency per world size, from each configuration's smallest measured world size and the "
+    "chosen network (alpha-beta all-reduce model, buckets queued on one communication stream as they "
+    "become ready). Not a measurement. Strong scaling keeps the global batch, so each rank's share (its "
+    "compute) shrinks with more ranks while its all-reduces do not: those curves fall toward 0 % and end "
+    "(×) at the largest world size the global batch divides among; beyond it projection.csv's rows are "
+    "empty, with the reason. Weak scaling holds the per-rank batch.")
+INTERVAL_WORDS = (
+    "Each projected efficiency with its 90 % interval: the model's own error on published multi-GPU and "
+    "multi-node tables in the same regime (NVLink or PCIe inside a node, across nodes, sharded), held out "
+    "by source, widened by the measured inputs' intervals (docs/projection.md, The interval). "
+    "projection.csv has the samples/s interval too.")
+DOMINANT_WORDS = (
+    "What dominates at each world size: the largest of what N ranks add to the compute: exposed "
+    "communication (all-reduce time backward could not hide), interference (backward slowed by the "
+    "all-reduces it overlaps), straggler (the slowest rank's expected lag) or the host floor "
+    "(docs/design.md, Projection).")
+
+
+def _projected_tables(sec: Section, projection: pd.DataFrame, out_dir: Path) -> None:
+    """The projected rows as tables: efficiency, and where projection.csv has their columns, its interval
+    and the dominant term per world size."""
+    _table(sec, efficiency_by_world_size(projection), out_dir, "projection_efficiency", EFFICIENCY_WORDS,
+           "formula")
+    for table, name, words in ((interval_by_world_size(projection), "projection_interval", INTERVAL_WORDS),
+                               (dominant_by_world_size(projection), "projection_dominant_term",
+                                DOMINANT_WORDS)):
+        if table is not None and len(table):
+            _table(sec, table, out_dir, name, words, "formula")
+
+
+def _notes(sec: Section, notes_file: Path, out_dir: Path) -> None:
+    """bench project's notes: the general ones as bullets, the one "physics of <cell>: <sources>" line per
+    configuration as a table (folded when long)."""
     notes = notes_file.read_text().splitlines() if notes_file.is_file() else []
-    # one "physics of <cell>: <sources>" line per configuration (bench project): a table, folded when long
     mark = run_folder.PHYSICS_NOTE
     physics = [n.removeprefix(mark).split(": ", 1) for n in notes if n.startswith(mark)]
     general = [n for n in notes if not n.startswith(run_folder.PHYSICS_NOTE)]
@@ -150,8 +168,5 @@ def projection_section(run_dir: Path, out_dir: Path, results: pd.DataFrame | Non
     if physics:
         terms = pd.DataFrame([p if len(p) == 2 else [p[0], ""] for p in physics],
                              columns=["configuration", "straggler σ, interference γ, host floor: from"])
-        write_csv(terms, out_dir / "tables" / "projection_physics.csv")
-        sec.para("Where each configuration's straggler, interference and host-floor terms came from.")
-        sec.table(terms, "tables/projection_physics.csv")
-    return sec
-
+        _table(sec, terms, out_dir, "projection_physics",
+               "Where each configuration's straggler, interference and host-floor terms came from.")
