@@ -268,7 +268,7 @@ def half_width_pct(center: float | None, low: float | None, high: float | None) 
     return (high - low) / 2 / abs(center) * 100
 
 
-# The adaptive timed rounds (bench/worker/cell.py): how many rounds, and why they stopped.
+# The adaptive timed rounds (bench/worker/rounds.py): how many rounds, and why they stopped.
 STOPPED_BY = ("target", "max_steps", "budget")
 
 

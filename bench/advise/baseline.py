@@ -12,7 +12,7 @@ speedup_vs_baseline = the row's throughput / the baseline's (= baseline step / r
 interval, as the run measured them:
 - **paired**: the row was stepped side by side with the baseline, round by round (bench/worker/groups.py:
   one group per configuration less engine and engine options, naive joining the group at 25 MiB or else the
-  first group of its configuration in the preset's bucket order; bench/worker/cell.py `add_speed_vs_torch`
+  first group of its configuration in the preset's bucket order; row_values.add_speed_vs_torch
   pairs every cell with the group's plain torch cell). Then it is the run's own `speed_vs_torch`: the median
   over rounds of the step ratio, its order-statistic interval and its sign-test p.
 - **unpaired**: otherwise the ratio of the two medians, its interval from both cells' intervals

@@ -147,7 +147,7 @@ def _segments(t: OneTrace) -> list[dict]:
 # The analyses, registered: file name → (its columns, its rows). PER_FILE reads one trace file at a time;
 # ACROSS_FILES compares files (ranks of a job) from the per-file tables, in this order (a later one may read
 # an earlier one, or replace a per-file table: trace_summary gets its wait columns there). A new analysis
-# is its module and one line here (its columns in columns.py, its file name in bench/run_folder.py).
+# is its module and one line here (its columns in columns.py, its file name in bench/run_folder/layout.py).
 # Names outside TABLES (INTERNAL) feed the others and are not written.
 PER_FILE = {
     SUMMARY_FILE: (TRACE_SUMMARY_COLUMNS, _summary),

@@ -123,7 +123,7 @@ class RunConfig:
     @property
     def most_timed_steps(self) -> int:
         """The most rounds a group may run (what a trainer's data schedule must hold): with a fixed count,
-        twice it (rounds the warm-up test moves out are run again, up to as many: bench/worker/cell.py)."""
+        twice it (rounds the warm-up test moves out are run again, up to as many: bench/worker/rounds.py)."""
         return self.max_timed_steps if self.adaptive else 2 * self.min_timed_steps
 
     def watchdog_limit_s(self, first_cell: bool) -> float:

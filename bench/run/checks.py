@@ -1,7 +1,7 @@
 """The checks of a configuration that need the machine, made by `bench run` before anything is created:
 world sizes within the GPUs present (× nodes), precisions the device can run, CPU ranks per core, and what
 torch can use of the machine (`machine`, `cuda_for_auto`, `device_memory_bytes`). Values alone are checked
-where they are read (bench/config.py); these need to know where the run is.
+where they are read (bench/config/); these need to know where the run is.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The run folder as the launcher opens it: created (or checked against its config.toml on --resume),
 locked for this process's life, env.json written, the skipped cells recorded, and what an earlier launch into
-it left running stopped. Its file names are bench/run_folder.py's.
+it left running stopped. Its file names are bench/run_folder/layout.py's.
 """
 
 from __future__ import annotations
