@@ -210,7 +210,7 @@ def test_the_straggler_fault_slows_every_step_of_the_cells_it_names(one_rank_gro
     # the last rank (rank 1 of 2, rank 0 of 1) of the cells the pattern names, only
     assert [Trainer(c, config, torch.device("cpu"), 0, 1, 2).straggle_s for c in cells] == [0.0, 0.02]
     assert Trainer(cells[1], config, torch.device("cpu"), 0, 2, 2).straggle_s == 0.0
-    launch = Launch(config, torch.device("cpu"), passes=frozenset(REPEAT_PASSES))
+    launch = Launch(config, torch.device("cpu"), passes=REPEAT_PASSES)
     rows = {c.engine: row for c, (_, _, row) in zip(cells, run_group(cells, launch))}
     # every overlap step, warm-up and timed, sleeps 20 ms
     assert rows["overlap"]["step_time_ms_min"] >= 20.0 and min(rows["overlap"]["warmup_times_ms"]) >= 20.0

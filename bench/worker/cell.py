@@ -261,12 +261,13 @@ class GroupRun:
         """Per cell: its timed values, warm-up and outlier columns, the phase pass, loss, compile time,
         precision flags and the engine's state per rank."""
         self.progress("checks")
-        r, passes, warm, timed = self.config.run, self.launch.passes, self.done.warm, self.done.rounds
+        warm, timed = self.done.warm, self.done.rounds
+        phase_steps = self.config.run.phase_steps if self.launch.passes.includes("phase") else 0
 
         def checks(trainer: Trainer) -> dict:
             ranks, cell_id = timed.per_rank[trainer.cell.cell_id], trainer.cell.cell_id
             with self.clock:
-                phases = [phase_pass(trainer) for _ in range(r.phase_steps if "phase" in passes else 0)]
+                phases = [phase_pass(trainer) for _ in range(phase_steps)]
             return (timed_values([times[timed.first:] for times in ranks], trainer.cell.global_batch)
                     | warmup_values(warm.times[cell_id], ranks, timed.first, timed.found[cell_id])
                     | phase_values(phases) | {
@@ -310,7 +311,7 @@ class GroupRun:
     def probes(self) -> dict[str, dict]:
         """Per cell: exposed communication and rank skew, work and MFU, the all-reduce probe, the buckets the
         engine used (what `bench project` reads) and fp16's scale and skipped steps."""
-        probe_iters = self.config.run.probe_iters if "probe" in self.launch.passes else 0
+        probe_iters = self.config.run.probe_iters if self.launch.passes.includes("probe") else 0
         done = self.done
 
         def probes(trainer: Trainer) -> dict:
@@ -337,7 +338,7 @@ class GroupRun:
         self.trainers = []
         release(self.launch.device)
         self.progress("memory")
-        wanted = "memory" in self.launch.passes
+        wanted = self.launch.passes.includes("memory")
         measured, memory = self.guard.each(measured, lambda c: solo_peak_memory(c, self.launch) if wanted
                                            else {}, cell_of=lambda c: c)
         return Memory(measured, memory)

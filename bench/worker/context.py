@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from bench.config import BenchConfig
-from bench.schema import PASSES
+from bench.schema import PASSES, Passes
 from bench.worker.events import Events
 from bench.worker.racing import RaceBook
 from bench.worker.rounds import Budget
@@ -36,7 +36,7 @@ class Launch:
     device: torch.device
     rank: int = 0
     world_size: int = 1
-    passes: frozenset[str] = frozenset(PASSES)
+    passes: Passes = PASSES
     events: Events | None = None
     run_dir: Path | None = None
     facts: dict = field(default_factory=dict)

@@ -30,7 +30,7 @@ from bench import run_folder
 from bench.config import BenchConfig, config_from_dict
 from bench.lifetime import die_with_parent, watch_launcher
 from bench.matrix import Cell
-from bench.schema import PASSES, search
+from bench.schema import PASSES, Passes, search
 from bench.worker import hangs, plan_mode, process
 from bench.worker.context import Launch
 from bench.worker.events import Events
@@ -126,7 +126,7 @@ def launch_context(plan: dict, config: BenchConfig, device: torch.device, events
     plan_run = plan.get("launcher_pid") is None
     return Launch(config=config, device=device, rank=dist.get_rank(), world_size=dist.get_world_size(),
                   # a repeat launch (run.launches): REPEAT_PASSES; a plan run has no repeats: every pass
-                  passes=frozenset(PASSES if plan_run else plan.get("passes", PASSES)),
+                  passes=PASSES if plan_run else Passes(tuple(plan.get("passes", PASSES))),
                   events=events, run_dir=Path(plan["run_dir"]), facts=facts,
                   budget=Budget(plan.get("carried_s", 0.0)),
                   book=RaceBook.of(cells) if search(config.run.search).races else None,
