@@ -18,15 +18,17 @@ H_c "no other configuration is faster than c" (c is a best one), tested one-side
   recipe that did not fit in one group, bench/worker/groups.py): the two medians' one-sided
   order-statistic bounds must separate (`separation_p`), so drift between the groups is not cancelled,
   only outlasted.
-H_c's p-value is its smallest test times their number (Bonferroni: any of the others could be the one
-that looks faster by chance); **Holm's step-down** over the survivors' hypotheses at the look's share of
-RACE_ALPHA; the shares of the looks add up to RACE_ALPHA (Bonferroni over the looks: a group-sequential
-test with pre-set looks). So the chance that a race eliminates any configuration that no other is faster
-than, at any look, is at most RACE_ALPHA per recipe and world size, whichever configuration looked best
-(no reference is picked from the rounds being tested, as comparing with the observed best would: that
-selection gave 7-14 % of races of equals a false elimination, docs/measurement.md). An
-eliminated cell's row keeps its rounds so far and the comparison (`Elimination`). No elimination happens
-on fewer rounds than give an interval at the corrected level (more rounds than stats.MIN_SAMPLES).
+H_c's p-value combines those tests by **Simes' rule** (`simes`: any of the others could be the one that
+looks faster by chance; a candidate slower than many of them pays a smaller correction than Bonferroni's,
+one slower than a single other the same); **Holm's step-down** over the survivors' hypotheses at the
+look's share of RACE_ALPHA; the shares of the looks add up to RACE_ALPHA (Bonferroni over the looks: a
+group-sequential test with pre-set looks). So the chance that a race eliminates any configuration that no
+other is faster than, at any look, is at most RACE_ALPHA per recipe and world size, whichever
+configuration looked best (no reference is picked from the rounds being tested, as comparing with the
+observed best would: that selection gave 7-14 % of races of equals a false elimination,
+docs/measurement.md). An eliminated cell's row keeps its rounds so far and the comparison (`Elimination`).
+No elimination happens on fewer rounds than give an interval at the corrected level (more rounds than
+stats.MIN_SAMPLES).
 """
 
 from __future__ import annotations
@@ -60,9 +62,10 @@ def recipe(cell) -> tuple:
 
 @dataclass(frozen=True)
 class Elimination:
-    """Why a candidate left the race: the configuration it was found slower than, its step over that one's
-    (median over shared rounds, or the ratio of medians unpaired) with the interval at the level it had to
-    meet, the one-sided p-value, that level, and the rounds run when it happened."""
+    """Why a candidate left the race: the configuration it was found slower than (its smallest test), its
+    step over that one's (median over shared rounds, or the ratio of medians unpaired) with the interval at
+    the level that test met, its hypothesis's p-value (`simes`), Holm's level it met, and the rounds run
+    when it happened."""
 
     against: str
     slowdown: float
@@ -91,7 +94,7 @@ def looks(minimum: int, maximum: int, candidates: int, alpha: float = RACE_ALPHA
     the round limits (run.timed_steps × repeats, the adaptive cap) and the number of candidates alone.
 
     The first look spends FIRST_LOOK_SHARE of alpha and comes at the fewest rounds at which it can
-    eliminate anything (`smallest_rounds`), before `minimum` if that is enough (the minimum is the
+    eliminate (`first_look_rounds`), before `minimum` if that is enough (the minimum is the
     survivors' floor, not a candidate's: an elimination needs only its corrected test); the later looks
     are the adaptive rounds' checkpoints beyond it (stats.checkpoints: `minimum`, doubling up to
     `maximum`), sharing the rest equally. Without a checkpoint after it (fixed rounds, maximum =
@@ -100,21 +103,26 @@ def looks(minimum: int, maximum: int, candidates: int, alpha: float = RACE_ALPHA
     if candidates < 2:
         return []
     checkpoints = stats.checkpoints(minimum, maximum)
-    first = smallest_rounds(candidates, alpha * FIRST_LOOK_SHARE)
+    first = first_look_rounds(candidates, alpha * FIRST_LOOK_SHARE)
     later = [n for n in checkpoints if n > first]
     if first <= maximum and later:
         rest = alpha * (1 - FIRST_LOOK_SHARE) / len(later)
         return [(first, alpha * FIRST_LOOK_SHARE)] + [(n, rest) for n in later]
     # no checkpoint after the first possible look (fixed rounds): one look at the end, all of alpha
-    return [(maximum, alpha)] if smallest_rounds(candidates, alpha) <= maximum else []
+    return [(maximum, alpha)] if first_look_rounds(candidates, alpha) <= maximum else []
 
 
-def smallest_rounds(candidates: int, share: float) -> int:
-    """The fewest rounds at which a look spending `share` can eliminate one of `candidates` configurations:
-    a sign test whose every round went one way (p = 2^-n) must pass Holm's strictest step over the
-    candidates' hypotheses, share / candidates, under the Bonferroni factor of each (candidates − 1):
-    ⌈log2(candidates (candidates − 1) / share)⌉, and never fewer than stats.MIN_SAMPLES (the rounds of a
-    95 % interval). Worked by hand: 14 candidates at 0.025 → ⌈log2(7280)⌉ = 13; 35 → ⌈log2(47600)⌉ = 16."""
+def first_look_rounds(candidates: int, share: float) -> int:
+    """Where the race's first look comes, spending `share`: the fewest rounds at which a candidate that lost
+    every round to one other (one of its m = candidates − 1 sign tests at 2^-n: Simes' p, as Bonferroni's, m
+    2^-n) passes Holm's strictest step over the candidates' hypotheses, share / candidates: ⌈log2(candidates
+    m / share)⌉, and never fewer than stats.MIN_SAMPLES (the rounds of a 95 % interval). Simes' rule also
+    eliminates there the candidates that lost most rounds to many others. A candidate slower than every
+    other in every round could go sooner (⌈log2(candidates / share)⌉), but on real rounds few do, and a
+    look that finds nothing spends its α for nothing: on the GRU at world size 2 (docs/measurement.md
+    "Racing search"), a look at 11 rounds of 35 candidates eliminated none, and one at 11 of 14 found 1
+    (another race's look at 13 had found 8), the budget then ending before the next look. Worked by hand:
+    14 candidates at 0.025 → ⌈log2(7280)⌉ = 13; 35 → ⌈log2(47600)⌉ = 16; 4 → ⌈log2(480)⌉ = 9."""
     return max(stats.MIN_SAMPLES, math.ceil(math.log2(max(1, candidates * (candidates - 1)) / share)))
 
 
@@ -158,33 +166,52 @@ def eliminate(survivors: dict[str, Sequence[float]], rounds: int, share: float,
     configurations that finished in an earlier group of this launch (unpaired); `share`: this look's α
     (`looks`).
 
-    Each survivor c's hypothesis is "no other configuration is faster than c". Its p-value is the
-    smallest of its one-sided tests against every other survivor (paired sign test) and every earlier
-    configuration (unpaired separation), times their number (Bonferroni: whichever other is truly
-    faster, any of them could have been the one that looked faster); Holm's step-down over the
-    survivors' p-values at `share`. The other that gave the smallest test is the one it lost to."""
+    Each survivor c's hypothesis is "no other configuration is faster than c", tested by its one-sided
+    tests against every other survivor (paired sign test) and every earlier configuration (unpaired
+    separation), combined by `simes` (any of the others could be the one truly faster); Holm's step-down
+    over the survivors' combined p-values at `share`. The other of its smallest test is the one it lost to."""
     if share <= 0 or len(survivors) + len(earlier or {}) < 2:
         return {}
     earlier = earlier or {}
     ids = list(survivors)
     paired = _sign_tests([survivors[c] for c in ids])
-    worst: dict[str, tuple[float, str, bool]] = {}  # c → (its smallest one-sided p, against whom, paired)
+    others = len(survivors) + len(earlier) - 1  # the comparisons each hypothesis is tested by
+    combined: dict[str, tuple[float, float, str, bool]] = {}  # c → (its p, the decider's share, whom, paired)
     for i, c in enumerate(ids):
         tests = [(paired[i][j], b, True) for j, b in enumerate(ids) if b != c]
         tests += [(separation_p(survivors[c], earlier[b]), b, False) for b in earlier]
-        tests = [t for t in tests if t[0] is not None]
+        tests = sorted((t for t in tests if t[0] is not None), key=lambda t: t[0])
         if tests:
-            worst[c] = min(tests, key=lambda t: t[0])
-    others = len(survivors) + len(earlier) - 1  # the comparisons each hypothesis is tested by
-    ranked = sorted(worst, key=lambda c: worst[c][0])
+            p, fraction = simes([t[0] for t in tests], others)
+            combined[c] = (p, fraction, *tests[0][1:])  # the smallest test: the one it lost to
+    ranked = sorted(combined, key=lambda c: combined[c][0])
     out: dict[str, Elimination] = {}
     for j, c in enumerate(ranked):
-        level = share / (len(ranked) - j) / others  # Holm's j-th step (0-based), over the Bonferroni factor
-        p, against, paired = worst[c]
+        level = share / (len(ranked) - j)  # Holm's j-th step (0-based)
+        p, fraction, against, paired_test = combined[c]
         if p > level:
             break
-        out[c] = _elimination(c, against, p, level, rounds, paired, survivors, earlier)
+        out[c] = _elimination(c, against, (p, level, level * fraction), rounds, paired_test, survivors,
+                              earlier)
     return out
+
+
+def simes(ascending: Sequence[float], m: int) -> tuple[float, float]:
+    """Simes' combination of one hypothesis's m one-sided tests (the p-values given, `ascending`; a test
+    that could not be made counts as p = 1): min over j of m · p_(j) / j, which rejects at level α when
+    the j-th smallest p is at most j α / m for some j. It is valid for tests that are positively
+    dependent, as a candidate's tests against the others are (each reads its own rounds: a slow round of
+    the candidate counts against it in all of them); tests/test_race.py's races of equals check its error
+    rate on heavy-tailed rounds. Never above Bonferroni's m · p_(1), and far below it for a candidate slower
+    than many others: one that lost every one of n rounds to each of the others has p = 2^-n, where
+    Bonferroni's is m 2^-n. Returns (the p-value, j/m at the j attaining it: at a level α the smallest test
+    then met α j/m, the level its reported interval is at)."""
+    best, fraction = 1.0, 1.0
+    for j, p in enumerate(ascending, start=1):
+        value = m * p / j
+        if value < best:
+            best, fraction = value, j / m
+    return min(1.0, best), fraction
 
 
 def _sign_tests(samples: list[Sequence[float]]) -> list[list[float | None]]:
@@ -206,13 +233,16 @@ def _upper_tail(n: int, k: int) -> float:
     return stats.binom_half_cdf(n, n - k)
 
 
-def _elimination(c: str, against: str, p: float, level: float, rounds: int, paired: bool,
+def _elimination(c: str, against: str, tested: tuple[float, float, float], rounds: int, paired: bool,
                  survivors: dict, earlier: dict) -> Elimination:
+    """`tested`: (c's combined p-value, Holm's level it met, the level its test against `against` met:
+    the interval's)."""
+    p, level, own = tested
     if paired:
-        slowdown, low, high = stats.paired_ratio(survivors[c], survivors[against], alpha=2 * level)
+        slowdown, low, high = stats.paired_ratio(survivors[c], survivors[against], alpha=2 * own)
     else:
         mine, theirs = stats._clean(survivors[c]), stats._clean(earlier[against])
-        (c_low, c_high), (r_low, r_high) = _bounds(mine, level / 2), _bounds(theirs, level / 2)
+        (c_low, c_high), (r_low, r_high) = _bounds(mine, own / 2), _bounds(theirs, own / 2)
         slowdown = _median(mine) / _median(theirs)
         low = None if c_low is None or r_high is None else c_low / r_high
         high = None if c_high is None or r_low is None else c_high / r_low

@@ -309,15 +309,16 @@ EXTRA_COLUMNS = (
     "grad_bytes_per_rank",   # the gradients it should hold per rank (a bucket copy included), by its layout
     "optimizer_state_bytes_per_rank",  # AdamW's two moments it should hold per rank, by its layout
     # a raced_out row: the comparison that eliminated it (bench/race.py), all empty for other rows
-    "race_against",          # the cell id of the configuration it was found slower than
+    "race_against",          # the cell id of the configuration it was found slower than (its smallest test)
     "race_slowdown",         # its step / that one's: median over their shared rounds (paired), else the
                              # ratio of the medians (unpaired); > 1: slower
-    # that ratio's interval at the race's corrected level (race_level, one-sided): its lower end, above 1
-    # what eliminated it
+    # that ratio's interval at the level its test met (race_level × Simes' j / m, one-sided): its lower end,
+    # above 1 what eliminated it
     "race_slowdown_low",
     "race_slowdown_high",    # that interval's upper end
-    "race_p",                # the one-sided test's p-value (paired: sign test; unpaired: bounds' separation)
-    "race_level",            # the level the test had to meet: Holm's step of the look's α (bench/race.py)
+    "race_p",                # its hypothesis's p-value: Simes' combination of its one-sided tests against
+                             # every other (paired: sign test; unpaired: bounds' separation; bench/race.py)
+    "race_level",            # the level that p-value had to meet: Holm's step of the look's α
     "race_round",            # the rounds both had run when it was eliminated (the look)
     "race_paired",           # true: stepped side by side with race_against; false: an earlier group
 )

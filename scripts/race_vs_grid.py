@@ -4,7 +4,10 @@ first) against the grid's best, whether the grid calls them tied (the winner's c
 in the grid, has a 95 % throughput interval reaching the best one's: advise's tie rule), and whether the
 race eliminated the grid's best (a miss of the race itself, rather than the two runs measuring apart);
 then each run's sweep time (its launches' first to last event) and how many cells the race eliminated;
-last, what any race could save on the grid's own cells at this machine's noise (`oracle_share`).
+then what any race could save on the grid's own cells at this machine's noise (`oracle_share`); last, how
+far apart the two runs measured the same cells, group by group (`group_drift`): the grid compares cells of
+different groups, stepped minutes apart, so a shift of the machine between groups moves its answer and not
+its intervals (two grids may be given, to see the grid's own reproducibility).
 
     python -m bench run --config default --set matrix.world_size=2 --set profile.enabled=false \\
         --search race --out RACE
@@ -26,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import race, run_folder  # noqa: E402
 from bench.config import RunConfig, config_from_dict, read_tables  # noqa: E402
 from bench.matrix import MEMORY_STEPS  # noqa: E402
-from bench.schema import CONFIG_KEYS  # noqa: E402
+from bench.schema import CONFIG_KEYS, GROUP_KEYS  # noqa: E402
 
 
 def sweep_seconds(run_dir: Path) -> float:
@@ -86,6 +89,28 @@ def oracle_share(grid: list[dict], sigma: float, run: RunConfig,
     return spent / full
 
 
+def group_drift(first: list[dict], second: list[dict]) -> tuple[float, float, int]:
+    """How two runs' step times of the same cells differ: per cell ln(first's median step / second's), over
+    the cells both measured (ok or raced_out in the first, ok in the second); grouped by the grid's side-by-
+    side groups (schema.GROUP_KEYS: a configuration, every engine), the standard deviation of the groups'
+    means (between) and the pooled one within a group (within), and the number of groups. Within ≪
+    between: the groups were measured in different states of the machine (or company), which no
+    within-group interval holds."""
+    second_by = {r["cell_id"]: r for r in second if r["status"] == "ok"}
+    groups: dict[tuple, list[float]] = {}
+    for r in first:
+        other = second_by.get(r["cell_id"])
+        if r["status"] in ("ok", "raced_out") and other is not None:
+            key = tuple(r[k] for k in GROUP_KEYS)
+            groups.setdefault(key, []).append(math.log(r["step_time_ms_p50"] / other["step_time_ms_p50"]))
+    means = [statistics.fmean(v) for v in groups.values()]
+    within = [x - statistics.fmean(v) for v in groups.values() if len(v) > 1 for x in v]
+    dof = sum(len(v) - 1 for v in groups.values() if len(v) > 1)
+    between_sd = statistics.stdev(means) if len(means) > 1 else math.nan
+    within_sd = math.sqrt(sum(x * x for x in within) / dof) if dof else math.nan
+    return between_sd, within_sd, len(groups)
+
+
 def main(race_dir: Path, grid_dir: Path) -> None:
     raced, grid = run_folder.read_records(race_dir), run_folder.read_records(grid_dir)
     grid_by_config = {config_of(r): r for r in grid if r["status"] == "ok"}
@@ -122,6 +147,9 @@ def main(race_dir: Path, grid_dir: Path) -> None:
     sigma = paired_noise(ok)
     print(f"floor: paired noise σ {sigma:.3f} a round (ln ratio); a race knowing σ, all of α at one look: "
           f"{oracle_share(ok, sigma, grid_run(grid_dir)):.0%} of the grid's step time")
+    between, within, n = group_drift(raced, grid)
+    print(f"the two runs' step of the same cell, ln(first / second): SD between the grid's {n} groups' means "
+          f"{between:.3f}, within a group {within:.3f}")
 
 
 if __name__ == "__main__":

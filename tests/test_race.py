@@ -15,7 +15,7 @@ import torch
 
 from bench import race, stats
 from bench.config import ConfigError, load_config
-from bench.matrix import expand
+from bench.matrix import engine_groups, expand, group_budget_s
 from bench.run.estimate import estimate_seconds
 from bench.run.estimate_race import race_seconds
 from bench.run.planner import plan
@@ -36,12 +36,13 @@ def test_one_sided_sign_test_by_hand():
 
 
 def test_looks_by_hand():
-    # half of 5 % at the first look, placed where a one-way sign test can pass Holm's strictest step
-    # (share / K) under its Bonferroni factor (K − 1): 14 candidates: 2^-12 > 0.025 / 182 (1.37e-4) >=
-    # 2^-13; 35: 2^-15 > 0.025 / 1190 (2.1e-5) >= 2^-16
-    assert race.smallest_rounds(14, 0.025) == 13
-    assert race.smallest_rounds(35, 0.025) == 16
-    assert race.smallest_rounds(2, 0.05) == stats.MIN_SAMPLES  # never fewer rounds than an interval
+    # half of 5 % at the first look, placed where a candidate that lost every round to one other (Simes'
+    # p, as Bonferroni's: (K − 1) 2^-n) passes Holm's strictest step (share / K): 14 candidates: 2^-12 >
+    # 0.025 / 182 (1.37e-4) >= 2^-13; 35: 2^-15 > 0.025 / 1190 (2.1e-5) >= 2^-16
+    assert race.first_look_rounds(14, 0.025) == 13
+    assert race.first_look_rounds(35, 0.025) == 16
+    assert race.first_look_rounds(4, 0.025) == 9
+    assert race.first_look_rounds(2, 0.05) == stats.MIN_SAMPLES  # never fewer rounds than an interval
     looks = race.looks(10, 160, 14)
     assert [n for n, _ in looks] == [13, 20, 40, 80, 160]
     assert [share for _, share in looks] == pytest.approx([0.025, 0.00625, 0.00625, 0.00625, 0.00625])
@@ -56,10 +57,36 @@ def test_looks_by_hand():
     assert race.looks(10, 160, 1) == []
 
 
+def test_simes_by_hand():
+    # min over j of m p_(j) / j, a missing test counting as p = 1: 4 × 0.01 / 1 = 4 × 0.02 / 2 = 0.04 (the
+    # first j attaining it: the smallest test met α / 4), 4 × 0.5 / 3 = 0.67, 4 × 1 / 4 = 1
+    assert race.simes([0.01, 0.02, 0.5], 4) == (pytest.approx(0.04), pytest.approx(0.25))
+    # lost every round to each of 34 others: 34 × 2^-11 / 34 = 2^-11 (Bonferroni: 34 × 2^-11 = 0.017)
+    assert race.simes([2 ** -11] * 34, 34) == (pytest.approx(2 ** -11), pytest.approx(1.0))
+    assert race.simes([0.3], 1) == (pytest.approx(0.3), 1.0)
+    assert race.simes([0.9, 0.9], 2)[0] == pytest.approx(0.9)  # never above 1, never above Bonferroni's
+    # 35 candidates, 11 rounds, one the slowest in every round: 2^-11 <= Holm's 0.025 / 35 (7.1e-4), which
+    # Bonferroni's 34 × 2^-11 would miss; the others all tie, and stay
+    rng = np.random.default_rng(11)
+    base = rng.uniform(10, 11, (34, 11))
+    samples = {f"c{i}": list(row) for i, row in enumerate(base)} | {"slow": list(base.max(axis=0) * 1.1)}
+    out = race.eliminate(samples, rounds=11, share=0.025)
+    assert set(out) == {"slow"}
+    assert out["slow"].p == pytest.approx(2 ** -11) and out["slow"].level == pytest.approx(0.025 / 35)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import race_replay  # its two rules on recorded rounds: Simes' eliminates it at 11 rounds, Bonferroni not
+
+    assert race_replay.eliminated(samples, 11, 0.025, race.simes) == 1
+    assert race_replay.eliminated(samples, 11, 0.025, race_replay.bonferroni) == 0
+    assert race.simes is not race_replay.bonferroni  # the rule is put back
+    assert race.looks(10, 160, 1) == []
+
+
 def test_eliminate_by_hand():
     # 12 rounds; b always 20 % slower than a; c slower than a in 8 of 12 (p = P(B(12, ½) >= 8) =
-    # 794/4096) and faster than b in all. Hypotheses "no other is faster": b's smallest p is 2^-12 (against
-    # a and against c alike; a, the first, is named), times 2 others; Holm's first step over 3: 0.025 / 3
+    # 794/4096) and faster than b in all. Hypotheses "no other is faster": b's tests are 2^-12 against a
+    # and against c alike (a, the first, is named), Simes' 2 × 2^-12 / 2 = 2^-12; Holm's first step over 3:
+    # 0.025 / 3; c's, min(2 × 794/4096, 2 × 1 / 2) = 0.39, fails 0.025 / 2
     a = [10.0, 11.0, 10.5, 12.0, 10.0, 10.2, 10.9, 10.1, 11.5, 10.0, 10.3, 10.8]
     b = [x * 1.2 for x in a]
     c = [x * (1.05 if i < 8 else 0.97) for i, x in enumerate(a)]
@@ -69,7 +96,7 @@ def test_eliminate_by_hand():
     assert (e.against, e.round, e.paired) == ("a", 12, True)
     assert e.slowdown == pytest.approx(1.2)
     assert e.p == pytest.approx(2 ** -12)
-    assert e.level == pytest.approx(0.025 / 3 / 2)
+    assert e.level == pytest.approx(0.025 / 3)
     assert e.slowdown_low == pytest.approx(1.2) and e.slowdown_high == pytest.approx(1.2)
     assert stats.sign_test_greater_p(c, a) == pytest.approx(794 / 4096)
     assert "raced out after 12 rounds" in e.sentence() and "a (side by side" in e.sentence()
@@ -88,17 +115,19 @@ def test_separation_p_by_hand():
 
 
 def test_holm_steps_down_by_hand():
-    # 16 rounds; three one-way losers (smallest p 2^-16 each) and one slower than `best` in 12 of 16 (p =
-    # P(B(16, ½) >= 12) = 2517/65536 = 0.038) but faster than the three: five hypotheses, each p times 4
-    # others. Holm's steps over 5 at a share of 0.05: 0.05/5/4, 0.05/4/4, 0.05/3/4 pass the three
-    # (2^-16 = 1.5e-5); "close" fails 0.05/2/4 = 6.3e-3; "best" has no test below 1/2
+    # 16 rounds; three one-way losers and one slower than `best` in 12 of 16 (p = P(B(16, ½) >= 12) =
+    # 2517/65536 = 0.038) but faster than the three: five hypotheses of 4 tests each. Simes': slow2 lost to
+    # all 4 (2^-16), slow1 to 3 (4 × 2^-16 / 3), slow0 to 2 (4 × 2^-16 / 2); Holm's steps over 5 at a
+    # share of 0.05: 0.05/5, 0.05/4, 0.05/3 pass the three; "close" (4 × 0.038 = 0.15) fails 0.05/2;
+    # "best" has no test below 1/2
     base = list(np.linspace(10, 11, 16))
     samples = {"best": base, **{f"slow{i}": [x * (1.3 + i / 10) for x in base] for i in range(3)},
                "close": [x * (1.1 if j >= 4 else 0.9) for j, x in enumerate(base)]}
     assert stats.sign_test_greater_p(samples["close"], base) == pytest.approx(2517 / 65536)
     out = race.eliminate(samples, rounds=16, share=0.05)
     assert set(out) == {"slow0", "slow1", "slow2"}
-    assert sorted(e.level for e in out.values()) == pytest.approx([0.05 / 5 / 4, 0.05 / 4 / 4, 0.05 / 3 / 4])
+    assert sorted(e.level for e in out.values()) == pytest.approx([0.05 / 5, 0.05 / 4, 0.05 / 3])
+    assert sorted(e.p for e in out.values()) == pytest.approx([2 ** -16, 4 / 3 * 2 ** -16, 2 * 2 ** -16])
 
 
 def test_not_launched_by_hand():
@@ -287,24 +316,26 @@ def test_race_estimate_hand_worked(monkeypatch):
 
 
 def test_the_budget_stops_a_race_it_cannot_carry_to_its_first_look():
-    # 14 candidates of 100 ms steps (1.4 s a round), 10 rounds done: the first look is at 13. The grid would
-    # give their 4 engine groups 4 × 2 s; 14 s spent: the budget stops at the minimum, nothing eliminated.
+    # 35 candidates of 100 ms steps (3.5 s a round), 10 rounds done: the first look comes later (16). The
+    # grid would give their 8 engine groups 18.4 s (group_budget_s at 2 s a group); 35 s spent: the budget
+    # stops at the minimum, nothing eliminated.
     config = load_config("default", ["run.device=cpu", "matrix.world_size=2", "run.max_group_s=2"])
-    cells = [c for c in expand(config) if not c.skip_reason and c.global_batch == 8]
-    assert len(cells) == 14 and race.looks(10, 160, 14)[0][0] == 13
+    cells = [c for c in expand(config) if not c.skip_reason and c.global_batch == 16]
+    assert len(cells) == 35 and race.looks(10, 160, 35)[0][0] == 16
     spread = [80.0, 120.0, 95.0, 105.0, 100.0, 90.0, 110.0, 85.0, 115.0, 100.0]  # median 100, ±15 % wide
     per_rank = [[spread] for _ in cells]
-    look = racing.Look(10, 0.0, 13, 14.0)
-    gone, why, fill = racing.decide(per_rank, list(range(14)), cells, config, look, {})
+    look = racing.Look(10, 0.0, 16, 35.0)
+    assert sum(group_budget_s(config, len(g)) for g in engine_groups(cells)) == pytest.approx(18.4)
+    gone, why, fill = racing.decide(per_rank, list(range(35)), cells, config, look, {})
     assert (gone, why, fill) == ({}, "budget", 0)
     # with room for it (40 s a group), the race goes on to its first look
     roomy = load_config("default", ["run.device=cpu", "matrix.world_size=2", "run.max_group_s=40"])
-    assert racing.decide(per_rank, list(range(14)), cells, roomy, look, {}) == [{}, None, 0]
+    assert racing.decide(per_rank, list(range(35)), cells, roomy, look, {}) == [{}, None, 0]
 
 
 def test_race_rounds_stop_stepping_what_they_eliminate(one_rank_group):
     # Three candidates of one recipe, 8 fixed rounds: one look at the end, all of 5 % (race.looks(8, 8, 3));
-    # one sleeps 20 ms a step, the others 1 ms: it loses every round, p = 2^-8 <= 0.05 / 3 / 2.
+    # one sleeps 20 ms a step, the others 1 ms: it loses every round to both, Simes' p = 2^-8 <= 0.05 / 3.
     config = load_config("cpu-smoke", ["matrix.world_size=1", "matrix.engine=torch,bucketed,overlap",
                                        "matrix.grad_accum=1", "matrix.scaling=strong", "run.timed_steps=8"])
     cells = expand(config)
@@ -328,7 +359,8 @@ def test_race_rounds_stop_stepping_what_they_eliminate(one_rank_group):
     assert {(i, n) for i, n, _ in calls} == {(i, 8) for i in out.eliminated}
     assert [len(ranks[0]) for ranks in out.per_rank] == [8, 8, 8] and out.stopped_by is None
     # after an earlier group of the recipe whose survivor stepped 5 ms: each is also tested against it,
-    # unpaired (3 hypotheses × 3 others: 0.05 / 3 / 3 = 0.0056 >= 2^-8); the 1 ms ones are not slower
+    # unpaired; the slow one's three tests, 2^-8, 2^-8 and the separation's 2 · 2^-8, give Simes' 3 · 2^-8 /
+    # 2 = 0.0059 <= 0.05 / 3; the 1 ms ones are not slower
     book = racing.RaceBook.of(cells)
     book.finished[race.recipe(cells[0])] = {"earlier-cell": [5.0] * 8}
     out = racing.race_rounds(steps, cells, config, torch.device("cpu"), book, lambda i, r, w: None)
@@ -342,7 +374,7 @@ def test_dry_run_of_a_race_prints_its_range(capsys):
                        "--set", "run.target_ci_pct=5"]) == 0
     out = capsys.readouterr().out
     assert "estimated wall time as a grid ~" in out and "racing (run.search = race): ~" in out
-    assert "round 9" in out  # 4 candidates a recipe: race.smallest_rounds(4, 0.025)
+    assert "round 9" in out  # 4 candidates a recipe: race.first_look_rounds(4, 0.025)
     with pytest.raises(SystemExit) as bad:
         bench_main(["run", "--config", "cpu-smoke", "--search", "bogus", "--dry-run"])
     assert bad.value.code == 2
@@ -369,3 +401,23 @@ def test_the_floor_under_any_race_by_hand():
     assert race_vs_grid.oracle_share(rows, 1.0, run, 0.05) == pytest.approx(6.3 / 12.3)
     assert race_vs_grid.oracle_share(rows, 3.0, run, 0.05) == pytest.approx(1.0)
     assert race_vs_grid.paired_noise(rows) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_group_drift_by_hand():
+    """scripts/race_vs_grid.py's group_drift: ln(first / second) per cell, two groups of two (the grid's
+    GROUP_KEYS: here the precision): fp32 0.1 and 0.3 (mean 0.2, ±0.1), bf16 −0.1 twice. Between: SD of
+    (0.2, −0.1) = 0.2121; within: pooled sqrt((0.01 + 0.01 + 0 + 0) / 2 dof) = 0.1."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import race_vs_grid
+
+    from bench.schema import GROUP_KEYS
+
+    def row(cell, precision, ms, status="ok"):
+        return {k: "x" for k in GROUP_KEYS} | {"cell_id": cell, "precision": precision,
+                                               "step_time_ms_p50": ms, "status": status}
+
+    first = [row("a", "fp32", 100 * np.exp(0.1)), row("b", "fp32", 100 * np.exp(0.3), "raced_out"),
+             row("c", "bf16", 100 * np.exp(-0.1)), row("d", "bf16", 100 * np.exp(-0.1)), row("e", "bf16", 50)]
+    second = [row(c, p, 100.0) for c, p in (("a", "fp32"), ("b", "fp32"), ("c", "bf16"), ("d", "bf16"))]
+    between, within, groups = race_vs_grid.group_drift(first, second)
+    assert (between, within, groups) == (pytest.approx(0.3 / np.sqrt(2)), pytest.approx(0.1), 2)

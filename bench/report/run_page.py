@@ -152,7 +152,8 @@ def raced_out_section(df: pd.DataFrame, out_dir: Path) -> Section:
     sec.para(
         "A racing search (run.search) stepped each recipe's configurations side by side and stopped "
         "measuring these once another was faster beyond its corrected one-sided test: race_slowdown is "
-        "their step over race_against's, with its interval at race_level; race_round, the rounds run. "
+        "their step over race_against's, with its interval at the level that test met; race_p, the "
+        "hypothesis's p-value against race_level; race_round, the rounds run. "
         "Their step-time columns hold those rounds; no phase, compute-only, probe or memory pass ran, and "
         "bench advise ranks the survivors only. Cells not launched at a world size (their configuration "
         "raced out at a smaller one) carry that comparison.")
