@@ -93,9 +93,9 @@ def looks(minimum: int, maximum: int, candidates: int, alpha: float = RACE_ALPHA
     """The race's pre-set looks, (rounds, the share of `alpha` the look spends), fixed before any round from
     the round limits (run.timed_steps × repeats, the adaptive cap) and the number of candidates alone.
 
-    The first look spends FIRST_LOOK_SHARE of alpha and comes at the fewest rounds at which it can
-    eliminate (`first_look_rounds`), before `minimum` if that is enough (the minimum is the
-    survivors' floor, not a candidate's: an elimination needs only its corrected test); the later looks
+    The first look spends FIRST_LOOK_SHARE of alpha and comes where a candidate beaten in every round by
+    one other can be eliminated (`first_look_rounds`), before `minimum` if that is enough (the minimum is
+    the survivors' floor, not a candidate's: an elimination needs only its corrected test); the later looks
     are the adaptive rounds' checkpoints beyond it (stats.checkpoints: `minimum`, doubling up to
     `maximum`), sharing the rest equally. Without a checkpoint after it (fixed rounds, maximum =
     minimum), one look at `maximum` spends all of alpha. Empty when no look can eliminate (one candidate;
