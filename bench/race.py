@@ -160,11 +160,12 @@ def _median(samples: Sequence[float]) -> float:
 
 
 def eliminate(survivors: dict[str, Sequence[float]], rounds: int, share: float,
-              earlier: dict[str, Sequence[float]] | None = None) -> dict[str, Elimination]:
+              earlier: dict[str, Sequence[float]] | None = None, combine=None) -> dict[str, Elimination]:
     """The survivors eliminated at this look, by cell id. `survivors`: each one's step times, one per round,
     all stepped in the same `rounds` rounds (paired by index); `earlier`: the step times of the recipe's
     configurations that finished in an earlier group of this launch (unpaired); `share`: this look's α
-    (`looks`).
+    (`looks`); `combine`: how a hypothesis's tests make its p-value (default `simes`; `bonferroni`, the rule
+    until issue 56, for scripts/race_replay.py's comparison).
 
     Each survivor c's hypothesis is "no other configuration is faster than c", tested by its one-sided
     tests against every other survivor (paired sign test) and every earlier configuration (unpaired
@@ -172,17 +173,18 @@ def eliminate(survivors: dict[str, Sequence[float]], rounds: int, share: float,
     over the survivors' combined p-values at `share`. The other of its smallest test is the one it lost to."""
     if share <= 0 or len(survivors) + len(earlier or {}) < 2:
         return {}
-    earlier = earlier or {}
+    earlier, combine = earlier or {}, combine or simes
     ids = list(survivors)
     paired = _sign_tests([survivors[c] for c in ids])
     others = len(survivors) + len(earlier) - 1  # the comparisons each hypothesis is tested by
-    combined: dict[str, tuple[float, float, str, bool]] = {}  # c → (its p, the decider's share, whom, paired)
+    # c → (its p, the share of the level its smallest test met, against whom, paired)
+    combined: dict[str, tuple[float, float, str, bool]] = {}
     for i, c in enumerate(ids):
         tests = [(paired[i][j], b, True) for j, b in enumerate(ids) if b != c]
         tests += [(separation_p(survivors[c], earlier[b]), b, False) for b in earlier]
         tests = sorted((t for t in tests if t[0] is not None), key=lambda t: t[0])
         if tests:
-            p, fraction = simes([t[0] for t in tests], others)
+            p, fraction = combine([t[0] for t in tests], others)
             combined[c] = (p, fraction, *tests[0][1:])  # the smallest test: the one it lost to
     ranked = sorted(combined, key=lambda c: combined[c][0])
     out: dict[str, Elimination] = {}
@@ -212,6 +214,12 @@ def simes(ascending: Sequence[float], m: int) -> tuple[float, float]:
         if value < best:
             best, fraction = value, j / m
     return min(1.0, best), fraction
+
+
+def bonferroni(ascending: Sequence[float], m: int) -> tuple[float, float]:
+    """Bonferroni's combination (the rule until issue 56, kept to compare with): the smallest p times m;
+    the smallest test met α / m."""
+    return min(1.0, m * ascending[0]), 1 / m
 
 
 def _sign_tests(samples: list[Sequence[float]]) -> list[list[float | None]]:

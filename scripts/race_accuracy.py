@@ -12,6 +12,7 @@ every run. About a minute on one core.
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -39,11 +40,6 @@ def against_observed_best(survivors, rounds, share, earlier=None):
     return out
 
 
-def simes_as_bonferroni(ascending, m):
-    """The rule until Simes' (issue 56): a hypothesis's p-value its smallest test times their number."""
-    return min(1.0, m * ascending[0]), 1 / m
-
-
 def trial(k: int, rng) -> None:
     config, cells = candidates(k)
     good, gone = known_order_races(rng, k, REPS)
@@ -61,16 +57,14 @@ def main() -> None:
     print("the rule (hypotheses 'no other is faster', Simes over the others, Holm over the survivors):")
     for k in (4, 14, 35):
         trial(k, rng)
-    rule, smallest, combine = race.eliminate, race.first_look_rounds, race.simes
-    print("the rule before (the same, Bonferroni over the others):")
-    race.simes = simes_as_bonferroni
-    race.first_look_rounds = lambda k, share: max(stats.MIN_SAMPLES,
-                                                int(np.ceil(np.log2(k * max(1, k - 1) / share))))
+    rule, smallest = race.eliminate, race.first_look_rounds
+    print("the rule before (the same looks, Bonferroni over the others):")
+    race.eliminate = partial(rule, combine=race.bonferroni)
     try:
         for k in (4, 14, 35):
             trial(k, rng)
     finally:
-        race.simes, race.first_look_rounds = combine, smallest
+        race.eliminate = rule
     print("the rule first tried (Holm over the comparisons with the look's observed best):")
     race.eliminate = against_observed_best
     race.first_look_rounds = lambda k, share: max(stats.MIN_SAMPLES,

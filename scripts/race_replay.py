@@ -20,19 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import race, run_folder, stats  # noqa: E402
 
 
-def bonferroni(ascending, m):
-    """A hypothesis's p-value as its smallest test times their number (the rule until Simes')."""
-    return min(1.0, m * ascending[0]), 1 / m
-
-
 def eliminated(samples: dict[str, list[float]], rounds: int, share: float, combine) -> int:
-    """How many of `samples`' candidates race.eliminate drops at `rounds`, with `combine` as its Simes."""
-    kept = race.simes
-    race.simes = combine
-    try:
-        return len(race.eliminate({c: s[:rounds] for c, s in samples.items()}, rounds, share))
-    finally:
-        race.simes = kept
+    """How many of `samples`' candidates race.eliminate drops at `rounds`, combining each one's tests by
+    `combine` (race.simes or race.bonferroni)."""
+    return len(race.eliminate({c: s[:rounds] for c, s in samples.items()}, rounds, share, combine=combine))
 
 
 def replay(run_dir: Path, share: float) -> None:
@@ -40,7 +31,7 @@ def replay(run_dir: Path, share: float) -> None:
     for key in sorted({race.recipe(r) for r in rows}):
         samples = {r["cell_id"]: list(r["step_times_ms"]) for r in rows if race.recipe(r) == key}
         shared = min(len(s) for s in samples.values())
-        pairs = [(eliminated(samples, n, share, race.simes), eliminated(samples, n, share, bonferroni))
+        pairs = [(eliminated(samples, n, share, race.simes), eliminated(samples, n, share, race.bonferroni))
                  for n in range(stats.MIN_SAMPLES, shared + 1)]
         counts = [f"{n}: {a}/{b}" for n, (a, b) in enumerate(pairs, start=stats.MIN_SAMPLES)]
         print(f"{run_dir.name} ws{key[2]} gb{key[3]}, {len(samples)} candidates, {shared} shared rounds "
