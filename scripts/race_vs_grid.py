@@ -26,6 +26,7 @@ from statistics import NormalDist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import anatomy as anatomy_parts  # noqa: E402
 from bench import race, run_folder  # noqa: E402
 from bench.config import RunConfig, config_from_dict, read_tables  # noqa: E402
 from bench.matrix import MEMORY_STEPS  # noqa: E402
@@ -103,12 +104,33 @@ def group_drift(first: list[dict], second: list[dict]) -> tuple[float, float, in
         if r["status"] in ("ok", "raced_out") and other is not None:
             key = tuple(r[k] for k in GROUP_KEYS)
             groups.setdefault(key, []).append(math.log(r["step_time_ms_p50"] / other["step_time_ms_p50"]))
-    means = [statistics.fmean(v) for v in groups.values()]
-    within = [x - statistics.fmean(v) for v in groups.values() if len(v) > 1 for x in v]
-    dof = sum(len(v) - 1 for v in groups.values() if len(v) > 1)
-    between_sd = statistics.stdev(means) if len(means) > 1 else math.nan
+    means = {key: statistics.fmean(v) for key, v in groups.items()}
+    within = [x - means[key] for key, v in groups.items() for x in v]  # a group of one adds 0
+    dof = sum(len(v) - 1 for v in groups.values())
+    between_sd = statistics.stdev(means.values()) if len(means) > 1 else math.nan
     within_sd = math.sqrt(sum(x * x for x in within) / dof) if dof else math.nan
     return between_sd, within_sd, len(groups)
+
+
+def unskippable_s(raced: list[dict], anatomy: dict, min_rounds: int) -> float:
+    """What no race can skip, from the race's own run: every candidate's build and warm-up (its rows'
+    anatomy_s), its steps to the survivors' minimum rounds at its median step (an elimination needs at least
+    those: race.looks), and the run's and launches' fixed parts (anatomy.json, anatomy.RUN_PARTS and
+    LAUNCH_PARTS, the concurrent ones left out)."""
+    cells = [r for r in raced if r["status"] in ("ok", "raced_out")]
+    built = sum((r.get("anatomy_s") or {}).get(p, 0.0) for r in cells for p in ("build", "warmup"))
+    stepped = sum(min_rounds * r["step_time_ms_p50"] / 1e3 for r in cells)
+    whole = anatomy_parts.RUN_PARTS + anatomy_parts.LAUNCH_PARTS
+    fixed = anatomy_parts.added({p: v for p, v in anatomy["parts"].items() if p in whole})
+    return built + stepped + fixed
+
+
+def survivors_s(raced: list[dict], grid: list[dict]) -> float:
+    """What the race's survivors cost in the grid: the grid's anatomy_s totals of the cells the race kept
+    (ok there). A race measures them as the grid does, so it cannot spend less on them."""
+    kept = {r["cell_id"] for r in raced if r["status"] == "ok"}
+    return sum(anatomy_parts.added(r.get("anatomy_s") or {}) for r in grid
+               if r["status"] == "ok" and r["cell_id"] in kept)
 
 
 def main(race_dir: Path, grid_dir: Path) -> None:
@@ -147,6 +169,15 @@ def main(race_dir: Path, grid_dir: Path) -> None:
     sigma = paired_noise(ok)
     print(f"floor: paired noise σ {sigma:.3f} a round (ln ratio); a race knowing σ, all of α at one look: "
           f"{oracle_share(ok, sigma, grid_run(grid_dir)):.0%} of the grid's step time")
+    race_anatomy, grid_anatomy = run_folder.read_anatomy(race_dir), run_folder.read_anatomy(grid_dir)
+    if race_anatomy and grid_anatomy:
+        wall = grid_anatomy["wall_s"]
+        floor = unskippable_s(raced, race_anatomy, config_from_dict(read_tables(race_dir / run_folder.CONFIG))
+                              .run.min_timed_steps)
+        kept = survivors_s(raced, grid)
+        print(f"what no race skips (every candidate built, warmed up and stepped to the minimum rounds, and "
+              f"the launch): {floor:.1f} s, {floor / wall:.0%} of the grid's wall; the race's survivors cost "
+              f"{kept:.1f} s in the grid, {kept / wall:.0%}")
     between, within, n = group_drift(raced, grid)
     print(f"the two runs' step of the same cell, ln(first / second): SD between the grid's {n} groups' means "
           f"{between:.3f}, within a group {within:.3f}")

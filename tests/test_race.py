@@ -77,9 +77,8 @@ def test_simes_by_hand():
     import race_replay  # its two rules on recorded rounds: Simes' eliminates it at 11 rounds, Bonferroni not
 
     assert race_replay.eliminated(samples, 11, 0.025, race.simes) == 1
-    assert race_replay.eliminated(samples, 11, 0.025, race_replay.bonferroni) == 0
-    assert race.simes is not race_replay.bonferroni  # the rule is put back
-    assert race.looks(10, 160, 1) == []
+    assert race_replay.eliminated(samples, 11, 0.025, race.bonferroni) == 0
+    assert race.bonferroni([2 ** -11] * 34, 34) == (pytest.approx(34 * 2 ** -11), pytest.approx(1 / 34))
 
 
 def test_eliminate_by_hand():
@@ -421,3 +420,24 @@ def test_group_drift_by_hand():
     second = [row(c, p, 100.0) for c, p in (("a", "fp32"), ("b", "fp32"), ("c", "bf16"), ("d", "bf16"))]
     between, within, groups = race_vs_grid.group_drift(first, second)
     assert (between, within, groups) == (pytest.approx(0.3 / np.sqrt(2)), pytest.approx(0.1), 2)
+
+
+def test_what_no_race_skips_and_what_its_survivors_cost_by_hand():
+    """scripts/race_vs_grid.py's two floors. Two candidates (100 and 200 ms a step, build + warm-up 1.0 and
+    2.0 s), 10 minimum rounds: 3.0 + 10 · 0.3 = 6.0 s, plus the run's start 0.5 and the launch's spawn 1.0,
+    rendezvous 0.5 and teardown 0.5 (writing is concurrent and build a cell's part: neither counted) = 8.5 s.
+    The survivor's cost in the grid: its anatomy_s less the concurrent parts, 4.0 s."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import race_vs_grid
+
+    raced = [{"cell_id": "a", "status": "ok", "step_time_ms_p50": 100.0,
+              "anatomy_s": {"build": 0.4, "warmup": 0.6, "timed": 9.0}},
+             {"cell_id": "b", "status": "raced_out", "step_time_ms_p50": 200.0,
+              "anatomy_s": {"build": 0.5, "warmup": 1.5, "timed": 5.0}},
+             {"cell_id": "c", "status": "failed", "step_time_ms_p50": 50.0, "anatomy_s": {"build": 9.0}}]
+    anatomy = {"parts": {"start": 0.5, "spawn": 1.0, "rendezvous": 0.5, "teardown": 0.5, "writing": 3.0,
+                         "build": 0.9}}
+    assert race_vs_grid.unskippable_s(raced, anatomy, 10) == pytest.approx(8.5)
+    grid = [{"cell_id": "a", "status": "ok", "anatomy_s": {"timed": 3.0, "gate": 1.0, "writing": 2.0}},
+            {"cell_id": "b", "status": "ok", "anatomy_s": {"timed": 7.0}}]
+    assert race_vs_grid.survivors_s(raced, grid) == pytest.approx(4.0)
